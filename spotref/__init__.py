@@ -1,0 +1,39 @@
+"""spotref: the reference implementation of SPOT, lossless speculative decoding for
+block-diffusion language models (SDAR). See docs/spec.md and the README.
+
+The tree/verification core exists twice: ``spotref.core`` (pure Python, the specification) and
+``spotref._core`` (its Cython twin, built from ``_ext/core.pyx``). ``SPOTREF_NO_EXTENSIONS=1``
+skips the build and forces the pure core; otherwise the import falls back to the pure core only
+when the extension is absent (ImportError). ``spotref.EXTENSION`` says which one is active.
+"""
+import os
+
+from spotref import core as _pure_core
+from spotref.api import generate
+from spotref.decode import Result
+from spotref.draft import Draft, View
+from spotref.drafters import ConfidenceDrafter
+
+if os.environ.get("SPOTREF_NO_EXTENSIONS"):
+    _core, EXTENSION = _pure_core, False
+else:
+    try:
+        from spotref import _core
+        EXTENSION = True
+    except ImportError:
+        _core, EXTENSION = _pure_core, False
+
+
+def core_module(name: str | None = None):
+    """The active core, or by name: ``"py"`` (pure) or ``"c"`` (the compiled twin)."""
+    if name is None:
+        return _core
+    if name == "py":
+        return _pure_core
+    if name == "c":
+        from spotref import _core as compiled   # ImportError when not built
+        return compiled
+    raise ValueError(f"core must be 'py' or 'c', got {name!r}")
+
+
+__all__ = ["generate", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module"]

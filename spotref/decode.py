@@ -1,0 +1,134 @@
+"""Exact decoding and SPOT speculative decoding of a block-diffusion LM (SPEC sections 2-3).
+
+Both run the same outer loop (``decode``): prefill the complete prompt blocks, then per block
+start from MASK (a prompt tail that ends mid-block stays fixed), fill it, and store it in the
+cache with one more pass if another block follows. They differ in how a block is filled:
+
+* ``exact_block``: one denoise pass per decision, the decision applied at once;
+* ``spot_block``: rounds of draft -> one batched verify forward over the tree's distinct
+  states -> accept by state equality, plus the bonus decision at the deepest accepted state.
+  Every accepted transition is the target's own decision at that state with that state's noise,
+  so the committed tokens are those of ``exact_block`` whatever the drafter proposes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from spotref.draft import Draft, View
+from spotref.rules import DecisionRule
+
+
+@dataclass
+class Result:
+    tokens: list          # generated tokens, prompt excluded
+    passes: int           # every target forward: prefill + denoise/verify + store
+    stats: dict
+
+
+@dataclass
+class Stats:
+    passes: int = 0
+    accepted: list = field(default_factory=list)     # decisions per denoise/verify pass
+    committed: list = field(default_factory=list)    # positions per denoise/verify pass
+    draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
+    trajectory: list = field(default_factory=list)   # (block, step, commits) in commit order
+    model_s: float = 0.0
+    draft_s: float = 0.0
+    book_s: float = 0.0                              # tree building, decisions, acceptance
+
+    def record(self, block, step, decisions, rows):
+        for k, d in enumerate(decisions):
+            self.trajectory.append((block, step + k, d))
+        self.accepted.append(len(decisions))
+        self.committed.append(sum(len(d) for d in decisions))
+        self.draft_nodes.append(rows)
+
+
+def apply(state: np.ndarray, commits) -> np.ndarray:
+    """The state with ``commits`` applied (a copy)."""
+    state = state.copy()
+    for pos, tok in commits:
+        state[pos] = tok
+    return state
+
+
+def forward(model, stats, fn, *args):
+    """Every target forward goes through here: counted and timed."""
+    t = time.perf_counter()
+    out = fn(*args)
+    stats.model_s += time.perf_counter() - t
+    stats.passes += 1
+    return out
+
+
+def exact_block(model, rule: DecisionRule, cache, block: int, state: np.ndarray, stats: Stats):
+    """Fill one block with one denoise pass per decision (the reference loop)."""
+    step = 0
+    while (state == rule.mask_id).any():
+        logits = forward(model, stats, model.denoise, cache, torch.from_numpy(state)[None])[0]
+        d = rule.decide(logits, state, block, step)                 # logits: (B, V)
+        stats.record(block, step, [d], 1)
+        state, step = apply(state, d), step + 1
+    return state
+
+
+def spot_block(model, rule, drafter, core, budget, depth, cache, block, state, stats):
+    """Fill one block with SPOT rounds: draft, one batched verify, accept by state equality."""
+    B = len(state)
+    max_set = 1 if rule.threshold is None else B
+    step, stale = 0, None
+    while (state == rule.mask_id).any():
+        t = time.perf_counter()
+        draft = Draft.root() if stale is None else drafter(View(state, step, block, stale, rule, budget, depth))
+        if not isinstance(draft, Draft):
+            raise TypeError(f"the drafter returned {type(draft).__name__}, not spotref.Draft")
+        t2 = time.perf_counter()
+        tree = core.build_tree(state, step, draft.parents, draft.commits, rule.mask_id,
+                               rule.vocab_size, max_set, budget, depth)
+        stats.draft_s += t2 - t
+        stats.book_s += time.perf_counter() - t2
+        logits = forward(model, stats, model.denoise, cache, torch.from_numpy(tree.states))  # (U, B, V)
+        t = time.perf_counter()
+        decided = {}
+
+        def decide(row):
+            decided[row] = rule.decide(logits[row], tree.states[row], block, int(tree.steps[row]))
+            return decided[row]
+
+        path, bonus = core.walk(tree, decide)
+        last = path[-1]
+        stats.record(block, int(tree.steps[0]), [decided[r] for r in path if decided[r]], len(tree))
+        state, step = apply(tree.states[last], bonus), int(tree.steps[last]) + 1
+        stale = logits[last].float()
+        stats.book_s += time.perf_counter() - t
+    return state
+
+
+def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats) -> list:
+    """The outer block loop shared by every decoder; returns the generated tokens."""
+    B, mask_id = model.block_size, model.mask_id
+    if max_new_tokens == 0:
+        return []
+    n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+    prefix = torch.tensor(prompt[: n_full * B], dtype=torch.long)
+    cache = forward(model, stats, model.prefill, prefix) if n_full else model.prefill(prefix)
+    generated, stops = [], set(stop_ids or ())
+    for b in range(n_full, n_blocks):
+        tail = prompt[b * B:]                          # the fixed prompt tail (first block only)
+        state = np.full(B, mask_id, dtype=np.int64)
+        state[: len(tail)] = tail
+        state = fill_block(cache, b, state)
+        new = state[len(tail):].tolist()
+        generated += new
+        if stops.intersection(new) or b + 1 == n_blocks:
+            break
+        forward(model, stats, model.store, cache, torch.from_numpy(state))
+    generated = generated[:max_new_tokens]
+    for i, t in enumerate(generated):
+        if t in stops:
+            return generated[: i + 1]
+    return generated

@@ -1,0 +1,105 @@
+"""The drafter protocol (SPEC section 7): ``drafter(view) -> Draft``.
+
+A drafter sees only what the decoder already holds after a pass: the current block state, the
+step, the stale logits of the previous pass, and the coupled-noise sampler. It proposes a tree
+of candidate states; the decoder verifies them all in one forward and keeps what the target
+itself would have decided, so a drafter can cost passes but never change the output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from spotref.rules import DecisionRule
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A draft tree in topological order.
+
+    parents: parents[0] == -1 (node 0 is the root, the current state); every other node's
+             parent has a smaller index.
+    commits: commits[i] is a tuple of (position, token) pairs: one under the one-position rule,
+             a set under the threshold rule, () for the root.
+    """
+
+    parents: tuple
+    commits: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "parents", tuple(self.parents))
+        object.__setattr__(self, "commits", tuple(_pairs(i, c) for i, c in enumerate(self.commits)))
+
+    @classmethod
+    def root(cls) -> "Draft":
+        return cls((-1,), ((),))
+
+    @classmethod
+    def chain(cls, commits) -> "Draft":
+        """A chain: node i + 1 is node i plus commits[i]."""
+        return cls(tuple(range(-1, len(commits))), ((),) + tuple(commits))
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+
+def _pairs(i, c):
+    try:
+        return tuple((p, t) for p, t in c)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft node {i}: commits must be (position, token) pairs, got {c!r}") from None
+
+
+@dataclass
+class View:
+    """What a drafter may read at the current state (one per round)."""
+
+    tokens: np.ndarray             # (B,) int64, MASK where uncommitted
+    step: int                      # decisions already taken in this block
+    block: int                     # block index (absolute, from position 0)
+    stale_logits: torch.Tensor     # (B, V) float32: the previous pass's logits
+    rule: DecisionRule
+    budget: int                    # node budget N (root included)
+    depth: int                     # depth cap D
+
+    @property
+    def temperature(self) -> float:
+        return self.rule.temperature
+
+    @property
+    def mask_id(self) -> int:
+        return self.rule.mask_id
+
+    @property
+    def threshold(self) -> float | None:
+        return self.rule.threshold
+
+    @property
+    def masked(self) -> np.ndarray:
+        """Positions still masked, ascending."""
+        return np.flatnonzero(self.tokens == self.rule.mask_id)
+
+    def coupled_token(self, position: int, step: int) -> int:
+        """The stale token at ``position`` under the noise of ``step``: what the target samples
+        there at that step if its logits have not changed."""
+        return int(self.coupled_tokens(step)[position])
+
+    def coupled_tokens(self, step: int) -> np.ndarray:
+        """(B,) the stale tokens of every position under the noise of ``step``."""
+        cache = self.__dict__.setdefault("_coupled", {})
+        if step not in cache:
+            B = len(self.tokens)
+            cache[step] = self.rule.tokens(self.stale_logits, range(B), self.block, step).cpu().numpy()
+        return cache[step]
+
+    def stale_confidence(self) -> np.ndarray:
+        """(B,) float64: softmax(L / T)[x] of the stale tokens x at the current step."""
+        z = self.rule.scaled(self.stale_logits)
+        x = torch.as_tensor(self.coupled_tokens(self.step), device=z.device)
+        return torch.exp(z.gather(1, x[:, None])[:, 0] - torch.logsumexp(z, -1)).cpu().numpy()
+
+
+Drafter = Callable[[View], Draft]

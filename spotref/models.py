@@ -1,0 +1,298 @@
+"""SDAR: a Qwen3 decoder run as a block-diffusion LM, in plain torch.
+
+Qwen3 layers (RMSNorm, RoPE, GQA, per-head q/k RMSNorm before RoPE, SwiGLU, no biases) with
+block-causal attention: a token sees every token of earlier blocks and every token of its own
+block, nothing later. The logit at position i predicts the token at position i (no shift).
+Weights carry the names of the Hugging Face checkpoints (``model.layers.N.self_attn.q_proj.weight``).
+
+The decoders need three operations, all on a prefix KV cache of complete blocks:
+
+* ``prefill(ids)``: the complete prompt blocks, into a new cache;
+* ``denoise(cache, states)``: N candidate states of the current block in one forward,
+  logits ``[N, B, V]``; every row attends to the shared prefix and to its own block only;
+* ``store(cache, block)``: append a finished block's K/V.
+
+Batch invariance (SPEC section 6): every matrix product is a batched product with one matrix per
+row (``torch.bmm``), never a product over the flattened ``[N * B, H]`` rows, whose kernel and
+reduction order change with N. So row i of a batched denoise is bit-identical to the same state
+run alone; ``tests/test_models.py`` asserts it with ``torch.equal``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+@dataclass
+class SDARConfig:
+    """Model hyper-parameters; field names as in SDAR's ``config.json``."""
+
+    vocab_size: int = 300
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    mask_token_id: int | None = None
+    block_size: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    max_position_embeddings: int = 32768
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"SDARConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
+                             f"multiple of num_key_value_heads ({self.num_key_value_heads})")
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(f"SDARConfig.mask_token_id {self.mask_token_id} is outside the "
+                             f"vocabulary [0, {self.vocab_size})")
+        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
+            raise ValueError(f"SDARConfig.block_size must be a positive int, got {self.block_size!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SDARConfig":
+        """Known fields by name; the rest of a real config.json is kept in ``extra``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {**d.pop("extra"), **d}
+
+    @classmethod
+    def from_json(cls, path) -> "SDARConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):  # x: (..., dim); statistics in float32 as in Qwen3
+        h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x: (N, L, in), w: (out, in) -> (N, L, out), one product per row (batch invariant)."""
+    N, _, d_in = x.shape
+    return torch.bmm(x, w.t().expand(N, d_in, w.shape[0]))
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (N, h, L, d); cos, sin: (L, d). Rotate-half RoPE, as Qwen3."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: SDARConfig):
+        super().__init__()
+        h, kvh, d, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.h, self.kvh, self.d = h, kvh, d
+        self.q_proj = nn.Linear(H, h * d, bias=False)
+        self.k_proj = nn.Linear(H, kvh * d, bias=False)
+        self.v_proj = nn.Linear(H, kvh * d, bias=False)
+        self.o_proj = nn.Linear(h * d, H, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, past):
+        """x: (N, L, H); mask: (L, P + L) additive; past: (k, v) each (kvh, P, d) or None.
+
+        Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d)."""
+        N, L, _ = x.shape
+        q = self.q_norm(linear(x, self.q_proj.weight).view(N, L, self.h, self.d)).transpose(1, 2)
+        k = self.k_norm(linear(x, self.k_proj.weight).view(N, L, self.kvh, self.d)).transpose(1, 2)
+        v = linear(x, self.v_proj.weight).view(N, L, self.kvh, self.d).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)          # (N, h, L, d), (N, kvh, L, d)
+        k_all, v_all = k, v
+        if past is not None:
+            pk, pv = (t.expand(N, *t.shape) for t in past)   # (N, kvh, P, d)
+            k_all, v_all = torch.cat((pk, k), 2), torch.cat((pv, v), 2)
+        S, g = k_all.shape[2], self.h // self.kvh
+        k_all = k_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
+        v_all = v_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
+        att = torch.bmm(q.reshape(N * self.h, L, self.d), k_all.transpose(1, 2))  # (N*h, L, S)
+        att = torch.softmax(att / math.sqrt(self.d) + mask, dim=-1)
+        y = torch.bmm(att, v_all).view(N, self.h, L, self.d).transpose(1, 2)      # (N, L, h, d)
+        return linear(y.reshape(N, L, self.h * self.d), self.o_proj.weight), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: SDARConfig):
+        super().__init__()
+        H, I = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):  # SwiGLU
+        gate = nn.functional.silu(linear(x, self.gate_proj.weight))
+        return linear(gate * linear(x, self.up_proj.weight), self.down_proj.weight)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: SDARConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, past):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class Backbone(nn.Module):
+    """The ``model.`` part of the checkpoint: embeddings, layers, final norm."""
+
+    def __init__(self, cfg: SDARConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class KVCache:
+    """K/V of the complete blocks before the current one: per layer (kvh, P, d)."""
+
+    def __init__(self, layers):
+        self.layers = layers          # list of (k, v)
+
+    @property
+    def length(self) -> int:
+        return self.layers[0][0].shape[1] if self.layers else 0
+
+    def append(self, new):           # new: per layer (k, v) each (1, kvh, B, d)
+        self.layers = [(torch.cat((k, nk[0]), 1), torch.cat((v, nv[0]), 1))
+                       for (k, v), (nk, nv) in zip(self.layers, new)]
+
+
+class SDARModel(nn.Module):
+    """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range)."""
+
+    def __init__(self, config: SDARConfig):
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _init_weights(self):
+        for name, p in self.named_parameters():
+            with torch.no_grad():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, self.config.initializer_range)
+
+    @classmethod
+    def from_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
+        """Load a local SDAR checkpoint directory (config.json + safetensors)."""
+        from spotref.checkpoint import load_pretrained
+        return load_pretrained(cls, path, block_size=block_size, mask_token_id=mask_token_id,
+                               dtype=dtype, device=device)
+
+    @property
+    def block_size(self) -> int:
+        if self.config.block_size is None:
+            raise ValueError("the model's config has no block_size: set config.block_size")
+        return self.config.block_size
+
+    @property
+    def mask_id(self) -> int:
+        if self.config.mask_token_id is None:
+            raise ValueError("the model's config has no mask_token_id: set config.mask_token_id")
+        return self.config.mask_token_id
+
+    def _rope(self, start: int, L: int, device):
+        """cos, sin: (L, d) for absolute positions start .. start + L - 1 (float32 maths)."""
+        d = self.config.head_dim
+        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, d, 2, device=device).float() / d))
+        pos = torch.arange(start, start + L, device=device).float()
+        freqs = torch.outer(pos, inv_freq)                    # (L, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)               # (L, d)
+        dtype = self.lm_head.weight.dtype
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def _mask(self, start: int, P: int, L: int, device):
+        """Additive block-causal mask (L, P + L): cache positions 0..P-1 always visible."""
+        B = self.block_size
+        blk = (start + torch.arange(L, device=device)) // B
+        visible = blk[None, :] <= blk[:, None]                # (L, L)
+        visible = torch.cat((torch.ones(L, P, dtype=torch.bool, device=device), visible), 1)
+        zero = torch.zeros((), dtype=self.lm_head.weight.dtype, device=device)
+        return torch.where(visible, zero, torch.finfo(zero.dtype).min)
+
+    def _run(self, ids: torch.Tensor, cache: KVCache | None):
+        """ids: (N, L) at absolute positions P .. P + L - 1 after the cache -> hidden, new K/V."""
+        N, L = ids.shape
+        P = cache.length if cache is not None else 0
+        cos, sin = self._rope(P, L, ids.device)
+        mask = self._mask(P, P, L, ids.device)
+        x, new = self.model.embed_tokens(ids), []            # (N, L, H)
+        for i, layer in enumerate(self.model.layers):
+            x, kv = layer(x, cos, sin, mask, cache.layers[i] if cache is not None else None)
+            new.append(kv)
+        return self.model.norm(x), new
+
+    def _logits(self, x):                                    # (N, L, H) -> (N, L, V)
+        return linear(x, self.lm_head.weight)
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Full block-causal pass without cache: (N, L) -> logits (N, L, V)."""
+        x, _ = self._run(input_ids, None)
+        return self._logits(x)
+
+    @torch.no_grad()
+    def prefill(self, ids: torch.Tensor) -> KVCache:
+        """ids: (P,) with P a multiple of B (complete prompt blocks) -> a new cache."""
+        assert ids.ndim == 1 and len(ids) % self.block_size == 0, f"prefill ids {tuple(ids.shape)}"
+        dev = self.lm_head.weight.device
+        if len(ids) == 0:
+            return KVCache([(torch.zeros(self.config.num_key_value_heads, 0, self.config.head_dim,
+                                         dtype=self.lm_head.weight.dtype, device=dev),) * 2
+                            for _ in self.model.layers])
+        _, new = self._run(ids[None].to(dev), None)
+        return KVCache([(k[0], v[0]) for k, v in new])
+
+    @torch.no_grad()
+    def denoise(self, cache: KVCache, states: torch.Tensor) -> torch.Tensor:
+        """states: (N, B) candidate states of the current block -> logits (N, B, V)."""
+        assert states.ndim == 2 and states.shape[1] == self.block_size, \
+            f"denoise states {tuple(states.shape)}, want (N, {self.block_size})"
+        x, _ = self._run(states.to(self.lm_head.weight.device), cache)
+        return self._logits(x)
+
+    @torch.no_grad()
+    def store(self, cache: KVCache, block: torch.Tensor) -> None:
+        """block: (B,) a finished block; appends its K/V to the cache."""
+        assert block.shape == (self.block_size,), f"store block {tuple(block.shape)}"
+        _, new = self._run(block[None].to(self.lm_head.weight.device), cache)
+        cache.append(new)

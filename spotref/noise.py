@@ -1,0 +1,64 @@
+"""Counter-based Gumbel noise: ``g_k`` is a pure function of (seed, block, step k).
+
+Exactness at T > 0 rests on this: every decoder, sequential or speculative, must see the same
+noise at the same state, whatever the pass number or the batch the state is verified in. So the
+noise is not drawn from a stateful RNG but computed from a counter, with integer maths that is
+exact on every device:
+
+    key      = mix(mix(mix(seed) ^ block) ^ step)                      (64-bit words)
+    u[j, v]  = (top 53 bits of mix(key + (j * V + v + 1) * GOLDEN) + 0.5) / 2**53    in (0, 1)
+    g[j, v]  = -log(-log(u[j, v]))                                      float64
+
+``mix`` is SplitMix64's finaliser. Float64 (as LLaDA's ``add_gumbel_noise`` argues) keeps the
+Gumbel tail fine enough that low-probability tokens are drawn at their true rate; u is never 0
+or 1, so g is always finite. Another decoder reproduces spotref's samples by computing the same
+formula; ``tests/test_noise.py`` pins a few values.
+"""
+from __future__ import annotations
+
+import torch
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+C1, C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def mix(z: int) -> int:
+    """SplitMix64 finaliser on a Python int (64-bit wrap-around)."""
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * C1) & MASK64
+    z = ((z ^ (z >> 27)) * C2) & MASK64
+    return z ^ (z >> 31)
+
+
+def noise_key(seed: int, block: int, step: int) -> int:
+    return mix(mix(mix(seed) ^ block) ^ step)
+
+
+def _signed(c: int) -> int:
+    """A 64-bit word as the int64 with the same bits."""
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 words (torch's >> is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
+    """``mix`` on int64 tensors (multiplication wraps modulo 2**64)."""
+    z = (z ^ _shr(z, 30)) * _signed(C1)
+    z = (z ^ _shr(z, 27)) * _signed(C2)
+    return z ^ _shr(z, 31)
+
+
+def uniform(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
+    """u: (B, V) float64 in the open interval (0, 1)."""
+    counter = torch.arange(1, B * V + 1, dtype=torch.int64, device=device)
+    z = _mix_tensor(counter * _signed(GOLDEN) + _signed(noise_key(seed, block, step)))
+    return ((_shr(z, 11).double() + 0.5) * 2.0 ** -53).view(B, V)
+
+
+def gumbel(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
+    """g_k: (B, V) float64 standard Gumbel noise of (seed, block, step)."""
+    return -torch.log(-torch.log(uniform(seed, block, step, B, V, device)))
