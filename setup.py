@@ -1,0 +1,20 @@
+"""Build spotref; the Cython twin of spotref/core.py is compiled from _ext/core.pyx.
+
+SPOTREF_NO_EXTENSIONS=1 skips the build (the pure-Python core is then used). Otherwise a build
+error fails the install: a silently missing extension would hide a 30x slower core.
+"""
+import os
+
+from setuptools import setup
+
+ext_modules = []
+if not os.environ.get("SPOTREF_NO_EXTENSIONS"):
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    ext_modules = cythonize(
+        [Extension("spotref._core", ["_ext/core.pyx"], extra_compile_args=["-O3"])],
+        compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
+    )
+
+setup(ext_modules=ext_modules)
