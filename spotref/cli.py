@@ -1,0 +1,44 @@
+"""The ``spotref`` command: ``demo`` (the main job), and one sub-command per job.
+
+Each sub-command is a pair ``add_NAME(subparsers)`` / ``run_NAME(args)`` registered in
+``COMMANDS``; heavy imports happen inside ``run_NAME`` so ``spotref --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_demo(sub):
+    p = sub.add_parser("demo", help="exact vs SPOT decoding side by side, outputs checked identical")
+    p.add_argument("--prompts", type=int, default=4, help="number of prompts")
+    p.add_argument("--gen-length", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--budget", type=int, default=16)
+    p.add_argument("--depth", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run_demo(args) -> int:
+    from spotref.demo import demo
+    return demo(args)
+
+
+COMMANDS = {"demo": (add_demo, run_demo)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="spotref", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][1](args) or 0
+    except ValueError as e:            # bad input: one clear line, no traceback
+        print(f"spotref {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
