@@ -2,7 +2,8 @@
 
 Both run the same outer loop (``decode``): prefill the complete prompt blocks, then per block
 start from MASK (a prompt tail that ends mid-block stays fixed), fill it, and store it in the
-cache with one more pass if another block follows. They differ in how a block is filled:
+cache with one more pass (B + 1 forwards per block under the one-position rule, as SDAR's
+generate.py, JetEngine, lmdeploy and sglang count them). They differ in how a block is filled:
 
 * ``exact_block``: one denoise pass per decision, the decision applied at once;
 * ``spot_block``: rounds of draft -> one batched verify forward over the tree's distinct
@@ -32,6 +33,7 @@ class Result:
 @dataclass
 class Stats:
     passes: int = 0
+    starts: list = field(default_factory=list)       # (block, step) at each denoise/verify pass
     accepted: list = field(default_factory=list)     # decisions per denoise/verify pass
     committed: list = field(default_factory=list)    # positions per denoise/verify pass
     draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
@@ -41,6 +43,7 @@ class Stats:
     book_s: float = 0.0                              # tree building, decisions, acceptance
 
     def record(self, block, step, decisions, rows):
+        self.starts.append((block, step))
         for k, d in enumerate(decisions):
             self.trajectory.append((block, step + k, d))
         self.accepted.append(len(decisions))
@@ -124,9 +127,9 @@ def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats
         state = fill_block(cache, b, state)
         new = state[len(tail):].tolist()
         generated += new
-        if stops.intersection(new) or b + 1 == n_blocks:
+        forward(model, stats, model.store, cache, torch.from_numpy(state))   # as SDAR: every block
+        if stops.intersection(new):
             break
-        forward(model, stats, model.store, cache, torch.from_numpy(state))
     generated = generated[:max_new_tokens]
     for i, t in enumerate(generated):
         if t in stops:

@@ -83,17 +83,18 @@ class DecisionRule:
 def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
     """z: (M, V) scaled logits -> the same with filtered-out entries at -inf.
 
-    top-k keeps the k largest entries, top-p the smallest prefix of the entries in descending
-    order whose probability reaches p (at least one); ties in the order go to the lower index."""
+    top-k keeps the k largest entries; top-p then keeps the smallest prefix of the survivors in
+    descending order whose renormalised probability reaches p (at least one), as SDAR's
+    generate.py applies them; ties in the order go to the lower index."""
     if top_k is None and top_p is None:
         return z
     order = torch.sort(z, dim=-1, descending=True, stable=True).indices       # (M, V)
     keep = torch.ones_like(z, dtype=torch.bool)                                # in sorted order
     if top_k is not None:
         keep[:, top_k:] = False
-    if top_p is not None:
-        p = torch.softmax(z.gather(1, order), -1)
-        before = torch.cumsum(p, -1) - p                       # mass strictly before each entry
-        keep &= before < top_p
+    if top_p is not None:                                     # over the top-k survivors
+        p = torch.softmax(z.gather(1, order).masked_fill(~keep, -torch.inf), -1)
+        before = torch.cumsum(p, -1)[:, :-1]                   # mass strictly before each entry
+        keep[:, 1:] &= before < top_p
     kept = torch.zeros_like(keep).scatter(1, order, keep)
     return z.masked_fill(~kept, -torch.inf)

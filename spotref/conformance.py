@@ -1,0 +1,213 @@
+"""The conformance suite: is a decoder's output identical to exact decoding?
+
+Reusable by any decoder that follows spotref's model and drafter contracts (SPEC section 7):
+
+    from spotref.conformance import run_conformance
+    run_conformance(my_generate, max_examples=200)     # raises AssertionError on the first bug
+
+``my_generate(model, prompt_ids, max_new_tokens, **kwargs)`` must return an object with
+``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
+random tiny SDAR model, prompt (partial blocks included), length, temperature, top-k/top-p,
+threshold, budget, depth and drafter (confidence, random valid trees, an oracle proposing the
+true trajectory, an always-wrong one), and asserts: tokens identical to exact decoding; never
+more passes than exact; the oracle accepted in full. Divergences are reported as
+"block b, step k, position p: exact t, got t'".
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from spotref.draft import Draft
+from spotref.models import SDARConfig, SDARModel
+
+BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
+TEMPERATURES = (0.0, 0.5, 1.0, 2.0)
+DRAFTERS = ("confidence", "random", "oracle", "wrong")
+
+
+@dataclass
+class Case:
+    """One conformance example: a tiny model and one generation request."""
+
+    config: SDARConfig
+    weights_seed: int
+    prompt: list
+    max_new_tokens: int
+    drafter: str
+    kwargs: dict = field(default_factory=dict)   # temperature, seed, threshold, top_k, top_p, budget, depth, stop_ids
+
+    def model(self) -> SDARModel:
+        with torch.random.fork_rng():
+            torch.manual_seed(self.weights_seed)
+            return SDARModel(self.config).eval()
+
+
+def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0) -> str | None:
+    """The first exact commit that ``got_tokens`` disagrees with, or None when identical.
+
+    exact: the ``spotref.generate`` result of exact decoding (its stats hold the trajectory)."""
+    if list(got_tokens) == list(exact.tokens):
+        return None
+    for block, step, commits in exact.stats["trajectory"]:
+        for pos, tok in commits:
+            i = block * block_size + pos - prompt_len      # index into the generated tokens
+            if 0 <= i < len(exact.tokens) and (i >= len(got_tokens) or got_tokens[i] != tok):
+                got = got_tokens[i] if i < len(got_tokens) else "nothing"
+                return f"block {block}, step {step}, position {pos}: exact {tok}, got {got}"
+    return (f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} "
+            f"(first {len(exact.tokens)} identical)")
+
+
+def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0):
+    where = first_divergence(exact, got_tokens, block_size, prompt_len)
+    assert where is None, where
+
+
+# --- drafters for the suite ------------------------------------------------------------------
+
+def oracle_drafter(exact):
+    """Proposes the true trajectory (a chain of the target's next decisions)."""
+    truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
+
+    def draft(view):
+        n = min(view.depth, view.budget - 1)
+        chain = []
+        while len(chain) < n and (view.block, view.step + len(chain)) in truth:
+            chain.append(truth[(view.block, view.step + len(chain))])
+        return Draft.chain(chain)
+    return draft
+
+
+def wrong_drafter(exact, vocab_size, mask_id):
+    """Proposes, under budget and depth, chains whose first commit is never the target's."""
+    truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
+
+    def draft(view):
+        d, masked = truth.get((view.block, view.step)), view.masked.tolist()
+        if d is None or view.depth == 0 or view.budget < 2:
+            return Draft.root()
+        pos, tok = d[0]
+        bad = next(t for t in range(vocab_size) if t not in (tok, mask_id))
+        first = ((pos, bad),) if len(d) == 1 else d[:-1]    # a wrong token, or a strict subset
+        chain = [first]
+        for p in masked:                                   # keep going, all of it wrong
+            if len(chain) >= min(view.depth, view.budget - 1):
+                break
+            if all(p != q for c in chain for q, _ in c):
+                chain.append(((p, view.coupled_token(p, view.step + len(chain))),))
+        return Draft.chain(chain)
+    return draft
+
+
+def random_drafter(seed: int):
+    """Random valid trees: random parents, positions, set sizes; tokens coupled or random."""
+    rng = random.Random(seed)
+
+    def draft(view):
+        V, B = view.rule.vocab_size, len(view.tokens)
+        parents, commits, states, depths = [-1], [()], [view.tokens.copy()], [0]
+        for _ in range(rng.randrange(view.budget)):
+            p = rng.randrange(len(parents))
+            masked = [j for j in range(B) if states[p][j] == view.mask_id]
+            if not masked or depths[p] >= view.depth:
+                continue
+            k = 1 if view.threshold is None else rng.randint(1, len(masked))
+            cs = tuple(sorted((j, random_token(rng, view, j, depths[p], V)) for j in rng.sample(masked, k)))
+            s = states[p].copy()
+            for j, t in cs:
+                s[j] = t
+            parents.append(p), commits.append(cs), states.append(s), depths.append(depths[p] + 1)
+        return Draft(parents, commits)
+    return draft
+
+
+def random_token(rng, view, j, depth, V):
+    if rng.random() < 0.6:
+        return view.coupled_token(j, view.step + depth)
+    return rng.choice([t for t in range(V) if t != view.mask_id])
+
+
+def make_drafter(kind: str, exact, case: Case):
+    if kind == "confidence":
+        return "confidence"
+    if kind == "oracle":
+        return oracle_drafter(exact)
+    if kind == "wrong":
+        return wrong_drafter(exact, case.config.vocab_size, case.config.mask_token_id)
+    if kind == "random":
+        return random_drafter(case.weights_seed)
+    raise ValueError(f"unknown suite drafter {kind!r}")
+
+
+# --- the check --------------------------------------------------------------------------------
+
+def check_case(case: Case, generate_fn) -> dict:
+    """Run exact decoding and ``generate_fn`` on one case; assert the contract. Returns stats."""
+    from spotref.api import generate as spotref_generate
+    model = case.model()
+    kw = dict(case.kwargs)
+    budget, depth = kw.pop("budget"), kw.pop("depth")
+    exact = spotref_generate(model, case.prompt, case.max_new_tokens, **kw)
+    drafter = make_drafter(case.drafter, exact, case)
+    got = generate_fn(model, case.prompt, case.max_new_tokens, drafter=drafter, budget=budget, depth=depth, **kw)
+    B = case.config.block_size
+    assert_identical(exact, got.tokens, B, len(case.prompt))
+    assert got.passes <= exact.passes, f"{got.passes} passes, exact decoding needed {exact.passes}"
+    if case.drafter == "oracle" and hasattr(got, "stats") and "starts" in got.stats:
+        check_oracle_accepted(exact, got, min(depth, budget - 1))
+    return {"passes": got.passes, "exact_passes": exact.passes}
+
+
+def check_oracle_accepted(exact, got, d_eff: int):
+    """Each round of the oracle commits min(D + 1, remaining) decisions (1 at a block's start)."""
+    remaining = {}
+    for b, k, _ in exact.stats["trajectory"]:
+        remaining[b] = max(remaining.get(b, 0), k + 1)     # decisions in block b
+    for (b, k), n in zip(got.stats["starts"], got.stats["accepted"]):
+        want = 1 if k == 0 else min(d_eff + 1, remaining[b] - k)
+        assert n == want, f"oracle round at block {b}, step {k}: accepted {n}, want {want}"
+
+
+# --- the Hypothesis strategy ------------------------------------------------------------------
+
+def cases():
+    """Hypothesis strategy of conformance cases (built by construction, no filtering)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def case(draw):
+        B = draw(st.sampled_from(BLOCK_SIZES))
+        V = draw(st.integers(8, 300))
+        mask_id = draw(st.integers(0, V - 1))
+        heads, kv = draw(st.sampled_from([(2, 1), (2, 2), (4, 2)]))
+        cfg = SDARConfig(vocab_size=V, hidden_size=draw(st.sampled_from([16, 32])), intermediate_size=32,
+                         num_hidden_layers=draw(st.integers(1, 2)), num_attention_heads=heads,
+                         num_key_value_heads=kv, head_dim=8, mask_token_id=mask_id, block_size=B,
+                         tie_word_embeddings=draw(st.booleans()),
+                         initializer_range=draw(st.sampled_from([0.02, 0.3, 1.0])))
+        token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))      # never MASK
+        prompt = draw(st.lists(token, max_size=3 * B))
+        kwargs = dict(
+            temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(st.integers(0, 2**32)),
+            threshold=draw(st.none() | st.floats(0.01, 0.99)),
+            top_k=draw(st.none() | st.integers(1, V)), top_p=draw(st.none() | st.floats(0.05, 1.0)),
+            budget=draw(st.integers(1, 64)), depth=draw(st.integers(0, B)),
+            stop_ids=draw(st.none() | st.lists(token, min_size=1, max_size=2)))
+        return Case(cfg, draw(st.integers(0, 2**16)), prompt, draw(st.integers(0, 2 * B + 5)),
+                    draw(st.sampled_from(DRAFTERS)), kwargs)
+    return case()
+
+
+def run_conformance(generate_fn, max_examples: int = 100, **settings):
+    """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure."""
+    from hypothesis import given, settings as hsettings, HealthCheck
+
+    @hsettings(max_examples=max_examples, deadline=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **settings)
+    @given(cases())
+    def conformance(case):
+        check_case(case, generate_fn)
+    conformance()
