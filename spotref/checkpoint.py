@@ -1,0 +1,274 @@
+"""Real SDAR checkpoints: load a Hugging Face directory into ``SDARModel``, and write one.
+
+A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
+listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
+Weight names are Qwen3's (``model.layers.N.self_attn.q_proj.weight``, ...). ``lm_head.weight``
+is used when present, else the head is tied to ``model.embed_tokens.weight`` (SPEC section 1).
+
+Everything is checked before a byte of weights is read: the config (block size and mask id
+supplied by the caller when the config lacks them; no unsupported Qwen3 feature), the shard
+files, then every tensor's name, shape and stored dtype against the model the config
+describes. A problem raises one ``ValueError`` that names it: the missing, unexpected and
+wrong-shaped tensors, the missing shard files, the unsupported dtype.
+
+The model is built on the ``meta`` device (no random init of 8B parameters) and its tensors are
+then assigned straight from the files, cast to the requested dtype on the requested device.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from spotref.models import SDARConfig
+
+CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+STORED_DTYPES = {"F32", "F16", "BF16", "F64"}      # safetensors dtype codes we can cast from
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)         # buffers some exporters save; recomputed here
+
+
+def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
+    """``cls`` (SDARModel) with the weights of the checkpoint directory ``path``."""
+    root = checkpoint_dir(path)
+    raw = read_json(root / CONFIG, "the model config")
+    cfg = config_from_dict(raw, block_size, mask_token_id)
+    dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
+    files = weight_files(root)                          # {name: shard path}
+    shapes = stored_shapes(files)                       # {name: (shape, stored dtype)}
+    cfg.tie_word_embeddings = "lm_head.weight" not in shapes
+    with torch.device("meta"):
+        model = cls(cfg)
+    check_tensors(model, shapes, root)
+    state = read_tensors(files, dtype, device)
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def checkpoint_dir(path) -> Path:
+    root = Path(path)
+    if not root.exists():
+        raise ValueError(f"checkpoint directory {str(root)!r} does not exist")
+    if not root.is_dir():
+        raise ValueError(f"{str(root)!r} is not a checkpoint directory (config.json + safetensors)")
+    if not (root / CONFIG).is_file():
+        raise ValueError(f"checkpoint directory {str(root)!r} has no config.json")
+    return root
+
+
+def read_json(path: Path, what: str) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {e}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{what} {str(path)!r} is not a JSON object")
+    return d
+
+
+def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConfig:
+    """An ``SDARConfig`` from a config.json; arguments override the config's fields."""
+    check_supported(raw)
+    d = dict(raw)
+    for name, value, flag in (("block_size", block_size, "block_size= (CLI: --block-length)"),
+                              ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)")):
+        if value is not None:
+            d[name] = value
+        if d.get(name) is None:
+            raise ValueError(f"config.json has no {name}: pass {flag}")
+    try:
+        return SDARConfig.from_dict(d)
+    except TypeError as e:
+        raise ValueError(f"checkpoint config: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"checkpoint config: {e}") from None
+
+
+def check_supported(raw: dict) -> None:
+    """Reject Qwen3 options the model does not implement, rather than load them wrongly."""
+    bad = []
+    if raw.get("attention_bias"):
+        bad.append("attention_bias=true")
+    if raw.get("rope_scaling"):
+        bad.append(f"rope_scaling={raw['rope_scaling']!r}")
+    if raw.get("use_sliding_window"):
+        bad.append("use_sliding_window=true")
+    if raw.get("hidden_act", "silu") != "silu":
+        bad.append(f"hidden_act={raw['hidden_act']!r}")
+    if bad:
+        raise ValueError(f"config.json uses what spotref's SDAR model does not support: {', '.join(bad)}")
+
+
+def resolve_dtype(dtype, raw: dict | None = None) -> torch.dtype:
+    """torch.dtype or name; None: the config's ``torch_dtype`` (or ``dtype``), else float32."""
+    if dtype is None and raw is not None:
+        dtype = raw.get("torch_dtype") or raw.get("dtype")
+        if dtype is not None and str(dtype).removeprefix("torch.") not in DTYPES:
+            dtype = None                                # an odd stored dtype: fall back
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if isinstance(dtype, str) and name in DTYPES:
+        return DTYPES[name]
+    raise ValueError(f"unsupported dtype {dtype!r}: use one of bfloat16, float16, float32")
+
+
+def resolve_device(device) -> torch.device:
+    try:
+        dev = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"bad device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available on this machine")
+    return dev
+
+
+def weight_files(root: Path) -> dict:
+    """{tensor name: shard path}, from the index or the single file; shard files must exist."""
+    if (root / INDEX).is_file():
+        index = read_json(root / INDEX, "the weight index")
+        wmap = index.get("weight_map")
+        if not isinstance(wmap, dict) or not wmap:
+            raise ValueError(f"{INDEX} in {str(root)!r} has no weight_map")
+        missing = sorted({f for f in wmap.values() if not (root / f).is_file()})
+        if missing:
+            raise ValueError(f"checkpoint {str(root)!r}: {len(missing)} shard file(s) listed in "
+                             f"{INDEX} are missing: {listing(missing)}")
+        return {name: root / f for name, f in wmap.items()}
+    if (root / SINGLE).is_file():
+        return {name: root / SINGLE for name in safetensor_keys(root / SINGLE)}
+    others = sorted(p.name for p in root.glob("*.bin")) + sorted(p.name for p in root.glob("*.pt"))
+    hint = f" (found {listing(others)}: only safetensors is supported)" if others else ""
+    raise ValueError(f"checkpoint directory {str(root)!r} has neither {SINGLE} nor {INDEX}{hint}")
+
+
+def _safe_open(path: Path, device="cpu"):
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError("loading checkpoints needs the 'safetensors' package: "
+                          "pip install 'spotref[hf]' (or pip install safetensors)") from None
+    try:
+        return safe_open(str(path), framework="pt", device=str(device))
+    except Exception as e:           # safetensors raises its own error types for bad headers
+        raise ValueError(f"cannot read safetensors file {str(path)!r}: {e}") from None
+
+
+def safetensor_keys(path: Path) -> list:
+    with _safe_open(path) as f:
+        return list(f.keys())
+
+
+def stored_shapes(files: dict) -> dict:
+    """{name: (shape tuple, safetensors dtype code)} read from the file headers only."""
+    out, by_file = {}, {}
+    for name, path in files.items():
+        by_file.setdefault(path, []).append(name)
+    for path, names in by_file.items():
+        with _safe_open(path) as f:
+            present = set(f.keys())
+            absent = [n for n in names if n not in present]
+            if absent:
+                raise ValueError(f"{len(absent)} tensor(s) listed in {INDEX} are not in "
+                                 f"{path.name}: {listing(sorted(absent))}")
+            for n in names:
+                s = f.get_slice(n)
+                out[n] = (tuple(s.get_shape()), s.get_dtype())
+    return out
+
+
+def check_tensors(model, shapes: dict, root: Path) -> None:
+    """Names, shapes and stored dtypes of the files against the model; one error for all."""
+    want = {n: tuple(p.shape) for n, p in model.state_dict(keep_vars=True).items()}
+    if model.config.tie_word_embeddings:
+        want.pop("lm_head.weight", None)
+    have = {n: v for n, v in shapes.items() if not n.endswith(IGNORED_SUFFIXES)}
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    wrong = [f"{n} {have[n][0]} (config.json wants {want[n]})"
+             for n in sorted(set(want) & set(have)) if have[n][0] != want[n]]
+    dtypes = [f"{n} {have[n][1]}" for n in sorted(have) if have[n][1] not in STORED_DTYPES]
+    problems = [f"{k} {len(v)} tensor(s): {listing(v)}" for k, v in
+                (("missing", missing), ("unexpected", unexpected), ("wrong-shaped", wrong),
+                 ("unsupported stored dtype (want F32/F16/BF16) in", dtypes)) if v]
+    if problems:
+        raise ValueError(f"checkpoint {str(root)!r} does not match its config.json: " + "; ".join(problems))
+
+
+def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
+    """Every tensor, cast to ``dtype`` on ``device`` (one shard open at a time)."""
+    state, by_file = {}, {}
+    for name, path in files.items():
+        if not name.endswith(IGNORED_SUFFIXES):
+            by_file.setdefault(path, []).append(name)
+    for path, names in by_file.items():
+        with _safe_open(path, device) as f:
+            for n in names:
+                state[n] = f.get_tensor(n).to(dtype)
+    return state
+
+
+def listing(items, n: int = 6) -> str:
+    items = [str(i) for i in items]
+    more = f" and {len(items) - n} more" if len(items) > n else ""
+    return ", ".join(items[:n]) + more
+
+
+def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
+                    shard_of=None) -> Path:
+    """Write ``model`` as a checkpoint directory in the official layout; returns the path.
+
+    dtype: the stored dtype (default: the model's). One ``model.safetensors``, or shards with
+    ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
+    or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
+    head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
+    """
+    from safetensors.torch import save_file
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
+    state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight")
+    cfg = {**model.config.to_dict(), "torch_dtype": str(dtype).removeprefix("torch."),
+           "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
+    (root / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+    groups = shard_groups(state, max_shard_bytes, shard_of)
+    if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
+        save_file(state, str(root / SINGLE), metadata={"format": "pt"})
+        return root
+    wmap, total = {}, sum(t.numel() * t.element_size() for t in state.values())
+    for i, names in enumerate(groups):
+        fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({n: state[n] for n in names}, str(root / fname), metadata={"format": "pt"})
+        wmap.update({n: fname for n in names})
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
+    (root / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    return root
+
+
+def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:
+    """Tensor names grouped into shards (non-empty groups, in order)."""
+    if shard_of is not None:
+        groups = {}
+        for n in state:
+            groups.setdefault(int(shard_of(n)), []).append(n)
+        return [groups[k] for k in sorted(groups)]
+    if max_shard_bytes is None:
+        return [list(state)]
+    groups, size = [[]], 0
+    for n, t in state.items():
+        b = t.numel() * t.element_size()
+        if groups[-1] and size + b > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(n)
+        size += b
+    return groups
