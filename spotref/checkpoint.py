@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from spotref.models import SDARConfig
 
@@ -40,14 +41,31 @@ def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, 
     files = weight_files(root)                          # {name: shard path}
     shapes = stored_shapes(files)                       # {name: (shape, stored dtype)}
     cfg.tie_word_embeddings = "lm_head.weight" not in shapes
-    with torch.device("meta"):
-        model = cls(cfg)
+    model = build_on_meta(cls, cfg)
     check_tensors(model, shapes, root)
     state = read_tensors(files, dtype, device)
     model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
+
+
+class _SkipInit(TorchFunctionMode):
+    """Random init is a no-op on meta tensors, but its meta kernels import torch._dynamo (seconds)."""
+
+    INIT = {"normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_",
+            "xavier_uniform_", "xavier_normal_", "fill_", "zero_", "ones_", "zeros_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.INIT:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+def build_on_meta(cls, cfg):
+    """``cls(cfg)`` with every tensor on the meta device and no random init (no memory, no time)."""
+    with torch.device("meta"), _SkipInit():
+        return cls(cfg)
 
 
 def checkpoint_dir(path) -> Path:
