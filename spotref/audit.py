@@ -1,0 +1,96 @@
+"""The exactness audit: does speculative decoding on this model, on this hardware, give the tokens
+of exact decoding? (SPEC section 6.)
+
+SPOT is lossless only if a state's logits do not depend on which other states share its verify
+batch. spotref's model computes every row as its own problem, so on CPU a row of a batched
+denoise is bit-identical to the same state run alone; GPU kernels may pick another algorithm
+(tile shape, split-K, reduction order) for another batch size, and then a near-tie can flip.
+Two checks, both cheap next to a benchmark:
+
+* ``audit``: exact decoding and speculative decoding side by side, same prompt, same settings;
+  reports "identical" or the first divergence (block, step, position, both tokens);
+* ``batch_invariance``: the direct cause, N random states of one block denoised as one batch
+  and each alone, compared with ``torch.equal``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from spotref.api import generate
+from spotref.conformance import first_divergence
+
+WHERE = re.compile(r"block (\d+), step (\d+), position (\d+): exact (\d+), got (\d+|nothing)")
+
+
+@dataclass
+class AuditReport:
+    identical: bool
+    where: str | None                  # first_divergence's text, None when identical
+    block: int | None = None
+    step: int | None = None
+    position: int | None = None        # in the block
+    exact_token: int | None = None
+    got_token: int | None = None       # None: the speculative output stopped before it
+    exact_tokens: list | None = None
+    spec_tokens: list | None = None
+    exact_passes: int = 0
+    spec_passes: int = 0
+    drafter: str = ""
+
+    def __str__(self) -> str:
+        runs = (f"{len(self.exact_tokens or [])} tokens; exact {self.exact_passes} passes, "
+                f"{self.drafter} {self.spec_passes} passes")
+        if self.identical:
+            return f"identical ({runs})"
+        return f"diverged at {self.where} ({runs})"
+
+
+def audit(model, prompt_ids, max_new_tokens: int, drafter="confidence", **generate_kwargs) -> AuditReport:
+    """Exact decoding beside speculative decoding with ``drafter``; the first divergence."""
+    if drafter is None:
+        raise ValueError("audit compares a drafter with exact decoding: drafter must not be None")
+    exact = generate(model, prompt_ids, max_new_tokens, drafter=None, **generate_kwargs)
+    spec = generate(model, prompt_ids, max_new_tokens, drafter=drafter, **generate_kwargs)
+    where = first_divergence(exact, spec.tokens, model.block_size, len(list(prompt_ids)))
+    report = AuditReport(where is None, where, exact_tokens=exact.tokens, spec_tokens=spec.tokens,
+                         exact_passes=exact.passes, spec_passes=spec.passes,
+                         drafter=drafter if isinstance(drafter, str) else type(drafter).__name__)
+    m = WHERE.match(where or "")
+    if m:
+        report.block, report.step, report.position, report.exact_token = map(int, m.groups()[:4])
+        report.got_token = None if m.group(5) == "nothing" else int(m.group(5))
+    return report
+
+
+@torch.no_grad()
+def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0) -> dict:
+    """Row i of one batched denoise vs the same state alone, bit for bit.
+
+    A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
+    states of the next block (random tokens, about half MASK) are denoised together and one by
+    one. Returns the number of rows, how many are bit-identical, the first row that is not and
+    the largest absolute logit difference.
+    """
+    B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
+    if prefix_len % B:
+        raise ValueError(f"prefix_len {prefix_len} must be a multiple of the block size {B}")
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, V, (prefix_len + rows * B,), generator=g)
+    tokens[tokens == mask] = (mask + 1) % V
+    cache = model.prefill(tokens[:prefix_len])
+    states = tokens[prefix_len:].view(rows, B)                       # (N, B)
+    states[torch.rand(rows, B, generator=g) < 0.5] = mask
+    batched = model.denoise(cache, states)                           # (N, B, V)
+    equal, worst, first_bad = 0, 0.0, None
+    for i in range(rows):
+        alone = model.denoise(cache, states[i:i + 1])[0]             # (B, V)
+        same = torch.equal(batched[i], alone)
+        equal += same
+        worst = max(worst, (batched[i].float() - alone.float()).abs().max().item())
+        if not same and first_bad is None:
+            first_bad = i
+    return {"rows": rows, "equal_rows": equal, "first_bad_row": first_bad, "max_abs_diff": worst,
+            "prefix_len": prefix_len, "block_size": B}
