@@ -27,6 +27,34 @@ def run_demo(args) -> int:
 COMMANDS = {"demo": (add_demo, run_demo)}
 
 
+def add_generate(sub):
+    p = sub.add_parser("generate", help="decode with a checkpoint directory or a bundled target")
+    from_cli_models("add_model_args")(p, drafter_default="confidence")
+
+
+def run_generate(args) -> int:
+    return from_cli_models("generate_command")(args)
+
+
+def add_audit(sub):
+    p = sub.add_parser("audit", help="exact vs speculative decoding: identical, or the first divergence")
+    from_cli_models("add_model_args")(p, drafter_default="confidence")
+    p.set_defaults(max_new_tokens=64)
+    p.add_argument("--batch-rows", type=int, default=8, help="batch-invariance check rows (0: skip)")
+
+
+def run_audit(args) -> int:
+    return from_cli_models("audit_command")(args)
+
+
+def from_cli_models(name):
+    from spotref import cli_models
+    return getattr(cli_models, name)
+
+
+COMMANDS.update(generate=(add_generate, run_generate), audit=(add_audit, run_audit))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="spotref", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

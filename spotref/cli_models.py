@@ -1,0 +1,164 @@
+"""What ``spotref generate`` and ``spotref audit`` share: model, tokenizer, prompt and drafter
+from the command line, each bad value turned into one ``ValueError`` that names it.
+
+``--model`` is a checkpoint directory (``SDARModel.from_pretrained`` + ``load_tokenizer``) or,
+when no such directory exists, the name of a bundled target (``spotref.targets.load_target``,
+once that module exists).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+
+def add_model_args(p, drafter_default: str) -> None:
+    """The arguments of both sub-commands (generate and audit)."""
+    p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the Qwen3 chat format")
+    p.add_argument("--system", default=None, help="system message (with --chat)")
+    p.add_argument("--no-think", action="store_true", help="with --chat: an empty <think> block")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--block-length", type=int, default=None, help="block size B (default: the config's)")
+    p.add_argument("--mask-id", type=int, default=None, help="MASK token id (default: the config's)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drafter", default=drafter_default, help="none, confidence, spot, ...")
+    p.add_argument("--budget", type=int, default=16, help="tree node budget N (root included)")
+    p.add_argument("--depth", type=int, default=8, help="tree depth cap D")
+    p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
+
+
+def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, device=None):
+    """(model, tokenizer or None): a checkpoint directory first, then a bundled target."""
+    path = Path(spec)
+    if path.is_dir():
+        from spotref.models import SDARModel
+        model = SDARModel.from_pretrained(path, block_size=block_size, mask_token_id=mask_token_id,
+                                          dtype=dtype, device=device)
+        return model, directory_tokenizer(path)
+    if path.exists():
+        raise ValueError(f"--model {spec!r} is a file, not a checkpoint directory")
+    try:
+        from spotref.targets import load_target
+    except ImportError:
+        raise ValueError(f"--model {spec!r}: no such checkpoint directory "
+                         f"(and this install has no bundled targets)") from None
+    try:
+        target = load_target(spec)
+    except (KeyError, FileNotFoundError) as e:
+        raise ValueError(f"--model {spec!r}: no such checkpoint directory or bundled target ({e})") from None
+    return target_model(target, block_size, mask_token_id, dtype, device), getattr(target, "tokenizer", None)
+
+
+def directory_tokenizer(path: Path):
+    from spotref.tokenizer import load_tokenizer
+    has = any((path / f).is_file() for f in ("tokenizer.json", "vocab.json"))
+    return load_tokenizer(path) if has else None
+
+
+def target_model(target, block_size, mask_token_id, dtype, device):
+    from spotref.checkpoint import resolve_device, resolve_dtype
+    model = getattr(target, "model", target)
+    model = model.to(device=resolve_device(device), dtype=resolve_dtype(dtype) if dtype else None)
+    if block_size is not None:
+        model.config.block_size = block_size
+    if mask_token_id is not None:
+        model.config.mask_token_id = mask_token_id
+    return model.eval()
+
+
+def check_pair(model, tok) -> None:
+    """The tokenizer must fit the model: its ids inside the vocabulary, the same MASK id."""
+    if tok is None:
+        return
+    V = model.config.vocab_size
+    if getattr(tok, "vocab_size", 0) > V:
+        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary is {V}")
+    mask = getattr(tok, "mask_id", None)
+    if mask is not None and mask != model.mask_id:
+        raise ValueError(f"the tokenizer's MASK token is id {mask} but the model's mask_token_id is "
+                         f"{model.mask_id} (pass --mask-id {mask}?)")
+
+
+def prompt_ids(args, tok) -> list:
+    if args.prompt_ids is not None:
+        try:
+            return [int(t) for t in args.prompt_ids.replace(",", " ").split()]
+        except ValueError:
+            raise ValueError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
+    if tok is None:
+        raise ValueError(f"--model {args.model!r} has no tokenizer files: use --prompt-ids")
+    if not args.chat:
+        return tok.encode(args.prompt)
+    from spotref.tokenizer import chat_format
+    msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        [{"role": "user", "content": args.prompt}]
+    return tok.encode(chat_format(msgs, enable_thinking=False if args.no_think else None))
+
+
+def drafter_arg(name: str):
+    """None for exact decoding, else a drafter name ``spotref.generate`` knows."""
+    from spotref import drafters
+    if name in ("none", "exact"):
+        return None
+    if name in drafters.DRAFTERS:
+        return name
+    if name == "spot":
+        raise ValueError("--drafter spot: no trained drafter yet (the SPOT order model is not "
+                         "available in this install); use --drafter confidence or none")
+    raise ValueError(f"--drafter {name!r} is unknown; known: none, {', '.join(sorted(drafters.DRAFTERS))}")
+
+
+def setup(args):
+    """(model, tokenizer, prompt ids, generate kwargs) from the parsed arguments."""
+    drafter = drafter_arg(args.drafter)
+    model, tok = resolve_model(args.model, args.block_length, args.mask_id, args.dtype, args.device)
+    check_pair(model, tok)
+    ids = prompt_ids(args, tok)
+    stops = [] if args.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
+    kw = dict(temperature=args.temperature, seed=args.seed, threshold=args.threshold, top_k=args.top_k,
+              top_p=args.top_p, budget=args.budget, depth=args.depth, stop_ids=stops)
+    return model, tok, ids, drafter, kw
+
+
+def show(tok, tokens, stops) -> str:
+    if tokens and tokens[-1] in stops:
+        tokens = tokens[:-1]
+    return tok.decode(tokens) if tok is not None else " ".join(map(str, tokens))
+
+
+def generate_command(args) -> int:
+    import spotref
+    model, tok, ids, drafter, kw = setup(args)
+    t = time.perf_counter()
+    res = spotref.generate(model, ids, args.max_new_tokens, drafter=drafter, **kw)
+    wall = time.perf_counter() - t
+    print(show(tok, res.tokens, kw["stop_ids"]))
+    print(f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
+          f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {args.drafter})", file=sys.stderr)
+    return 0
+
+
+def audit_command(args) -> int:
+    """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
+    from spotref.audit import audit, batch_invariance
+    model, tok, ids, drafter, kw = setup(args)
+    if drafter is None:
+        raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
+    if args.batch_rows:
+        inv = batch_invariance(model, prefix_len=len(ids) // model.block_size * model.block_size,
+                               rows=args.batch_rows, seed=args.seed)
+        print(f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
+              f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})")
+    report = audit(model, ids, args.max_new_tokens, drafter=drafter, **kw)
+    print(f"audit: {report}")
+    return 0 if report.identical else 1

@@ -1,0 +1,112 @@
+"""``spotref generate`` and ``spotref audit`` on a tiny checkpoint directory with a tokenizer."""
+import json
+
+import pytest
+import torch
+
+import spotref
+from spotref.checkpoint import save_pretrained
+from spotref.cli import main
+from spotref.models import SDARConfig, SDARModel
+from spotref.tokenizer import load_tokenizer
+
+tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]      # ids 0..3
+TEXT = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 20
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.train_from_iterator([TEXT], tokenizers.trainers.BpeTrainer(
+        vocab_size=290, special_tokens=SPECIALS, show_progress=False,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(root / "tokenizer.json"))
+    (root / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "mask_token": "<|MASK|>"}))
+    (root / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    torch.manual_seed(0)
+    cfg = SDARConfig(vocab_size=300, mask_token_id=3, block_size=4, initializer_range=0.3)
+    save_pretrained(SDARModel(cfg), root)
+    return root
+
+
+def run(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def expected(ckpt, text, n, **kw):
+    tok = load_tokenizer(ckpt)
+    res = spotref.generate(SDARModel.from_pretrained(ckpt), tok.encode(text), n, stop_ids=tok.stop_ids, **kw)
+    toks = res.tokens[:-1] if res.tokens and res.tokens[-1] in tok.stop_ids else res.tokens
+    return tok.decode(toks)
+
+
+@pytest.mark.parametrize("drafter", ["confidence", "none"])
+def test_generate_prints_the_exact_text(capsys, ckpt, drafter):
+    rc, out, err = run(capsys, "generate", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
+                       "--drafter", drafter, "--temperature", 0)
+    assert rc == 0 and out == expected(ckpt, "def add(a,", 12) + "\n"
+    assert "passes" in err and f"drafter {drafter}" in err
+
+
+def test_generate_chat_and_sampling(capsys, ckpt):
+    rc, out, _ = run(capsys, "generate", "--model", ckpt, "--prompt", "add", "--chat", "--max-new-tokens", 8,
+                     "--temperature", 1.0, "--seed", 7, "--block-length", 8, "--dtype", "float32")
+    assert rc == 0 and out.endswith("\n")
+
+
+def test_generate_prompt_ids_without_tokenizer(capsys, tmp_path):
+    torch.manual_seed(0)
+    save_pretrained(SDARModel(SDARConfig(vocab_size=50, mask_token_id=49, block_size=4)), tmp_path)
+    rc, out, _ = run(capsys, "generate", "--model", tmp_path, "--prompt-ids", "1,2,3", "--max-new-tokens", 5)
+    assert rc == 0 and len(out.split()) == 5 and all(0 <= int(t) < 49 for t in out.split())
+    rc, _, err = run(capsys, "generate", "--model", tmp_path, "--prompt", "hi")
+    assert rc == 2 and "no tokenizer files: use --prompt-ids" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drafter", "spot"], "no trained drafter yet"),
+    (["--drafter", "magic"], "--drafter 'magic' is unknown"),
+    (["--mask-id", 5], "the tokenizer's MASK token is id 3 but the model's mask_token_id is 5"),
+    (["--mask-id", 300], "mask_token_id 300 is outside the vocabulary"),
+    (["--max-new-tokens", 10 ** 6], "exceeds the model's max_position_embeddings"),
+    (["--dtype", "int8"], "unsupported dtype 'int8'"),
+    (["--block-length", 0], "block_size must be a positive int"),
+    (["--prompt-ids", "1,x"], "--prompt-ids must be comma-separated integers"),
+    (["--prompt-ids", "1,3"], "is the MASK token"),
+    (["--temperature", -1], "temperature must be in"),
+])
+def test_bad_input_is_one_clear_line(capsys, ckpt, args, message):
+    argv = ["generate", "--model", ckpt, "--max-new-tokens", 4] + args
+    if "--prompt-ids" not in args:
+        argv += ["--prompt", "x"]
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == "" and message in err
+    assert err.count("\n") == 1 and err.startswith("spotref generate: error: ")
+
+
+def test_bad_model_directories(capsys, ckpt, tmp_path):
+    rc, _, err = run(capsys, "generate", "--model", tmp_path / "nope", "--prompt", "x")
+    assert rc == 2 and "no such checkpoint directory" in err
+    rc, _, err = run(capsys, "generate", "--model", tmp_path, "--prompt", "x")
+    assert rc == 2 and "has no config.json" in err
+    rc, _, err = run(capsys, "generate", "--model", ckpt / "config.json", "--prompt", "x")
+    assert rc == 2 and "is a file, not a checkpoint directory" in err
+    if not torch.cuda.is_available():
+        rc, _, err = run(capsys, "generate", "--model", ckpt, "--prompt", "x", "--device", "cuda")
+        assert rc == 2 and "CUDA is not available" in err
+
+
+def test_audit_command(capsys, ckpt):
+    rc, out, _ = run(capsys, "audit", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
+                     "--budget", 8, "--batch-rows", 4)
+    assert rc == 0
+    assert "batch invariance: 4/4 rows" in out and "audit: identical (" in out
+    rc, _, err = run(capsys, "audit", "--model", ckpt, "--prompt", "x", "--drafter", "none")
+    assert rc == 2 and "compares a drafter" in err
