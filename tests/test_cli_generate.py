@@ -110,3 +110,24 @@ def test_audit_command(capsys, ckpt):
     assert "batch invariance: 4/4 rows" in out and "audit: identical (" in out
     rc, _, err = run(capsys, "audit", "--model", ckpt, "--prompt", "x", "--drafter", "none")
     assert rc == 2 and "compares a drafter" in err
+
+
+def test_bundled_target_by_name(capsys, monkeypatch):
+    """--model NAME falls back to spotref.targets.load_target when no such directory exists."""
+    import sys
+    import types
+    from spotref.bpe import ByteTokenizer
+    torch.manual_seed(0)
+    model = SDARModel(SDARConfig(vocab_size=258, mask_token_id=257, block_size=4, initializer_range=0.3))
+
+    def load_target(name):
+        if name != "tiny-bytes":
+            raise KeyError(f"unknown target {name!r}")
+        return types.SimpleNamespace(model=model, tokenizer=ByteTokenizer())
+    monkeypatch.setitem(sys.modules, "spotref.targets", types.SimpleNamespace(load_target=load_target))
+    rc, out, _ = run(capsys, "generate", "--model", "tiny-bytes", "--prompt", "ab", "--max-new-tokens", 6)
+    res = spotref.generate(model, list(b"ab"), 6, stop_ids=[256])
+    toks = res.tokens[:-1] if res.tokens and res.tokens[-1] == 256 else res.tokens
+    assert rc == 0 and out == ByteTokenizer().decode(toks) + "\n"
+    rc, _, err = run(capsys, "generate", "--model", "other", "--prompt", "ab")
+    assert rc == 2 and "no such checkpoint directory or bundled target" in err
