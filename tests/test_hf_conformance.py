@@ -25,7 +25,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
 DIMS = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, mask_token_id=319,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, mask_token_id=319,
             max_position_embeddings=512)
 ATOL = 1e-5
 
