@@ -1,0 +1,156 @@
+"""Quality report of a target at T = 0 on held-out prompts (issue 3's quality bar).
+
+``python -m spotref.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
+
+Prompts: ``--prompts`` held-out documents' text from a random line start (seed 0, the same
+text for every target), cut to ``--prompt-tokens`` tokens. Decoding: ``spotref.generate`` at
+T = 0, one-position rule, EOS as stop id. Numbers, over all generated blocks (aligned at
+absolute positions; the prompt length is a multiple of every block size):
+
+* ``repeat_blocks``: share of blocks whose tokens are one token repeated (with a byte
+  tokenizer: one byte repeated), the issue's criterion;
+* ``one_char_blocks``: share of blocks whose text is >= 75% one character (the prototype's
+  whitespace-collapse criterion, stricter for a BPE whose tokens are several characters);
+* ``whitespace_share`` of the generated text vs ``corpus_whitespace_share`` (held-out text);
+* ``token_stability``: at every commit after a block's first, whether the token of the
+  *previous* pass (stale logits, MASK excluded, argmax) at the committed position equals the
+  committed token (SPEC section 3), overall and on blocks that are not one-character blocks.
+  Measured through ``spotref.generate`` with a recording drafter that proposes no node but the
+  root: the drafter sees each round's stale logits, the run is exact decoding, and the
+  trajectory (``stats["trajectory"]``) gives the commits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+
+import spotref
+from spotref.corpus import build_corpus, whitespace_share
+from spotref.draft import Draft
+
+
+def heldout_prompts(n: int, seed: int = 0) -> list[str]:
+    """``n`` held-out code texts, each from a random line start of a random held-out file."""
+    docs = [d for d in build_corpus().heldout if d.name.startswith("code:")]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        text = docs[rng.integers(len(docs))].text
+        starts = [0] + [i + 1 for i, c in enumerate(text[:-2000]) if c == "\n"]
+        out.append(text[starts[rng.integers(len(starts))]:][:4000])
+    return out
+
+
+class StaleRecorder:
+    """A drafter that drafts nothing (exact decoding) and records the stale argmax tokens."""
+
+    def __init__(self):
+        self.stale = {}             # (block, step) -> (B,) stale tokens
+
+    def __call__(self, view) -> Draft:
+        z = view.stale_logits.double().clone()
+        z[:, view.mask_id] = -torch.inf
+        self.stale[(view.block, view.step)] = z.argmax(-1).cpu().numpy()
+        return Draft.root()
+
+
+def one_char(text: str) -> bool:
+    return bool(text) and Counter(text).most_common(1)[0][1] >= 0.75 * len(text)
+
+
+def generate_one(target, prompt: list[int], new_tokens: int):
+    rec = StaleRecorder()
+    res = spotref.generate(target.model, prompt, new_tokens, temperature=0.0, drafter=rec,
+                           stop_ids=target.stop_ids)
+    return res, rec
+
+
+def block_stats(target, prompt, res, rec) -> list[dict]:
+    """Per generated block: its tokens, text, degeneracy and stale-token agreement."""
+    B, tok = target.model.block_size, target.tokenizer
+    assert len(prompt) % B == 0, f"prompt length {len(prompt)} is not a multiple of B = {B}"
+    first = len(prompt) // B
+    agree = {}
+    for block, step, commits in res.stats["trajectory"]:
+        if step > 0:
+            for pos, t in commits:
+                agree.setdefault(block, []).append(int(rec.stale[(block, step)][pos] == t))
+    out = []
+    for i in range(0, len(res.tokens), B):
+        ids = res.tokens[i:i + B]
+        text = tok.decode(ids)
+        out.append({"ids": ids, "text": text, "repeat": len(set(ids)) == 1 and len(ids) > 1,
+                    "one_char": one_char(text), "agree": agree.get(first + i // B, [])})
+    return out
+
+
+def report(target, prompts_text: list[str], prompt_tokens: int, new_tokens: int) -> dict:
+    blocks, texts, samples, passes, t0 = [], [], [], 0, time.perf_counter()
+    for n, text in enumerate(prompts_text):
+        prompt = target.tokenizer.encode(text)[:prompt_tokens]
+        res, rec = generate_one(target, prompt, new_tokens)
+        bs = block_stats(target, prompt, res, rec)
+        blocks += bs
+        texts.append(target.tokenizer.decode(res.tokens))
+        passes += res.passes
+        if n < 4:
+            samples.append({"prompt_tail": target.tokenizer.decode(prompt)[-240:], "generated": texts[-1]})
+    gen = "".join(texts)
+    corpus_ws = whitespace_share("".join(d.text for d in build_corpus().heldout))
+    all_agree = [a for b in blocks for a in b["agree"]]
+    good_agree = [a for b in blocks if not b["one_char"] for a in b["agree"]]
+    return {
+        "target": target.name, "prompts": len(prompts_text), "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens, "temperature": 0.0, "blocks": len(blocks), "passes": passes,
+        "repeat_blocks": _share([b["repeat"] for b in blocks]),
+        "one_char_blocks": _share([b["one_char"] for b in blocks]),
+        "whitespace_share": round(whitespace_share(gen), 4),
+        "corpus_whitespace_share": round(corpus_ws, 4),
+        "distinct_tokens": len({t for b in blocks for t in b["ids"]}),
+        "token_stability": _share(all_agree), "token_stability_nondegenerate": _share(good_agree),
+        "wall_s": round(time.perf_counter() - t0, 1), "samples": samples,
+    }
+
+
+def _share(flags) -> float | None:
+    return round(sum(flags) / len(flags), 4) if flags else None
+
+
+def passes_bar(r: dict) -> bool:
+    """At most 10% degenerate blocks (both criteria); whitespace within 10 points of the corpus."""
+    return (r["repeat_blocks"] <= 0.10 and r["one_char_blocks"] <= 0.10
+            and abs(r["whitespace_share"] - r["corpus_whitespace_share"]) <= 0.10)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spotref.quality", description=__doc__.splitlines()[0])
+    p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=64, help="a multiple of the block size")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from spotref.targets import TARGETS_DIR, load_target
+    target = load_target(args.target)
+    r = report(target, heldout_prompts(args.prompts), args.prompt_tokens, args.new_tokens)
+    r["meets_bar"] = passes_bar(r)
+    print(json.dumps(r, indent=1))
+    if args.write_meta:
+        from pathlib import Path
+        path = Path(args.target) if args.target.endswith(".json") else TARGETS_DIR / f"{args.target}.json"
+        meta = json.loads(path.read_text())
+        meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
+        path.write_text(json.dumps(meta, indent=1) + "\n")
+    return 0 if r["meets_bar"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Bundled targets: small real SDAR models trained on Python's own text (``spotref.train``).
+
+Each target is three files in ``spotref/targets/``: ``NAME.safetensors`` (float16 weights with
+the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,
+tokenizer, corpus, training command and time, held-out loss, quality numbers, and the SHA-256
+of the weights, checked at load time so a corrupt or truncated file fails loudly).
+
+>>> import spotref
+>>> "stdlib-b32" in spotref.list_targets()
+True
+>>> target = spotref.load_target("stdlib-b32")
+>>> target.model.block_size, target.tokenizer.decode(target.tokenizer.encode("def f(x):"))
+(32, 'def f(x):')
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from spotref.models import SDARConfig, SDARModel
+
+TARGETS_DIR = Path(__file__).parent / "targets"
+DEFAULT_TARGET = "stdlib-b32"
+
+
+@dataclass
+class Target:
+    name: str
+    model: SDARModel        # eval mode, float32
+    tokenizer: object       # encode(str) -> list[int], decode(list[int]) -> str
+    meta: dict
+
+    @property
+    def eos_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    @property
+    def stop_ids(self) -> list[int]:
+        return [self.tokenizer.eos_id]
+
+    def encode(self, text: str) -> list[int]:
+        """The prompt's token ids; ``ValueError`` if it does not encode."""
+        return self.tokenizer.encode(text)
+
+
+def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:
+    """Names of the bundled targets (those with both metadata and weights), sorted."""
+    d = Path(directory)
+    return sorted(p.stem for p in d.glob("*.json")
+                  if not p.name.endswith(".tokenizer.json") and p.with_suffix(".safetensors").exists())
+
+
+def load_target(name: str = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
+    """A bundled target by name (``list_targets()``), or by the path of its ``NAME.json``."""
+    if not isinstance(name, str):
+        raise ValueError(f"target name must be a str, got {type(name).__name__}")
+    meta_path = Path(name) if name.endswith(".json") else Path(directory, f"{name}.json")
+    if not name.endswith(".json") and name not in list_targets(directory):
+        known = ", ".join(list_targets(directory)) or "none"
+        raise ValueError(f"unknown target {name!r}; known targets: {known}")
+    if not meta_path.is_file():
+        raise ValueError(f"no target metadata at {meta_path}")
+    meta = json.loads(meta_path.read_text())
+    tokenizer = _load_tokenizer(meta_path.parent / meta["tokenizer"]["file"])
+    model = _load_model(meta_path.parent / meta["weights"]["file"], meta)
+    return Target(meta["name"], model, tokenizer, meta)
+
+
+def _load_tokenizer(path: Path):
+    from spotref.bpe import tokenizer_from_json
+    try:
+        return tokenizer_from_json(path.read_text())
+    except (OSError, ValueError, Exception) as e:          # tokenizers raises its own Exception
+        raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
+
+
+def _load_model(path: Path, meta: dict) -> SDARModel:
+    """Weights checked against the metadata's size and SHA-256 before they are parsed."""
+    try:
+        from safetensors.torch import load
+    except ImportError:
+        raise ImportError("loading a target needs 'safetensors': pip install 'spotref[cli]'") from None
+    if not path.is_file():
+        raise ValueError(f"the weights file {path} is missing")
+    raw, want = path.read_bytes(), meta["weights"]
+    if len(raw) != want["bytes"]:
+        raise ValueError(f"the weights file {path} is truncated or corrupt: {len(raw)} bytes, "
+                         f"the metadata says {want['bytes']}")
+    if hashlib.sha256(raw).hexdigest() != want["sha256"]:
+        raise ValueError(f"the weights file {path} is corrupt: its SHA-256 does not match the metadata")
+    try:
+        sd = load(raw)
+    except Exception as e:                                 # safetensors' own error types
+        raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
+    return build_model(SDARConfig.from_dict(meta["config"]), sd)
+
+
+def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
+    """An eval-mode float32 ``SDARModel`` from a (possibly tied, float16) state dict."""
+    model = SDARModel(cfg)
+    if cfg.tie_word_embeddings:
+        state_dict = {**state_dict, "lm_head.weight": state_dict["model.embed_tokens.weight"]}
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state_dict.items()}, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"the weights do not match the config: missing {missing}, unexpected {unexpected}")
+    return model.float().eval()

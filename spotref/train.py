@@ -1,0 +1,385 @@
+"""Train a bundled target: an ``SDARModel`` with the block-diffusion objective of SDAR / BD3-LM.
+
+One training sequence ``x`` of ``L`` tokens (``L`` a multiple of the block size ``B``) becomes
+the input ``concat(x_t, x)`` of length ``2L`` (Arriola et al., BD3-LM, 2025):
+
+* ``x_t``: the noised copy; in every block exactly ``k ~ U{1..B}`` positions, chosen uniformly,
+  are replaced by MASK (mask rate ``t = k / B``);
+* attention (``bd3_mask``): noised block i sees noised block i (bidirectionally) and the *clean*
+  blocks < i; clean block i sees clean blocks <= i (the block-causal mask of decoding); both
+  copies carry the same RoPE positions 0..L-1;
+* loss: cross-entropy of the logits at the masked positions of ``x_t`` against the clean token
+  at the same position (no shift). ``--weighting tokens`` (default) averages over all masked
+  tokens; ``--weighting elbo`` weights each block by ``1 / t`` as the MDLM / BD3-LM ELBO does,
+  which with exactly ``k`` masks per block is the mean over blocks of each block's masked mean.
+
+So one training forward teaches every block, at a random mask rate, what a decoding pass sees:
+a partially masked current block over a clean prefix.
+
+Usage (background, resumable; checkpoints in ``runs/NAME/``)::
+
+    nice -n 19 python -m spotref.train --name stdlib-b32 --block-size 32 --minutes 40
+
+A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes first; the same
+command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
+(``NAME.safetensors``, ``NAME.json``, ``NAME.tokenizer.json``) for ``spotref.load_target``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from spotref.models import SDARConfig, SDARModel, rope
+
+
+# --- the objective ------------------------------------------------------------------------
+
+def bd3_mask(L: int, B: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """Additive attention mask (2L, 2L) over ``concat(x_t, x)``; 0 = visible."""
+    assert L % B == 0, f"sequence length {L} is not a multiple of the block size {B}"
+    blk = torch.arange(2 * L, device=device) % L // B             # block index of each position
+    noisy = torch.arange(2 * L, device=device) < L
+    q_noisy, k_noisy = noisy[:, None], noisy[None, :]
+    same, before = blk[:, None] == blk[None, :], blk[None, :] < blk[:, None]
+    visible = (q_noisy & k_noisy & same) | (q_noisy & ~k_noisy & before) \
+        | (~q_noisy & ~k_noisy & (same | before))
+    return torch.zeros((), dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+
+
+def noise_blocks(x: np.ndarray, B: int, mask_id: int, rng: np.random.Generator):
+    """x: (N, L) -> (x_t, masked), both (N, L): exactly k ~ U{1..B} masks per block."""
+    N, L = x.shape
+    k = rng.integers(1, B + 1, size=(N, L // B, 1))                       # (N, L/B, 1)
+    rank = rng.random((N, L // B, B)).argsort(-1).argsort(-1)             # a random order per block
+    masked = (rank < k).reshape(N, L)
+    return np.where(masked, mask_id, x), masked
+
+
+def bd3_logits(model: SDARModel, x_t: torch.Tensor, x: torch.Tensor, mask: torch.Tensor):
+    """x_t, x: (N, L) -> logits (N, L, V) of the noised copy (its own positions, no shift)."""
+    N, L = x.shape
+    cos, sin = model._rope(0, L, x.device)                                 # (L, d)
+    cos, sin = torch.cat((cos, cos)), torch.cat((sin, sin))               # (2L, d): same positions
+    h = model.model.embed_tokens(torch.cat((x_t, x), 1))                   # (N, 2L, H)
+    for layer in model.model.layers:
+        h = layer_forward(layer, h, cos, sin, mask)
+    return F.linear(model.model.norm(h[:, :L]), model.lm_head.weight)     # (N, L, V)
+
+
+def layer_forward(layer, x, cos, sin, mask):
+    """One ``DecoderLayer`` with its own weights, via ``F.linear`` and fused attention.
+
+    The same maths as ``DecoderLayer.forward``, which uses one ``bmm`` per row for batch
+    invariance at decoding time; training needs no invariance and this is several times faster
+    on CPU. ``tests/test_train.py`` checks both give the same logits."""
+    a, m = layer.self_attn, layer.mlp
+    N, S, _ = x.shape
+    h = layer.input_layernorm(x)
+    q = a.q_norm(F.linear(h, a.q_proj.weight).view(N, S, a.h, a.d)).transpose(1, 2)    # (N, h, S, d)
+    k = a.k_norm(F.linear(h, a.k_proj.weight).view(N, S, a.kvh, a.d)).transpose(1, 2)  # (N, kvh, S, d)
+    v = F.linear(h, a.v_proj.weight).view(N, S, a.kvh, a.d).transpose(1, 2)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    g = a.h // a.kvh
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)               # (N, h, S, d)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))            # (N, h, S, d)
+    x = x + F.linear(y.transpose(1, 2).reshape(N, S, a.h * a.d), a.o_proj.weight)
+    h = layer.post_attention_layernorm(x)
+    return x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight),
+                        m.down_proj.weight)
+
+
+def bd3_loss(logits, x, masked, B: int, weighting: str = "tokens"):
+    """Masked cross-entropy; logits (N, L, V), x and masked (N, L)."""
+    ce = F.cross_entropy(logits.float().flatten(0, 1), x.flatten(), reduction="none").view(x.shape)
+    ce = ce * masked
+    if weighting == "tokens":
+        return ce.sum() / masked.sum()
+    per_block = ce.view(x.shape[0], -1, B).sum(-1) / masked.view(x.shape[0], -1, B).sum(-1)
+    return per_block.mean()                                                # weighting == "elbo"
+
+
+# --- data ---------------------------------------------------------------------------------
+
+def token_stream(docs, tokenizer) -> np.ndarray:
+    """Documents -> one uint16 stream, each document followed by EOS."""
+    ids = tokenizer.encode_batch([d.text for d in docs]) if hasattr(tokenizer, "encode_batch") \
+        else [tokenizer.encode(d.text) for d in docs]
+    out = []
+    for seq in ids:
+        out += seq + [tokenizer.eos_id]
+    return np.asarray(out, dtype=np.uint16)
+
+
+def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, mask_id: int):
+    """The training batch of ``step``: a pure function of (seed, step), so resuming is exact."""
+    rng = np.random.default_rng([seed, step, B])
+    starts = rng.integers(0, len(stream) - L, size=N)
+    x = np.stack([stream[s:s + L] for s in starts]).astype(np.int64)     # (N, L)
+    x_t, masked = noise_blocks(x, B, mask_id, rng)
+    return torch.from_numpy(x_t), torch.from_numpy(x), torch.from_numpy(masked)
+
+
+@torch.no_grad()
+def heldout_loss(model, stream, args, mask_id, batches: int = 4) -> float:
+    """Token-mean masked CE (nats/token) on fixed held-out windows and masks (seed 12345)."""
+    mask, total, count = bd3_mask(args.seq_len, args.block_size), 0.0, 0
+    for i in range(batches):
+        x_t, x, masked = batch_at(stream, i, 12345, args.batch, args.seq_len, args.block_size, mask_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = bd3_logits(model, x_t, x, mask)
+        total += float(bd3_loss(logits, x, masked, args.block_size)) * int(masked.sum())
+        count += int(masked.sum())
+    return total / count
+
+
+# --- setup ----------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``spotref train-target`` / ``python -m spotref.train``."""
+    p.add_argument("--name", required=True, help="run and target name, e.g. stdlib-b32")
+    p.add_argument("--runs", default="runs", help="directory of run checkpoints")
+    p.add_argument("--tokenizer", default="bpe2048",
+                   help="'bytes', 'bpeN' (train an N-token BPE on the train split) or a tokenizer JSON")
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--mix-blocks", default=None,
+                   help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
+    p.add_argument("--init", default=None, help="start from the weights of this run checkpoint (fine-tuning)")
+    p.add_argument("--seq-len", type=int, default=256, help="training window L (tokens)")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--intermediate", type=int, default=704)
+    p.add_argument("--untied", action="store_true", help="separate lm_head (default: tied to embeddings)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=4000, help="total steps (the cosine schedule's length)")
+    p.add_argument("--minutes", type=float, default=None, help="stop (resumably) after this much training time")
+    p.add_argument("--until", type=int, default=None, help="stop (resumably) at this step")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--weighting", choices=("tokens", "elbo"), default="tokens")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)")
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--ckpt-every", type=int, default=250)
+    p.add_argument("--corpus-limit", type=int, default=None, help="use only the first N train documents (tests)")
+    p.add_argument("--no-english", dest="english", action="store_false", help="leave out the pydoc topics")
+    p.add_argument("--export", default=None, help="after training, write the target into this directory")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def make_tokenizer(spec: str, train_docs, run_dir: Path):
+    """The run's tokenizer; a trained BPE is saved in the run so that a resume reuses it."""
+    from spotref.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
+    saved = run_dir / "tokenizer.json"
+    if saved.exists():
+        return tokenizer_from_json(saved.read_text())
+    if spec == "bytes":
+        tok = ByteTokenizer()
+    elif spec.startswith("bpe") and spec[3:].isdigit():
+        tok = BPETokenizer.train((d.text for d in train_docs), int(spec[3:]))
+    elif Path(spec).is_file():
+        tok = tokenizer_from_json(Path(spec).read_text())
+    else:
+        raise ValueError(f"--tokenizer must be 'bytes', 'bpeN' or a tokenizer JSON file, got {spec!r}")
+    saved.write_text(tok.to_json())
+    return tok
+
+
+def block_sizes(args) -> list[int]:
+    """The block sizes trained on, in turn (``--mix-blocks``, else ``--block-size`` alone)."""
+    sizes = [int(b) for b in args.mix_blocks.split(",")] if args.mix_blocks else [args.block_size]
+    for B in sizes + [args.block_size]:
+        if B < 1 or args.seq_len % B:
+            raise ValueError(f"--seq-len {args.seq_len} must be a multiple of every block size, got {B}")
+    return sizes
+
+
+def make_config(args, tok) -> SDARConfig:
+    block_sizes(args)
+    return SDARConfig(vocab_size=tok.vocab_size, hidden_size=args.hidden,
+                      intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+                      num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                      head_dim=args.head_dim, mask_token_id=tok.mask_id, block_size=args.block_size,
+                      tie_word_embeddings=not args.untied, eos_token_id=tok.eos_id,
+                      max_position_embeddings=4096)
+
+
+def lr_at(step: int, args) -> float:
+    """Linear warm-up, then cosine decay to 10% of ``--lr`` at ``--steps``."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    frac = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)                                # atomic: a kill never leaves half a file
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+def train(args) -> dict:
+    """Train (or resume) the run ``args.name``; returns its final state dict."""
+    from spotref.corpus import build_corpus
+    torch.set_num_threads(args.threads)
+    run_dir = Path(args.runs, args.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    corpus = build_corpus(english=args.english)
+    train_docs = corpus.train[: args.corpus_limit] if args.corpus_limit else corpus.train
+    tok = make_tokenizer(args.tokenizer, train_docs, run_dir)
+    stream, held = token_stream(train_docs, tok), token_stream(corpus.heldout, tok)
+    cfg = make_config(args, tok)
+    torch.manual_seed(args.seed)
+    model = SDARModel(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=args.weight_decay)
+    ckpt_path = run_dir / "ckpt.pt"
+    state = {"step": 0, "train_s": 0.0, "history": []}
+    if args.init and not ckpt_path.exists():
+        model.load_state_dict(torch.load(args.init, weights_only=False)["model"])
+        print(f"initialised from {args.init}", file=sys.stderr)
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        state = ck["state"]
+        print(f"resumed {ckpt_path} at step {state['step']}", file=sys.stderr)
+    state.update(corpus=corpus.describe(), corpus_limit=args.corpus_limit, config=cfg.to_dict(),
+                 args=vars(args), train_tokens=len(stream), heldout_tokens=len(held),
+                 command=state.get("command") or "python -m spotref.train " + shlex.join(sys.argv[1:]))
+    _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
+    if args.export:
+        export(model, tok, state, Path(args.export), args.name)
+    return state
+
+
+def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
+    sizes = block_sizes(args)
+    masks = {B: bd3_mask(args.seq_len, B) for B in sizes}                  # (2L, 2L) each
+    bar = _progress(args, state["step"])
+    t0, start_s = time.perf_counter(), state["train_s"]
+    while state["step"] < args.steps:
+        step = state["step"]
+        if (args.minutes is not None and state["train_s"] >= args.minutes * 60) \
+                or (args.until is not None and step >= args.until):
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+        B = sizes[step % len(sizes)]
+        x_t, x, masked = batch_at(stream, step, args.seed, args.batch, args.seq_len, B, mask_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = bd3_loss(bd3_logits(model, x_t, x, masks[B]), x, masked, B, args.weighting)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        state["step"], state["train_s"] = step + 1, start_s + time.perf_counter() - t0
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        last = state["step"] == args.steps
+        if state["step"] % args.eval_every == 0 or last:
+            _evaluate(model, held, args, state, mask_id, bar)
+        if state["step"] % args.ckpt_every == 0 or last:
+            save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
+    save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
+    bar.close()
+
+
+def _evaluate(model, held, args, state, mask_id, bar):
+    model.eval()
+    loss = heldout_loss(model, held, args, mask_id)
+    model.train()
+    state["history"].append({"step": state["step"], "train_s": round(state["train_s"], 1),
+                             "heldout_loss": round(loss, 4)})
+    bar.write(f"step {state['step']}  {state['train_s'] / 60:.1f} min  held-out masked CE {loss:.4f}")
+
+
+def _progress(args, initial: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        raise ImportError("training needs the 'tqdm' package: pip install 'spotref[cli]'") from None
+    return tqdm(total=args.steps, initial=initial, disable=not args.progress, mininterval=20,
+                desc=args.name, file=sys.stderr)
+
+
+# --- export ---------------------------------------------------------------------------------
+
+def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
+    """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata)."""
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
+          if not (model.config.tie_word_embeddings and k == "lm_head.weight")}
+    weights = out_dir / f"{name}.safetensors"
+    save_file(sd, str(weights))
+    (out_dir / f"{name}.tokenizer.json").write_text(tok.to_json())
+    hist = state["history"]
+    meta = {
+        "name": name,
+        "config": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "weights": {"file": weights.name, "dtype": "float16", "bytes": weights.stat().st_size,
+                    "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
+        "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
+                      "eos_id": tok.eos_id, "mask_id": tok.mask_id},
+        "corpus": state["corpus"],
+        "training": {"command": state["command"], "steps": state["step"],
+                     "train_minutes": round(state["train_s"] / 60, 1),
+                     "train_tokens": state["train_tokens"], "torch": torch.__version__,
+                     "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
+                     "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
+        "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
+        "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
+        "history": hist,
+    }
+    (out_dir / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return weights
+
+
+def export_run(run_dir: Path, out_dir: Path, name: str) -> Path:
+    """Export a run's last checkpoint without training further."""
+    from spotref.bpe import tokenizer_from_json
+    ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
+    cfg = SDARConfig.from_dict(ck["state"]["config"])
+    model = SDARModel(cfg)
+    model.load_state_dict(ck["model"])
+    tok = tokenizer_from_json((run_dir / "tokenizer.json").read_text())
+    return export(model, tok, ck["state"], out_dir, name)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spotref.train", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args) -> int:
+    """Entry point of ``spotref train-target``."""
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
