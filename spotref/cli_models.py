@@ -47,6 +47,8 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
         return model, directory_tokenizer(path)
     if path.exists():
         raise ValueError(f"--model {spec!r} is a file, not a checkpoint directory")
+    if "/" in spec or "\\" in spec or spec.startswith((".", "~")):
+        raise ValueError(f"--model {spec!r}: no such checkpoint directory")
     try:
         from spotref.targets import load_target
     except ImportError:
@@ -54,8 +56,9 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
                          f"(and this install has no bundled targets)") from None
     try:
         target = load_target(spec)
-    except (KeyError, FileNotFoundError) as e:
-        raise ValueError(f"--model {spec!r}: no such checkpoint directory or bundled target ({e})") from None
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        raise ValueError(f"--model {spec!r}: no such checkpoint directory or bundled target "
+                         f"({str(e).strip(chr(39))})") from None
     return target_model(target, block_size, mask_token_id, dtype, device), getattr(target, "tokenizer", None)
 
 

@@ -131,3 +131,18 @@ def test_bundled_target_by_name(capsys, monkeypatch):
     assert rc == 0 and out == ByteTokenizer().decode(toks) + "\n"
     rc, _, err = run(capsys, "generate", "--model", "other", "--prompt", "ab")
     assert rc == 2 and "no such checkpoint directory or bundled target" in err
+
+
+def test_real_bundled_target(capsys):
+    """With a bundled target shipped, both drafters print the same text (skipped before)."""
+    targets = pytest.importorskip("spotref.targets")
+    names = targets.list_targets()
+    if not names:
+        pytest.skip("no bundled target yet")
+    outs = []
+    for drafter in ("none", "confidence"):
+        rc, out, err = run(capsys, "generate", "--model", names[0], "--prompt", "def f(x):",
+                           "--max-new-tokens", 24, "--drafter", drafter)
+        assert rc == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1]
