@@ -93,6 +93,9 @@ def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConf
     """An ``SDARConfig`` from a config.json; arguments override the config's fields."""
     check_supported(raw)
     d = dict(raw)
+    rope = raw.get("rope_parameters") or {}             # transformers 5 puts rope_theta here
+    if "rope_theta" not in d and "rope_theta" in rope:
+        d["rope_theta"] = rope["rope_theta"]
     for name, value, flag in (("block_size", block_size, "block_size= (CLI: --block-length)"),
                               ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)")):
         if value is not None:
@@ -114,6 +117,8 @@ def check_supported(raw: dict) -> None:
         bad.append("attention_bias=true")
     if raw.get("rope_scaling"):
         bad.append(f"rope_scaling={raw['rope_scaling']!r}")
+    if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
+        bad.append(f"rope_parameters={raw['rope_parameters']!r}")
     if raw.get("use_sliding_window"):
         bad.append("use_sliding_window=true")
     if raw.get("hidden_act", "silu") != "silu":

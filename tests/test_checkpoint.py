@@ -130,6 +130,13 @@ def test_bad_vocab_or_mask_id(ckpt):
     assert "wrong-shaped" in load_error(ckpt) and "lm_head.weight (300, 64)" in load_error(ckpt)
 
 
+def test_transformers5_rope_parameters(ckpt):
+    edit_config(ckpt, rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    assert SDARModel.from_pretrained(ckpt).config.rope_theta == 10000.0
+    edit_config(ckpt, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
+    assert "rope_parameters" in load_error(ckpt)
+
+
 def test_unsupported_qwen3_options(ckpt):
     edit_config(ckpt, rope_scaling={"type": "yarn", "factor": 4.0}, attention_bias=True)
     msg = load_error(ckpt)
