@@ -6,6 +6,7 @@ The tree/verification core exists twice: ``spotref.core`` (pure Python, the spec
 skips the build and forces the pure core; otherwise the import falls back to the pure core only
 when the extension is absent (ImportError). ``spotref.EXTENSION`` says which one is active.
 """
+import importlib
 import os
 
 from spotref import core as _pure_core
@@ -15,24 +16,22 @@ from spotref.draft import Draft, View
 from spotref.drafters import ConfidenceDrafter
 
 if os.environ.get("SPOTREF_NO_EXTENSIONS"):
-    _core, EXTENSION = _pure_core, False
+    _active_core, EXTENSION = _pure_core, False
 else:
     try:
-        from spotref import _core
-        EXTENSION = True
+        _active_core, EXTENSION = importlib.import_module("spotref._core"), True
     except ImportError:
-        _core, EXTENSION = _pure_core, False
+        _active_core, EXTENSION = _pure_core, False
 
 
 def core_module(name: str | None = None):
     """The active core, or by name: ``"py"`` (pure) or ``"c"`` (the compiled twin)."""
     if name is None:
-        return _core
+        return _active_core
     if name == "py":
         return _pure_core
     if name == "c":
-        from spotref import _core as compiled   # ImportError when not built
-        return compiled
+        return importlib.import_module("spotref._core")    # ImportError when not built
     raise ValueError(f"core must be 'py' or 'c', got {name!r}")
 
 

@@ -82,22 +82,20 @@ def oracle_drafter(exact):
 
 
 def wrong_drafter(exact, vocab_size, mask_id):
-    """Proposes, under budget and depth, chains whose first commit is never the target's."""
+    """Proposes, under budget and depth, a chain whose first commit is never the target's."""
     truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
 
     def draft(view):
-        d, masked = truth.get((view.block, view.step)), view.masked.tolist()
-        if d is None or view.depth == 0 or view.budget < 2:
+        masked = view.masked.tolist()
+        if view.depth == 0 or view.budget < 2 or not masked:
             return Draft.root()
-        pos, tok = d[0]
-        bad = next(t for t in range(vocab_size) if t not in (tok, mask_id))
-        first = ((pos, bad),) if len(d) == 1 else d[:-1]    # a wrong token, or a strict subset
-        chain = [first]
-        for p in masked:                                   # keep going, all of it wrong
-            if len(chain) >= min(view.depth, view.budget - 1):
-                break
-            if all(p != q for c in chain for q, _ in c):
-                chain.append(((p, view.coupled_token(p, view.step + len(chain))),))
+        d = truth.get((view.block, view.step), ())
+        p, tok = masked[0], view.coupled_token(masked[0], view.step)
+        if d == ((p, tok),):                               # the truth: take another token
+            tok = next(t for t in range(vocab_size) if t not in (tok, mask_id))
+        chain = [((p, tok),)]
+        for q in masked[1:min(view.depth, view.budget - 1)]:   # keep going; all of it is off-path
+            chain.append(((q, view.coupled_token(q, view.step + len(chain))),))
         return Draft.chain(chain)
     return draft
 

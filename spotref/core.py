@@ -58,7 +58,8 @@ def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, 
     states, steps, node_of, index = [], [], [], {}
     node_state, node_depth = [], []
     for i, (p, cs) in enumerate(zip(parents, commits)):
-        state, d = (list(root), 0) if i == 0 else (list(node_state[p]), node_depth[p] + 1)
+        known = i > 0 and 0 <= p < i            # a bad parent is reported by check_node
+        state, d = (list(node_state[p]), node_depth[p] + 1) if known else (list(root), 0)
         if i > 0:
             check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth)
             for pos, tok in cs:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,7 +133,7 @@ class Attention(nn.Module):
         k_all = k_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
         v_all = v_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
         att = torch.bmm(q.reshape(N * self.h, L, self.d), k_all.transpose(1, 2))  # (N*h, L, S)
-        att = torch.softmax(att / math.sqrt(self.d) + mask, dim=-1)
+        att = torch.softmax(att * self.d ** -0.5 + mask, dim=-1)     # as Qwen3: times d^-1/2
         y = torch.bmm(att, v_all).view(N, self.h, L, self.d).transpose(1, 2)      # (N, L, h, d)
         return linear(y.reshape(N, L, self.h * self.d), self.o_proj.weight), (k, v)
 

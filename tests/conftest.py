@@ -2,7 +2,10 @@
 HYPOTHESIS_PROFILE=ci. Torch calls are slow to start, so no deadlines anywhere."""
 import os
 
+import torch
 from hypothesis import HealthCheck, settings
+
+torch.set_num_threads(1)   # tiny models: threads only add contention on 2-core machines
 
 settings.register_profile("dev", max_examples=30, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
