@@ -14,9 +14,12 @@ def add_demo(sub):
     p.add_argument("--prompts", type=int, default=4, help="number of prompts")
     p.add_argument("--gen-length", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--budget", type=int, default=16)
+    p.add_argument("--budget", type=int, default=4)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drafter", default="confidence", help="drafter name (default: confidence)")
+    p.add_argument("--model", default="default",
+                   help="bundled target name, 'default' (the default target, else random) or 'random'")
 
 
 def run_demo(args) -> int:
