@@ -25,7 +25,7 @@ from spotref.models import SDARConfig, SDARModel
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
 TEMPERATURES = (0.0, 0.5, 1.0, 2.0)
-DRAFTERS = ("confidence", "random", "oracle", "wrong")
+DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong")
 
 
 @dataclass
@@ -129,8 +129,8 @@ def random_token(rng, view, j, depth, V):
 
 
 def make_drafter(kind: str, exact, case: Case):
-    if kind == "confidence":
-        return "confidence"
+    if kind in ("confidence", "confidence-chain"):
+        return kind
     if kind == "oracle":
         return oracle_drafter(exact)
     if kind == "wrong":

@@ -54,4 +54,4 @@ def threshold_options(masked, conf, tokens, tau):
             for prob, k in zip(SET_PROBS, sizes) if 1 <= k <= len(masked)]
 
 
-DRAFTERS = {"confidence": ConfidenceDrafter}
+DRAFTERS = {"confidence": ConfidenceDrafter, "confidence-chain": lambda: ConfidenceDrafter(chain=True)}
