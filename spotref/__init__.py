@@ -14,6 +14,7 @@ from spotref.api import generate
 from spotref.decode import Result
 from spotref.draft import Draft, View
 from spotref.drafters import ConfidenceDrafter
+from spotref.targets import list_targets, load_target
 
 if os.environ.get("SPOTREF_NO_EXTENSIONS"):
     _active_core, EXTENSION = _pure_core, False
@@ -35,4 +36,5 @@ def core_module(name: str | None = None):
     raise ValueError(f"core must be 'py' or 'c', got {name!r}")
 
 
-__all__ = ["generate", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module"]
+__all__ = ["generate", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module",
+           "list_targets", "load_target"]

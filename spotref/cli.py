@@ -58,6 +58,19 @@ def from_cli_models(name):
 COMMANDS.update(generate=(add_generate, run_generate), audit=(add_audit, run_audit))
 
 
+def add_train_target(sub):
+    from spotref.train import add_arguments
+    add_arguments(sub.add_parser("train-target", help="train a bundled SDAR target (BD3-LM objective)"))
+
+
+def run_train_target(args) -> int:
+    from spotref.train import run
+    return run(args)
+
+
+COMMANDS.update({"train-target": (add_train_target, run_train_target)})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="spotref", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
