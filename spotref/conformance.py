@@ -16,6 +16,7 @@ more passes than exact; the oracle accepted in full. Divergences are reported as
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -199,13 +200,28 @@ def cases():
     return case()
 
 
-def run_conformance(generate_fn, max_examples: int = 100, **settings):
-    """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure."""
-    from hypothesis import given, settings as hsettings, HealthCheck
+def run_conformance(generate_fn, max_examples: int = 100, **settings) -> Counter:
+    """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
+
+    Returns what was covered: a Counter of cases by drafter, rule, temperature and prompt shape
+    (its "cases" entry is the number of distinct cases checked)."""
+    from hypothesis import HealthCheck, given, settings as hsettings
+
+    seen = Counter()
 
     @hsettings(max_examples=max_examples, deadline=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **settings)
     @given(cases())
     def conformance(case):
         check_case(case, generate_fn)
+        seen.update(coverage(case))
     conformance()
+    return seen
+
+
+def coverage(case: Case) -> list[str]:
+    B, kw = case.config.block_size, case.kwargs
+    return ["cases", f"drafter={case.drafter}", f"T={kw['temperature']}",
+            "threshold" if kw["threshold"] is not None else "one-position",
+            "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
+            "top-k/top-p" if kw["top_k"] or kw["top_p"] else "unfiltered"]
