@@ -382,38 +382,9 @@ cdef int _reject(Tree t, Py_ssize_t i, p, cs, Py_ssize_t prow, int64_t d,
     raise AssertionError(f"spotref._core: draft node {i} failed the fast check only")
 
 
-# ---- checks: verbatim from spotref/core.py (the messages are part of the contract) ---------
+# ---- checks: the pure module's own functions (their messages are part of the contract) -----
 
-def check_shape(parents, commits, budget):
-    n = len(parents)
-    if n == 0 or n != len(commits):
-        raise ValueError(f"draft: parents ({n}) and commits ({len(commits)}) must be equal, non-empty")
-    if n > budget:
-        raise ValueError(f"draft: {n} nodes, over the node budget {budget}")
-    if parents[0] != -1 or len(commits[0]) != 0:
-        raise ValueError("draft node 0: the root must have parent -1 and no commits")
-
-
-def check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth):
-    """Node i with parent p commits ``cs`` onto the parent's ``state`` at depth d."""
-    if not 0 <= p < i:
-        raise ValueError(f"draft node {i}: parent {p} must be a smaller index (0 .. {i - 1})")
-    if d > depth:
-        raise ValueError(f"draft node {i}: depth {d} exceeds the depth cap {depth}")
-    if not 1 <= len(cs) <= max_set:
-        raise ValueError(f"draft node {i}: {len(cs)} commits, want 1 .. {max_set}")
-    seen = set()
-    for pos, tok in cs:
-        if not isinstance(pos, (int, np.integer)) or not isinstance(tok, (int, np.integer)):
-            raise ValueError(f"draft node {i}: commit ({pos!r}, {tok!r}) is not a pair of ints")
-        if not 0 <= pos < len(state):
-            raise ValueError(f"draft node {i}: position {pos} is outside the block [0, {len(state)})")
-        if state[pos] != mask_id or pos in seen:
-            raise ValueError(f"draft node {i}: position {pos} is already committed")
-        if not 0 <= tok < vocab_size or tok == mask_id:
-            raise ValueError(f"draft node {i}: token {tok} at position {pos} is not a vocabulary "
-                             f"token (0 .. {vocab_size - 1}, MASK {mask_id} excluded)")
-        seen.add(pos)
+from spotref.core import check_node, check_shape   # noqa: E402  (re-exported: twin names)
 
 
 # ---- acceptance ----------------------------------------------------------------------------
@@ -426,15 +397,7 @@ def walk(tree, decide):
     cdef Tree t
     cdef Py_ssize_t row = 0, nxt
     path = [0]
-    if not isinstance(tree, Tree):                 # another core's tree: the pure loop
-        last = 0
-        while True:
-            d = decide(last)
-            last = tree.child(last, d) if d else -1
-            if last < 0:
-                return path, d
-            path.append(last)
-    t = <Tree>tree
+    t = <Tree?>tree
     while True:
         d = decide(row)
         nxt = t._child(row, d) if d else -1
