@@ -20,13 +20,15 @@ from spotref.rules import DecisionRule
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
              threshold: float | None = None, drafter=None, budget: int = 16, depth: int = 8,
              top_k: int | None = None, top_p: float | None = None, stop_ids=None,
-             core=None) -> Result:
+             fused_store: bool = False, core=None) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
     drafter: None (exact decoding), a name (``spotref.list_drafters()``), a trained order model
     or any callable ``drafter(view) -> spotref.Draft``. budget: tree node budget N (root
     included); depth: depth cap D. core: the tree/verification implementation (default: the
-    compiled one when built, see ``spotref.EXTENSION``).
+    compiled one when built, see ``spotref.EXTENSION``). fused_store: compute each finished
+    block's K/V inside the next block's first pass instead of a store pass of its own (identical
+    tokens, one pass fewer per block).
     """
     cfg = model.config
     V, B, mask_id = cfg.vocab_size, model.block_size, model.mask_id
@@ -50,12 +52,12 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
                         None if threshold is None else float(threshold))
     stats = Stats()
     if drafter is None:
-        fill = partial(exact_block, model, rule, stats=stats)
+        fill = partial(exact_block, rule, stats=stats)
     else:
-        fill = partial(spot_block, model, rule, resolve_drafter(drafter, model), core or _default_core(),
+        fill = partial(spot_block, rule, resolve_drafter(drafter, model), core or _default_core(),
                        int(budget), int(depth), stats=stats)
     t = time.perf_counter()
-    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats)
+    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
 

@@ -18,6 +18,8 @@ def add_demo(sub):
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--drafter", default="confidence", help="drafter name (default: confidence)")
+    p.add_argument("--fused-store", action="store_true",
+                   help="store each finished block inside the next block's first pass (one pass fewer per block)")
     p.add_argument("--model", default="default",
                    help="bundled target name, 'default' (the default target, else random) or 'random'")
 

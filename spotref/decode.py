@@ -59,27 +59,51 @@ def apply(state: np.ndarray, commits) -> np.ndarray:
     return state
 
 
-def forward(model, stats, fn, *args):
-    """Every target forward goes through here: counted and timed."""
-    t = time.perf_counter()
-    out = fn(*args)
-    stats.model_s += time.perf_counter() - t
-    stats.passes += 1
-    return out
+class BoundTarget:
+    """The model bound to one generation's KV cache. Every forward goes through here, counted
+    and timed. With ``fused_store`` a finished block is not stored by a pass of its own: its K/V
+    are computed inside the next block's first denoise pass (bit-identical, one pass fewer per
+    block; the last block is then never stored)."""
+
+    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False):
+        self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
+        empty = len(prompt_blocks) == 0
+        self.cache = model.prefill(prompt_blocks) if empty else self._pass(model.prefill, prompt_blocks)
+
+    def _pass(self, fn, *args):
+        t = time.perf_counter()
+        out = fn(*args)
+        self.stats.model_s += time.perf_counter() - t
+        self.stats.passes += 1
+        return out
+
+    def denoise(self, states: np.ndarray) -> torch.Tensor:
+        """states: (N, B) -> logits (N, B, V)."""
+        states = torch.from_numpy(states)
+        if self.pending is None:
+            return self._pass(self.model.denoise, self.cache, states)
+        block, self.pending = self.pending, None
+        return self._pass(self.model.store_and_denoise, self.cache, block, states)
+
+    def store(self, block: np.ndarray) -> None:
+        if self.fused:
+            self.pending = torch.from_numpy(block)
+        else:
+            self._pass(self.model.store, self.cache, torch.from_numpy(block))
 
 
-def exact_block(model, rule: DecisionRule, cache, block: int, state: np.ndarray, stats: Stats):
+def exact_block(rule: DecisionRule, target: BoundTarget, block: int, state: np.ndarray, stats: Stats):
     """Fill one block with one denoise pass per decision (the reference loop)."""
     step = 0
     while (state == rule.mask_id).any():
-        logits = forward(model, stats, model.denoise, cache, torch.from_numpy(state)[None])[0]
+        logits = target.denoise(state[None])[0]
         d = rule.decide(logits, state, block, step)                 # logits: (B, V)
         stats.record(block, step, [d], 1)
         state, step = apply(state, d), step + 1
     return state
 
 
-def spot_block(model, rule, drafter, core, budget, depth, cache, block, state, stats):
+def spot_block(rule, drafter, core, budget, depth, target, block, state, stats):
     """Fill one block with SPOT rounds: draft, one batched verify, accept by state equality."""
     B = len(state)
     max_set = 1 if rule.threshold is None else B
@@ -94,7 +118,7 @@ def spot_block(model, rule, drafter, core, budget, depth, cache, block, state, s
                                rule.vocab_size, max_set, budget, depth)
         stats.draft_s += t2 - t
         stats.book_s += time.perf_counter() - t2
-        logits = forward(model, stats, model.denoise, cache, torch.from_numpy(tree.states))  # (U, B, V)
+        logits = target.denoise(tree.states)                        # (U, B, V)
         t = time.perf_counter()
         decided = {}
 
@@ -111,23 +135,23 @@ def spot_block(model, rule, drafter, core, budget, depth, cache, block, state, s
     return state
 
 
-def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats) -> list:
+def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,
+           fused_store: bool = False) -> list:
     """The outer block loop shared by every decoder; returns the generated tokens."""
     B, mask_id = model.block_size, model.mask_id
     if max_new_tokens == 0:
         return []
     n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
-    prefix = torch.tensor(prompt[: n_full * B], dtype=torch.long)
-    cache = forward(model, stats, model.prefill, prefix) if n_full else model.prefill(prefix)
+    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
     generated, stops = [], set(stop_ids or ())
     for b in range(n_full, n_blocks):
         tail = prompt[b * B:]                          # the fixed prompt tail (first block only)
         state = np.full(B, mask_id, dtype=np.int64)
         state[: len(tail)] = tail
-        state = fill_block(cache, b, state)
+        state = fill_block(target, b, state)
         new = state[len(tail):].tolist()
         generated += new
-        forward(model, stats, model.store, cache, torch.from_numpy(state))   # as SDAR: every block
+        target.store(state)                            # as SDAR: every block
         if stops.intersection(new):
             break
     generated = generated[:max_new_tokens]

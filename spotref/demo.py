@@ -70,7 +70,7 @@ def setup(args):
 def demo(args) -> int:
     name, model, prompts, stops = setup(args)
     drafter = args.drafter
-    kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops)
+    kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
     runs = {"exact": [], drafter: []}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, args.gen_length, **kw)
@@ -81,7 +81,8 @@ def demo(args) -> int:
         runs["exact"].append(exact)
         runs[drafter].append(spot)
     print(f"\nmodel: {name}; {len(prompts)} prompts x {args.gen_length} new tokens, T = {args.temperature}, "
-          f"{drafter} drafter with budget {args.budget}, depth {args.depth}; outputs identical: yes\n")
+          f"{drafter} drafter with budget {args.budget}, depth {args.depth}"
+          f"{', fused store' if args.fused_store else ''}; outputs identical: yes\n")
     print(table(["decoder", "tokens", "passes", "passes/token", "commits/pass", "tokens/s",
                  "fewer passes", "speed-up"], summary_rows(runs)))
     return 0

@@ -116,26 +116,47 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past):
+    def forward(self, x, cos, sin, mask, past, fused=False):
         """x: (N, L, H); mask: (L, P + L) additive; past: (k, v) each (kvh, P, d) or None.
 
-        Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d)."""
+        Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d).
+        fused: row 0 is a finished block being stored on the way; rows 1.. attend to it as to
+        the cache (its K/V alone are returned). Every row computes exactly what it computes in
+        a separate store pass and a separate denoise pass."""
+        q, k, v = self.project(x, cos, sin)
+        if not fused:
+            return self.attend(q, *with_past(k, v, past), mask), (k, v)
+        y0 = self.attend(q[:1], *with_past(k[:1], v[:1], past), mask)
+        grown = [torch.cat((p, new[0]), 1) for p, new in zip(past, (k, v))]   # (kvh, P + B, d)
+        y = self.attend(q[1:], *with_past(k[1:], v[1:], grown), mask)
+        return torch.cat((y0, y)), (k[:1], v[:1])
+
+    def project(self, x, cos, sin):
+        """x: (N, L, H) -> q (N, h, L, d), k and v (N, kvh, L, d), q/k normed then rotated."""
         N, L, _ = x.shape
         q = self.q_norm(linear(x, self.q_proj.weight).view(N, L, self.h, self.d)).transpose(1, 2)
         k = self.k_norm(linear(x, self.k_proj.weight).view(N, L, self.kvh, self.d)).transpose(1, 2)
         v = linear(x, self.v_proj.weight).view(N, L, self.kvh, self.d).transpose(1, 2)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)          # (N, h, L, d), (N, kvh, L, d)
-        k_all, v_all = k, v
-        if past is not None:
-            pk, pv = (t.expand(N, *t.shape) for t in past)   # (N, kvh, P, d)
-            k_all, v_all = torch.cat((pk, k), 2), torch.cat((pv, v), 2)
+        return rope(q, cos, sin), rope(k, cos, sin), v
+
+    def attend(self, q, k_all, v_all, mask):
+        """q: (N, h, L, d); k_all, v_all: (N, kvh, S, d) -> o_proj(attention): (N, L, H)."""
+        N, _, L, _ = q.shape
         S, g = k_all.shape[2], self.h // self.kvh
         k_all = k_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
         v_all = v_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
         att = torch.bmm(q.reshape(N * self.h, L, self.d), k_all.transpose(1, 2))  # (N*h, L, S)
         att = torch.softmax(att * self.d ** -0.5 + mask, dim=-1)     # as Qwen3: times d^-1/2
         y = torch.bmm(att, v_all).view(N, self.h, L, self.d).transpose(1, 2)      # (N, L, h, d)
-        return linear(y.reshape(N, L, self.h * self.d), self.o_proj.weight), (k, v)
+        return linear(y.reshape(N, L, self.h * self.d), self.o_proj.weight)
+
+
+def with_past(k, v, past):
+    """Prepend the cached (kvh, P, d) K/V to every row's (N, kvh, L, d) -> (N, kvh, P + L, d)."""
+    if past is None:
+        return k, v
+    N = k.shape[0]
+    return tuple(torch.cat((p.expand(N, *p.shape), new), 2) for p, new in zip(past, (k, v)))
 
 
 class MLP(nn.Module):
@@ -159,8 +180,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past):
-        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+    def forward(self, x, cos, sin, mask, past, fused=False):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past, fused)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -288,6 +309,25 @@ class SDARModel(nn.Module):
             f"denoise states {tuple(states.shape)}, want (N, {self.block_size})"
         x, _ = self._run(states.to(self.lm_head.weight.device), cache)
         return self._logits(x)
+
+    @torch.no_grad()
+    def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """The fused store: SDAR's store pass of ``block`` (B,) and the denoise pass of ``states``
+        (N, B) of the next block in ONE forward. Appends the block's K/V to the cache and returns
+        logits (N, B, V), bit-identical to ``store(cache, block)`` then ``denoise(cache, states)``."""
+        B, P, dev = self.block_size, cache.length, self.lm_head.weight.device
+        assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, \
+            f"store_and_denoise block {tuple(block.shape)}, states {tuple(states.shape)}"
+        ids = torch.cat((block[None], states)).to(dev)                     # (1 + N, B)
+        rows = [self._rope(P, B, dev)] + [self._rope(P + B, B, dev)] * len(states)
+        cos, sin = (torch.stack([r[i] for r in rows])[:, None] for i in (0, 1))  # (1 + N, 1, B, d)
+        zero = torch.zeros((), dtype=self.lm_head.weight.dtype, device=dev)  # a block sees all of itself
+        x, new = self.model.embed_tokens(ids), []
+        for i, layer in enumerate(self.model.layers):
+            x, kv = layer(x, cos, sin, zero, cache.layers[i], fused=True)
+            new.append(kv)
+        cache.append(new)
+        return self._logits(self.model.norm(x[1:]))
 
     @torch.no_grad()
     def store(self, cache: KVCache, block: torch.Tensor) -> None:

@@ -83,3 +83,19 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
                                block_size=case.config.block_size, mask_id=case.config.mask_token_id,
                                vocab_size=case.config.vocab_size, **kw)
     assert first_divergence(exact, naive, case.config.block_size, len(case.prompt)) is None
+
+
+@settings(max_examples=max(EXAMPLES // 3, 10))
+@given(cases())
+def test_fused_store_gives_identical_tokens_and_one_pass_fewer_per_block(case: Case):
+    model, kw = case.model(), dict(case.kwargs)
+    budget, depth = kw.pop("budget"), kw.pop("depth")
+    exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
+    fused = spotref.generate(model, case.prompt, case.max_new_tokens, fused_store=True, **kw)
+    spot = spotref.generate(model, case.prompt, case.max_new_tokens, fused_store=True,
+                            drafter="confidence", budget=budget, depth=depth, **kw)
+    for got in (fused, spot):
+        assert first_divergence(exact, got.tokens, case.config.block_size, len(case.prompt)) is None
+    blocks = len({b for b, _ in exact.stats["starts"]})          # decoded, hence stored, blocks
+    assert fused.passes == exact.passes - blocks
+    assert spot.passes <= fused.passes
