@@ -131,11 +131,12 @@ def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, m
 
 
 @torch.no_grad()
-def heldout_loss(model, stream, args, mask_id, batches: int = 4) -> float:
-    """Token-mean masked CE (nats/token) on fixed held-out windows and masks (seed 12345)."""
+def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> float:
+    """Token-mean masked CE (nats/token) on fixed held-out windows and masks (seed 12345):
+    ``batches`` x ``N`` windows of ``--seq-len`` tokens, whatever ``--batch``."""
     mask, total, count = bd3_mask(args.seq_len, args.block_size), 0.0, 0
     for i in range(batches):
-        x_t, x, masked = batch_at(stream, i, 12345, args.batch, args.seq_len, args.block_size, mask_id)
+        x_t, x, masked = batch_at(stream, i, 12345, N, args.seq_len, args.block_size, mask_id)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             logits = bd3_logits(model, x_t, x, mask)
         total += float(bd3_loss(logits, x, masked, args.block_size)) * int(masked.sum())
@@ -358,15 +359,27 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     return weights
 
 
-def export_run(run_dir: Path, out_dir: Path, name: str) -> Path:
-    """Export a run's last checkpoint without training further."""
+def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None) -> Path:
+    """Export a run's last checkpoint without training further, at ``block_size`` (default:
+    the run's ``--block-size``; a ``--mix-blocks`` run may be exported at any of its sizes).
+    The held-out loss is measured afresh at the exported block size."""
     from spotref.bpe import tokenizer_from_json
-    ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
-    cfg = SDARConfig.from_dict(ck["state"]["config"])
+    from spotref.corpus import build_corpus
+    ck = torch.load(Path(run_dir) / "ckpt.pt", weights_only=False)
+    state, args = ck["state"], argparse.Namespace(**ck["state"]["args"])
+    args.block_size = block_size or args.block_size
+    if args.block_size not in block_sizes(args):
+        raise ValueError(f"the run was trained on block sizes {block_sizes(args)}, not {args.block_size}")
+    cfg = SDARConfig.from_dict({**state["config"], "block_size": args.block_size})
     model = SDARModel(cfg)
     model.load_state_dict(ck["model"])
-    tok = tokenizer_from_json((run_dir / "tokenizer.json").read_text())
-    return export(model, tok, ck["state"], out_dir, name)
+    model.eval()
+    tok = tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
+    held = token_stream(build_corpus(english=args.english).heldout, tok)
+    loss = round(heldout_loss(model, held, args, tok.mask_id), 4)
+    state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
+                                                       "heldout_loss": loss, "block_size": args.block_size}]}
+    return export(model, tok, state, Path(out_dir), name)
 
 
 def main(argv=None) -> int:
