@@ -70,8 +70,12 @@ def _default_core():
 def resolve_drafter(drafter, model):
     """A drafter name or object -> a callable ``view -> Draft``."""
     if isinstance(drafter, str):
+        from spotref.spot import MODEL_DRAFTERS          # "spot", "calibrated": the target's own
+        if drafter in MODEL_DRAFTERS:
+            return MODEL_DRAFTERS[drafter](model)
         if drafter not in _drafters.DRAFTERS:
-            raise ValueError(f"drafter {drafter!r} is unknown; known: {', '.join(sorted(_drafters.DRAFTERS))}")
+            known = sorted([*_drafters.DRAFTERS, *MODEL_DRAFTERS])
+            raise ValueError(f"drafter {drafter!r} is unknown; known: {', '.join(known)}")
         return _drafters.DRAFTERS[drafter]()
     if not callable(drafter):
         raise ValueError(f"drafter must be None, a name or a callable, got {type(drafter).__name__}")

@@ -1,0 +1,353 @@
+"""``spotref bench`` (``python -m spotref.bench``): every drafter side by side, in one process.
+
+For every bundled target, T in {0, 1} and node budget N in {1, 4, 8, 16, 32, 64} (and
+``auto``, the cost model's choice), every drafter decodes the same held-out prompts with the
+same seed: ``confidence`` (training-free), ``calibrated`` (Spiffy-like static rank graph),
+``spot`` (the trained order model), and two ceilings that read the true trajectory of the exact
+run: ``oracle-order`` (the true next positions, stale coupled tokens) and ``oracle`` (the true
+commits). Exact decoding runs first; every row's tokens are asserted identical to it.
+
+Numbers per row: target passes per generated token, the reduction vs exact (all passes, and
+denoise/verify passes only), commits per verify round, tokens/s and its ratio to exact measured
+in this run, and the bookkeeping share of the wall time (drafter + tree + acceptance). Writes
+``docs/results.md`` (command, date, machine, the tables, the goals checked) and a plot
+(``docs/results.png``; skipped, with a note, when matplotlib is not installed). ``--quick`` is a
+CI smoke test.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import spotref
+from spotref.conformance import first_divergence, oracle_drafter
+from spotref.demo import progress, table
+from spotref.draft import Draft
+
+DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
+COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
+           "commits/round", "tokens/s", "speed-up", "bookkeeping"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--targets", default="all",
+                   help="comma-separated bundled targets (default: all; 'random': a random tiny model)")
+    p.add_argument("--temperatures", default="0,1")
+    p.add_argument("--budgets", default="1,4,8,16,32,64")
+    p.add_argument("--no-auto", action="store_true", help="skip budget='auto'")
+    p.add_argument("--drafters", default=",".join(DRAFTERS))
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--depth", type=int, default=16, help="depth cap D")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-transfer", action="store_true", help="skip the transfer table")
+    p.add_argument("--quick", action="store_true", help="CI smoke test: tiny grid (random model if no target)")
+    p.add_argument("--out", default="docs/results.md")
+    p.add_argument("--plot", default="docs/results.png", help="PNG (matplotlib) or, without it, .svg")
+
+
+@dataclass
+class Setup:
+    """A target to benchmark: its model, prompts and its own drafters (None when not shipped)."""
+
+    name: str
+    model: object
+    prompts: list
+    stops: list | None
+    spot: object = None
+    calibrated: object = None
+    exact: dict = field(default_factory=dict)      # T -> [exact Result per prompt]
+
+
+def target_setup(name: str, args) -> Setup:
+    from spotref.spot import drafter_for
+    from spotref.targets import load_target
+    from spotref.train_drafter import prompts_for
+    t = load_target(name)
+    s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
+    try:
+        s.spot, s.calibrated = drafter_for(t.model, "spot"), drafter_for(t.model, "calibrated")
+    except ValueError as e:
+        print(f"bench: {name}: {e}", file=sys.stderr)
+    return s
+
+
+def random_setup(args) -> Setup:
+    """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
+    from spotref.calibrated import CalibratedDrafter, calibrate
+    from spotref.models import SDARConfig, SDARModel
+    from spotref.order import OrderModel
+    from spotref.spot import SpotDrafter
+    from spotref.trajectories import record
+    torch.manual_seed(args.seed)
+    cfg = SDARConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, mask_token_id=96,
+                     block_size=8, initializer_range=0.5)
+    model = SDARModel(cfg).eval()
+    rng = np.random.default_rng(args.seed)
+    prompts = [rng.integers(0, 96, 16).tolist() for _ in range(args.prompts)]
+    tables = {}
+    for T in (0.0, 1.0):
+        ds = record(model, prompts[:3], args.new_tokens, T, desc="calibrate")
+        tables["0" if T == 0 else "1"] = calibrate([ds.row(i) for i in range(len(ds))], "")
+    return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
+
+
+def oracle_order_drafter(exact):
+    """The true next positions (a chain), with the stale coupled tokens: the order ceiling."""
+    truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
+
+    def draft(view):
+        chain = []
+        while len(chain) < min(view.depth, view.budget - 1) and (view.block, view.step + len(chain)) in truth:
+            (pos, _), = truth[(view.block, view.step + len(chain))]
+            chain.append(((pos, view.coupled_token(pos, view.step + len(chain))),))
+        return Draft.chain(chain)
+    return draft
+
+
+def make_drafter(name: str, setup: Setup, exact):
+    if name == "confidence":
+        return "confidence"
+    if name == "oracle":
+        return oracle_drafter(exact)
+    if name == "oracle-order":
+        return oracle_order_drafter(exact)
+    return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def gen(setup: Setup, prompt, T: float, args, **kw):
+    return spotref.generate(setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed,
+                            stop_ids=setup.stops, **kw)
+
+
+def run_exact(setup: Setup, T: float, args) -> list:
+    setup.exact[T] = [gen(setup, p, T, args) for p in setup.prompts]
+    return setup.exact[T]
+
+
+def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None) -> list:
+    """One configuration over all prompts; exits if any output differs from exact decoding."""
+    out = []
+    for prompt, ex in zip(setup.prompts, setup.exact[T]):
+        d = drafter if drafter is not None else make_drafter(name, setup, ex)
+        res = gen(setup, prompt, T, args, drafter=d, budget=N, depth=args.depth)
+        where = first_divergence(ex, res.tokens, setup.model.block_size, len(prompt))
+        if where is not None:
+            raise SystemExit(f"spotref bench: {setup.name}, T={T:g}, {name}, N={N}: OUTPUT DIFFERS "
+                             f"from exact decoding at {where}")
+        out.append(res)
+    return out
+
+
+def metrics(results: list) -> dict:
+    """Totals over one configuration's results."""
+    tokens = sum(len(r.tokens) for r in results)
+    rounds = [(k, a) for r in results for (_, k), a in zip(r.stats["starts"], r.stats["accepted"])]
+    verify = [a for k, a in rounds if k > 0] or [a for _, a in rounds]
+    wall = sum(r.stats["wall_s"] for r in results)
+    return dict(tokens=tokens, passes=sum(r.passes for r in results), denoise=len(rounds),
+                commits=float(np.mean(verify)) if verify else 0.0, wall=wall,
+                book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))
+
+
+def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> list:
+    return [setup.name, f"{T:g}", name, N, m["passes"] / max(m["tokens"], 1), ex["passes"] / max(m["passes"], 1),
+            ex["denoise"] / max(m["denoise"], 1), m["commits"], m["tokens"] / max(m["wall"], 1e-9),
+            ex["wall"] / max(m["wall"], 1e-9), f"{100 * m['book']:.0f}%"]
+
+
+def bench_target(setup: Setup, args, rows: list, bar) -> None:
+    for T in args.T:
+        ex = metrics(run_exact(setup, T, args))
+        rows.append(row(setup, T, "exact", "-", ex, ex))
+        for name in args.drafter_names:
+            if make_drafter(name, setup, setup.exact[T][0]) is None:
+                continue
+            for N in args.N:
+                rows.append(row(setup, T, name, N, metrics(run_drafter(setup, T, name, N, args)), ex))
+                bar.update(1)
+            if args.auto and name in ("confidence", "calibrated", "spot"):
+                rows.append(auto_row(setup, T, name, args, ex))
+                bar.update(1)
+
+
+def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> list:
+    from spotref.api import resolve_drafter
+    from spotref.costmodel import resolve_budget
+    d = resolve_drafter(make_drafter(name, setup, None), setup.model)
+    N = resolve_budget("auto", setup.model, d, args.depth, T)
+    return row(setup, T, name, f"auto={N}", metrics(run_drafter(setup, T, name, N, args, drafter=d)), ex)
+
+
+def transfer_rows(setups: list, args, N: int = 16) -> list:
+    """Each target's SPOT drafter on every target (block-size mismatch allowed: features are
+    block-relative), T = 0: fewer passes than exact."""
+    from spotref.spot import SpotDrafter
+    out = []
+    for src in setups:
+        if src.spot is None:
+            continue
+        d = SpotDrafter(src.spot.model, src.spot.header, strict=False)
+        cells = []
+        for dst in setups:
+            ex = metrics(dst.exact[0.0])
+            m = metrics(run_drafter(dst, 0.0, f"spot[{src.name}]", N, args, drafter=d))
+            cells.append(ex["passes"] / max(m["passes"], 1))
+        out.append([src.name] + cells)
+    return out
+
+
+# --- goals, report, plot ----------------------------------------------------------------------
+
+def by_key(rows: list) -> dict:
+    """(target, T, drafter, N) -> row."""
+    return {(r[0], r[1], r[2], r[3]): r for r in rows}
+
+
+def goal_rows(rows: list, args) -> list:
+    """Per target, T and N: SPOT's pass reduction vs calibrated / confidence, share of the
+    oracle-order gain ((R_spot - 1) / (R_oo - 1), R = exact passes / passes)."""
+    k, out = by_key(rows), []
+    for (tgt, T, name, N), r in k.items():
+        if name != "spot" or isinstance(N, str) or N < 2:
+            continue
+        R = lambda d: k[(tgt, T, d, N)][5] if (tgt, T, d, N) in k else float("nan")
+        oo = (r[5] - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
+        vs_cal, vs_conf = r[5] / R("calibrated"), r[5] / R("confidence")
+        out.append([tgt, T, N, r[5], vs_cal, "yes" if vs_cal >= 1.3 else "no", vs_conf,
+                    "yes" if vs_conf >= 1.5 else "no", oo, "yes" if oo >= 0.75 else "no"])
+    return out
+
+
+def headline(rows: list) -> list[str]:
+    """The two single-number goals: N = 64 on the block-32 target at T = 0; auto wall clock."""
+    lines = []
+    for r in rows:
+        if r[2] == "spot" and r[3] == 64 and r[1] == "0":
+            lines.append(f"* {r[0]}, T = 0, N = 64: SPOT needs {r[5]:.2f}x fewer passes than exact "
+                         f"(goal >= 6.8x on the block-32 target: {'met' if r[5] >= 6.8 else 'not met'})")
+        if r[2] == "spot" and str(r[3]).startswith("auto"):
+            lines.append(f"* {r[0]}, T = {r[1]}, budget {r[3]}: SPOT throughput {r[9]:.2f}x exact "
+                         f"(goal >= 1.5x on the default target: {'met' if r[9] >= 1.5 else 'not met'})")
+    return lines
+
+
+def plot(rows: list, path: str) -> str | None:
+    """Passes reduction vs N per drafter, one panel per (target, T) (PNG; None without matplotlib)."""
+    panels = sorted({(r[0], r[1]) for r in rows})
+    series = {}
+    for r in rows:
+        if r[2] != "exact" and not isinstance(r[3], str):
+            series.setdefault((r[0], r[1]), {}).setdefault(r[2], []).append((r[3], r[5]))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None                                   # the report says why there is no plot
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, key in zip(axes[0], panels):
+        for name, pts in series.get(key, {}).items():
+            ax.plot(*zip(*sorted(pts)), marker="o", label=name)
+        ax.set(xscale="log", xlabel="node budget N", ylabel="fewer passes than exact (x)",
+               title=f"{key[0]}, T = {key[1]}")
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: float) -> str:
+    cmd = "python -m spotref.bench " + " ".join(getattr(args, "argv", sys.argv[1:]))
+    lines = [
+        "# Benchmark: SPOT vs the baselines (generated by `spotref bench`)", "",
+        f"Command: `{cmd}`  ", f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{seconds / 60:.1f} min in one process  ",
+        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s)  ",
+        f"Grid: {args.prompts_note}, T in {{{args.temperatures}}}, N in {{{args.budgets}}}"
+        f"{' and auto' if args.auto else ''}; depth cap D = {args.depth}; seed {args.seed}; "
+        f"every row's tokens asserted identical to exact decoding.", "",
+        "Columns: passes/token counts every target forward (prefill, denoise/verify, store); "
+        "`fewer passes` = exact passes / passes; `fewer denoise` the same without prefill and store "
+        "passes; commits/round = decisions per verify round; `speed-up` = exact wall time / wall time "
+        "(same process, same prompts); bookkeeping = drafter + tree + acceptance share of the wall time.", "",
+        table(COLUMNS, rows), "", "## Goals", "",
+        "SPOT vs the baselines at the same budget N (`vs calibrated` = calibrated passes / SPOT "
+        "passes; `oracle-order gain` = (R_spot - 1) / (R_oracle-order - 1), R = fewer passes):", "",
+        table(["target", "T", "N", "SPOT fewer passes", "vs calibrated", ">= 1.3", "vs confidence",
+               ">= 1.5", "oracle-order gain", ">= 0.75"], goal_rows(rows, args)), "",
+        *headline(rows), ""]
+    if transfer:
+        lines += ["## Transfer (T = 0, N = 16: fewer passes than exact)", "",
+                  "Rows: whose drafter; columns: the target it drafts for.", "",
+                  table(["drafter of"] + [s.name for s in setups], transfer), ""]
+    lines += [f"![passes vs budget]({Path(plot_path).name})" if plot_path else
+              "No plot: matplotlib is not installed (`pip install matplotlib`)."]
+    return "\n".join(lines) + "\n"
+
+
+def setups_for(args) -> list:
+    from spotref.targets import list_targets
+    if args.targets == "random":
+        return [random_setup(args)]
+    names = list_targets() if args.targets == "all" else [t for t in args.targets.split(",") if t]
+    if args.quick and args.targets == "all":
+        names = names[:1]
+    return [target_setup(n, args) for n in names] if names else [random_setup(args)]
+
+
+def configure(args) -> None:
+    if args.quick:
+        args.prompts, args.new_tokens, args.budgets, args.temperatures = 2, 24, "1,4", "0,1"
+        args.depth = min(args.depth, 4)
+    args.T = [float(t) for t in args.temperatures.split(",")]
+    args.N = [int(n) for n in args.budgets.split(",")]
+    args.drafter_names = [d for d in args.drafters.split(",") if d]
+    args.auto = not args.no_auto
+    args.prompts_note = f"{args.prompts} prompts x {args.new_tokens} new tokens"
+
+
+def run(args) -> int:
+    torch.set_num_threads(1)
+    t0 = time.time()
+    configure(args)
+    setups = setups_for(args)
+    rows = []
+    total = len(setups) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
+    bar = progress(range(total), "bench")
+    bar = bar if hasattr(bar, "update") else type("NoBar", (), {"update": lambda self, n: None})()
+    for s in setups:
+        bench_target(s, args, rows, bar)
+    transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    plot_path = plot(rows, args.plot)
+    text = report(args, rows, transfer, setups, plot_path, time.time() - t0)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spotref.bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The SPOT order model: which masked position does the target commit next? (SPEC section 4)
+
+Input per block position (``FEATURE_WIDTH`` numbers, no token ids, so the model is
+vocabulary-agnostic by construction):
+
+* the top-32 probabilities of the stale distribution, sorted (``softmax(L / T)``; ``softmax(L)``
+  at T = 0; MASK excluded);
+* structure: masked or not; committed in this draft (and at which depth / B); relative
+  position j / B; step / B; the stale probability of the coupled-noise token at the node's step
+  (the confidence the target would see if its logits had not changed);
+* sin / cos of the position at ``N_FREQ`` frequencies (2 pi f j / B), so attention can tell
+  neighbours apart without a learned, block-size-bound position table.
+
+A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
+B positions gives two numbers per position: the next-commit score (non-masked positions get
+-inf, so a softmax over the scores is the distribution of the next commit position) and a
+token logit (will the coupled stale token be the target's token when this position is
+committed?). 0.62M parameters at these sizes.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+TOP_K = 32          # stale probabilities per position
+N_FREQ = 4          # sin/cos position frequencies
+N_STRUCT = 6        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled
+FEATURE_WIDTH = TOP_K + N_STRUCT + 2 * N_FREQ
+DEFAULT_CONFIG = dict(d_model=128, layers=3, heads=8, ff=512, feature_width=FEATURE_WIDTH, top_k=TOP_K)
+
+
+class OrderModel(nn.Module):
+    """features (N, B, F), masked (N, B) bool -> (scores (N, B), -inf where not masked; token logits (N, B))."""
+
+    def __init__(self, block_size: int, d_model: int = 128, layers: int = 3, heads: int = 8,
+                 ff: int = 512, feature_width: int = FEATURE_WIDTH, top_k: int = TOP_K):
+        super().__init__()
+        self.config = dict(block_size=block_size, d_model=d_model, layers=layers, heads=heads, ff=ff,
+                           feature_width=feature_width, top_k=top_k)
+        self.embed = nn.Sequential(nn.Linear(feature_width, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, 2)
+
+    @property
+    def block_size(self) -> int:
+        return self.config["block_size"]
+
+    def forward(self, x: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        N, B, F = x.shape
+        assert F == self.config["feature_width"], f"features {tuple(x.shape)}, want (N, B, {self.config['feature_width']})"
+        h = self.encoder(self.embed(x))                               # (N, B, d)
+        out = self.head(self.norm(h))                                 # (N, B, 2)
+        return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def stale_probs(scaled: torch.Tensor) -> torch.Tensor:
+    """scaled: (B, V) float64 L / T with MASK at -inf -> (B, V) float32 probabilities."""
+    return torch.softmax(scaled, -1).float()
+
+
+def top_probs(probs: torch.Tensor, k: int = TOP_K) -> torch.Tensor:
+    """probs: (B, V) -> (B, k) the k largest, descending (zero-padded when V < k)."""
+    top = probs.topk(min(k, probs.shape[-1]), -1).values                # (B, min(k, V))
+    return torch.nn.functional.pad(top, (0, k - top.shape[-1]))
+
+
+def position_features(B: int) -> torch.Tensor:
+    """(B, 1 + 2 * N_FREQ): j / B, then sin, cos of 2 pi f j / B for f = 1 .. N_FREQ."""
+    j = torch.arange(B, dtype=torch.float32)
+    ang = 2 * math.pi * j[:, None] * torch.arange(1, N_FREQ + 1)[None] / B   # (B, N_FREQ)
+    return torch.cat([(j / B)[:, None], ang.sin(), ang.cos()], -1)
+
+
+def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
+             draft_depth: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """The order model's input for N hypothetical states of one block.
+
+    top: (N, B, 32) or (B, 32) sorted stale probabilities; p_coupled: (N, B) stale probability of
+    the coupled token at each node's step; masked: (N, B) bool; draft_depth: (N, B) depth in the
+    draft at which a position was committed (0: not by the draft); step: (N,) node steps.
+    Returns (N, B, FEATURE_WIDTH) float32.
+    """
+    N, B = masked.shape
+    top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
+    pos = position_features(B).expand(N, B, 1 + 2 * N_FREQ)               # (N, B, 1 + 2F)
+    struct = torch.stack([masked.float(), (draft_depth > 0).float(), draft_depth.float() / B,
+                          (step.float() / B)[:, None].expand(N, B), p_coupled.float()], -1)  # (N, B, 5)
+    return torch.cat([top.float(), struct, pos], -1)
+
+
+def save(path, model: OrderModel, meta: dict) -> None:
+    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature width...)."""
+    header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
+    sd = {k: v.detach().half() for k, v in model.state_dict().items()}
+    torch.save({"header": header, "state_dict": sd}, path)
+
+
+def load(path, block_size: int | None = None) -> tuple[OrderModel, dict]:
+    """(model in eval mode, header); ``ValueError`` for a corrupt or mismatched checkpoint."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"no drafter checkpoint at {path}") from None
+    except Exception as e:                                      # pickle / zip errors
+        raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {e}") from None
+    header = blob.get("header") if isinstance(blob, dict) else None
+    if not isinstance(header, dict) or header.get("format") != "spotref-order-model":
+        raise ValueError(f"{path} is not a spotref drafter checkpoint (no spotref-order-model header)")
+    return build(header, blob.get("state_dict"), path, block_size), header
+
+
+def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
+    cfg = header["config"]
+    if cfg.get("feature_width") != FEATURE_WIDTH or cfg.get("top_k") != TOP_K:
+        raise ValueError(f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
+                         f"(top-{cfg.get('top_k')}); this spotref computes {FEATURE_WIDTH} (top-{TOP_K})")
+    if block_size is not None and cfg["block_size"] != block_size:
+        raise ValueError(f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
+                         f"the target's block size is {block_size}")
+    model = OrderModel(**cfg)
+    try:
+        model.load_state_dict({k: v.float() for k, v in sd.items()})
+    except (RuntimeError, AttributeError, KeyError) as e:
+        raise ValueError(f"the drafter checkpoint {path} does not match its config: {e}") from None
+    return model.eval()

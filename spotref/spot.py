@@ -1,0 +1,180 @@
+"""The SPOT drafter: a trained order model (``spotref.order``) turned into draft trees.
+
+``SpotDrafter(order_model)(view) -> Draft``. From the stale distributions it builds the order
+model's features at the root, scores the masked positions (the next-commit distribution) and
+grows a best-first tree by cumulative path probability under the node budget N and depth cap D
+(``grow_levels``): deeper levels re-run the order model on the hypothetical child states (same
+stale distributions, updated masked / committed-in-draft / step features), one batched forward
+per tree level over its ceil(N / D) + 1 best nodes. An edge's probability is P(position next) x P(coupled token right); where
+the token is uncertain a second edge carries the runner-up token (``second``). Equal states are
+merged by the growth. Tokens are coupled-noise matched (``view.coupled_tokens(step)``).
+
+Under the threshold rule (SPOT-Sets) this first version drafts the confidence drafter's commit
+sets (``spotref.drafters.threshold_options``); the learned order serves the one-position rule.
+
+Checkpoints: ``load_drafter(name_or_path)``; ``drafter_for(model, kind)`` finds the shipped
+checkpoint whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"calibrated"``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from spotref import order
+from spotref.draft import Draft
+from spotref.drafters import ConfidenceDrafter
+from spotref.grow import grow_levels
+
+ORDER_DIR = Path(__file__).parent / "order_models"
+SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
+
+
+class ViewInputs:
+    """What the order model reads, computed from a live ``View``."""
+
+    def __init__(self, view):
+        self.view, self.tokens, self.step, self.mask_id = view, view.tokens, view.step, view.mask_id
+        self.probs = order.stale_probs(view.rule.scaled(view.stale_logits))    # (B, V)
+        self.top = order.top_probs(self.probs)                                 # (B, 32)
+        self._second = {}
+
+    def coupled(self, m: int):
+        """(tokens (B,) int64, their stale probabilities (B,)) under the noise of step m."""
+        x = self.view.coupled_tokens(m)
+        return x, self.probs.gather(1, torch.from_numpy(x)[:, None])[:, 0]
+
+    def second(self, m: int):
+        """The runner-up coupled tokens at step m and their stale probabilities."""
+        if m not in self._second:
+            v, x = self.view, self.view.coupled_tokens(m)
+            z = v.rule.scaled(v.stale_logits)
+            if v.temperature > 0:
+                from spotref.rules import filter_top_k_top_p
+                z = filter_top_k_top_p(z, v.rule.top_k, v.rule.top_p) + v.rule.noise(v.block, m, z.device)
+            z[torch.arange(len(x)), torch.from_numpy(x)] = -torch.inf
+            x2 = z.argmax(-1)
+            self._second[m] = (x2.numpy(), self.probs.gather(1, x2[:, None])[:, 0])
+        return self._second[m]
+
+
+class SpotDrafter:
+    """``drafter(view) -> Draft`` from a trained ``OrderModel``."""
+
+    name = "spot"
+
+    def __init__(self, model: order.OrderModel, header: dict | None = None, second: float = SECOND,
+                 strict: bool = True):
+        self.model, self.header = model.eval(), header or {}
+        self.second, self.strict = second, strict
+
+    @property
+    def curves(self) -> dict:
+        """Offline commits per round vs budget ({"0"|"1": {N: commits}}), for the cost model."""
+        return self.header.get("curves", {}).get("spot", {})
+
+    def __call__(self, view) -> Draft:
+        B = len(view.tokens)
+        if self.strict and B != self.model.block_size:
+            raise ValueError(f"the SPOT drafter was trained for block size {self.model.block_size}, "
+                             f"the target's block size is {B}")
+        if view.threshold is not None:
+            return ConfidenceDrafter()(view)
+        return self.draft(ViewInputs(view), view.budget, view.depth)
+
+    def draft(self, inp, budget: int, depth: int) -> Draft:
+        """The tree over ``inp`` (ViewInputs, or recorded inputs for offline evaluation)."""
+        root = SimpleNamespace(tokens=inp.tokens, step=inp.step, budget=budget, depth=depth)
+        width = min(budget, -(-budget // max(depth, 1)) + 1)          # ceil(N / D) + 1 nodes per level
+        return grow_levels(root, lambda s, k, m: self.options(inp, s, k, m, budget), width)
+
+    @torch.no_grad()
+    def scores(self, inp, states, steps, marks):
+        """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+        masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
+        pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
+        x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
+                           torch.tensor(steps))                                     # (N, B, F)
+        s, t = self.model(x, masked)
+        return torch.softmax(s, -1), torch.sigmoid(t)
+
+    def options(self, inp, states, steps, marks, limit: int):
+        p, q = self.scores(inp, states, steps, marks)
+        out = []
+        for i, k in enumerate(steps):
+            x = inp.coupled(k)[0]
+            masked = np.flatnonzero(states[i] == inp.mask_id)
+            best = masked[np.argsort(-p[i, masked].numpy(), kind="stable")][:limit]
+            opts = [(float(p[i, j] * q[i, j]), ((int(j), int(x[j])),)) for j in best]
+            if self.second:
+                opts += self.runner_up(inp, k, best, p[i], q[i])
+            out.append(opts)
+        return out
+
+    def runner_up(self, inp, k, best, p, q):
+        """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)."""
+        x2, p2 = inp.second(k)
+        p1 = inp.coupled(k)[1]
+        return [(float(p[j] * (1 - q[j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
+                for j in best if q[j] < self.second and p2[j] > 0]
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of the target's config and first embedding values: which target this is."""
+    cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+    w = model.model.embed_tokens.weight.detach().flatten()[:256].half().cpu().numpy().tobytes()
+    return hashlib.sha256(cfg.encode() + w).hexdigest()[:16]
+
+
+def load_drafter(name: str, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
+    """A trained SPOT drafter: a bundled target's name (``list_drafters()``) or a checkpoint path."""
+    path = Path(name)
+    if not (name.endswith(".pt") or path.is_file()):
+        path = Path(directory or ORDER_DIR, f"{name}.pt")
+        if not path.is_file():
+            raise ValueError(f"no SPOT drafter named {name!r}; bundled: {', '.join(list_drafters(directory)) or 'none'}")
+    model, header = order.load(path)
+    return SpotDrafter(model, header, strict=strict)
+
+
+def list_drafters(directory: Path | str | None = None) -> list[str]:
+    return sorted(p.stem for p in Path(directory or ORDER_DIR).glob("*.pt"))
+
+
+_HEADERS: dict = {}
+
+
+def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
+    """The shipped checkpoint trained on ``model`` (matched by fingerprint), or None."""
+    fp = model_fingerprint(model)
+    for path in sorted(Path(directory or ORDER_DIR).glob("*.pt")):
+        key = (str(path), path.stat().st_mtime)
+        if key not in _HEADERS:
+            try:
+                _HEADERS[key] = order.load(path)[1]
+            except ValueError:
+                _HEADERS[key] = {}
+        if _HEADERS[key].get("target", {}).get("fingerprint") == fp:
+            return path
+    return None
+
+
+def drafter_for(model, kind: str):
+    """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model``."""
+    path = find_checkpoint(model)
+    if path is None:
+        raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
+                         f"{', '.join(list_drafters()) or 'none'}); train one with "
+                         f"`python -m spotref.train_drafter` or pass spotref.load_drafter(path)")
+    if kind == "spot":
+        return load_drafter(str(path))
+    from spotref.calibrated import CalibratedDrafter
+    return CalibratedDrafter.from_header(order.load(path)[1], path)
+
+
+MODEL_DRAFTERS = {"spot": lambda model: drafter_for(model, "spot"),
+                  "calibrated": lambda model: drafter_for(model, "calibrated")}

@@ -1,0 +1,208 @@
+"""Train a SPOT drafter for a target: ``python -m spotref.train_drafter stdlib-b32``.
+
+1. Record exact-decoding trajectories (``spotref.trajectories``) at T = 0 and T = 1 on
+   ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
+2. Train the order model (``spotref.order``) on CPU: cross-entropy on the next commit position
+   over the masked positions, teacher-forced deeper levels (from a recorded state, also the
+   states after its first d true commits, d uniform in 0 .. --tf-depth, with the same stale
+   features and "committed in draft at depth i" marks), plus a binary cross-entropy on whether
+   the coupled stale token at the true next position is the target's token.
+3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
+   at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
+   measure offline acceptance curves (commits per round vs budget) for the cost model.
+4. Save ``spotref/order_models/NAME.pt`` (or ``--out``): float16 weights and a header with the
+   block size, feature width, target fingerprint, accuracies, calibration and curves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spotref import order, trajectories as tj
+from spotref.calibrated import CalibratedDrafter, calibrate
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="bundled target name (spotref.list_targets())")
+    p.add_argument("--prompts", type=int, default=120, help="training prompts per temperature")
+    p.add_argument("--test-prompts", type=int, default=24, help="held-out prompts per temperature")
+    p.add_argument("--seeds", type=int, default=2, help="noise seeds per prompt at T = 1")
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--tf-depth", type=int, default=12, help="teacher-forced levels below a recorded state")
+    p.add_argument("--calib-prompts", type=int, default=40)
+    p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
+    p.add_argument("--out", default=None, help="checkpoint path (default spotref/order_models/TARGET.pt)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
+    """Teacher-forced examples: row r advanced by its first d true commits.
+
+    Returns x (n, B, F), masked (n, B), y (n,) next position, ok (n,) coupled token right."""
+    a, n = ds.arrays, len(rows)
+    fut_pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))              # (n, B)
+    state = torch.from_numpy(a["tokens"][rows])                                   # (n, B)
+    marks = torch.zeros_like(state)
+    d = torch.from_numpy(depths)
+    for i in range(int(depths.max(initial=0))):
+        on = d > i
+        marks[on, fut_pos[on, i]] = i + 1
+    masked = (state == ds.mask_id) & (marks == 0)
+    ar = torch.arange(n)
+    y = fut_pos[ar, d]                                                            # (n,)
+    pc = torch.from_numpy(a["pc"][rows, np.minimum(depths, a["pc"].shape[1] - 1)].astype(np.float32))
+    ctok = torch.from_numpy(a["ctok"][rows, np.minimum(depths, a["ctok"].shape[1] - 1)].astype(np.int64))
+    ok = (ctok[ar, y] == torch.from_numpy(a["fut_tok"][rows, depths].astype(np.int64))).float()
+    step = torch.from_numpy(a["step"][rows].astype(np.int64)) + d
+    x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step)
+    return x, masked, y, ok
+
+
+def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
+    rows = rng.integers(len(ds), size=n)
+    left = (ds.arrays["fut_pos"][rows] >= 0).sum(1)                               # true commits left
+    depths = (rng.random(n) * np.minimum(left, tf_depth + 1)).astype(np.int64)
+    return rows, depths
+
+
+def loss_fn(model, x, masked, y, ok):
+    s, t = model(x, masked)                                                       # (n, B), (n, B)
+    ce = torch.nn.functional.cross_entropy(s, y)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(t[torch.arange(len(y)), y], ok)
+    return ce + 0.5 * bce, (s.argmax(-1) == y).float().mean()
+
+
+@torch.no_grad()
+def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = 4000) -> float:
+    """Next-commit accuracy at ``depth`` teacher-forced levels (0: the recorded states)."""
+    left = (ds.arrays["fut_pos"] >= 0).sum(1)
+    rows = np.flatnonzero(left > depth)[:limit]
+    if len(rows) == 0:
+        return float("nan")
+    hits = 0
+    for i in range(0, len(rows), 512):
+        r = rows[i:i + 512]
+        x, masked, y, _ = batch(ds, r, np.full(len(r), depth))
+        hits += int((model.eval()(x, masked)[0].argmax(-1) == y).sum())
+    return hits / len(rows)
+
+
+def train(model, ds: tj.Trajectories, args, log=print):
+    from spotref.demo import progress
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    rng = np.random.default_rng(args.seed)
+    bar = progress(range(args.steps), "train order model")
+    for step in bar:
+        lr = args.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / args.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        model.train()
+        loss, acc = loss_fn(model, *batch(ds, *sample(ds, args.batch, args.tf_depth, rng)))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if hasattr(bar, "set_postfix") and step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc.item():.3f}")
+        elif step % 200 == 0:
+            log(f"step {step} loss {loss.item():.3f} acc {acc.item():.3f}")
+    return model.eval()
+
+
+# --- the pipeline -----------------------------------------------------------------------------
+
+def prompts_for(target, n: int, split: str, tokens: int) -> list:
+    """``n`` prompts of ``split`` (trajectories.prompt_texts), each cut to ``tokens`` tokens."""
+    out = [target.encode(t)[:tokens] for t in tj.prompt_texts(n, split, seed=1 if split == "test" else 0)]
+    return [p for p in out if len(p) == tokens]
+
+
+def recorded(target, args, split: str, T: float) -> tj.Trajectories:
+    """Trajectories of ``split`` at temperature T, cached under --data-dir."""
+    n = args.prompts if split == "train" else args.test_prompts
+    path = Path(args.data_dir, f"{target.name}-{split}-T{T:g}-n{n}-p{args.prompt_tokens}-g{args.new_tokens}.pt")
+    if path.exists():
+        return tj.Trajectories.load(path)
+    seeds = range(args.seeds) if T > 0 else (0,)
+    ds = tj.record(target.model, prompts_for(target, n, split, args.prompt_tokens), args.new_tokens, T,
+                   seeds, target.stop_ids, desc=f"record {split} T={T:g}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds.save(path)
+    return ds
+
+
+def calibrated_tables(data: dict, n_prompts: int) -> dict:
+    """The calibrated graph's prefix counts at T = 0 ("0") and T = 1 ("1") on the first prompts."""
+    tables = {}
+    for T, ds in data.items():
+        rows = np.flatnonzero(ds.arrays["prompt"] < n_prompts)
+        tables["0" if T == 0 else "1"] = calibrate([ds.row(i) for i in rows], "0" if T == 0 else "1")
+    return tables
+
+
+def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, limit: int = 200) -> dict:
+    """Offline mean commits per round vs budget on held-out rows: {drafter: {T: {N: commits}}}."""
+    out = {}
+    for name, draft in drafters.items():
+        out[name] = {}
+        for T, ds in data.items():
+            rows = [ds.row(i) for i in np.linspace(0, len(ds) - 1, min(limit, len(ds))).astype(int)]
+            out[name]["0" if T == 0 else "1"] = {
+                str(N): float(np.mean([min(tj.accepted(draft(r, N, depth, T), r) + 1, len(r.fut_pos))
+                                       for r in rows])) for N in budgets}
+    return out
+
+
+def run(args) -> int:
+    from spotref.spot import ORDER_DIR, SpotDrafter, model_fingerprint
+    from spotref.targets import TARGETS_DIR, load_target
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    target = load_target(args.target, args.targets_dir or TARGETS_DIR)
+    train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
+    test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
+    print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
+          f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
+    model = order.OrderModel(target.model.block_size)
+    print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
+    train(model, tj.Trajectories.concat(list(train_sets.values())), args)
+    acc = {("0" if T == 0 else "1"): accuracy(model, ds) for T, ds in test_sets.items()}
+    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750)")
+    cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
+    spot = SpotDrafter(model)
+    curve = curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
+                    "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+    print("offline commits per round:", json.dumps(curve))
+    out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    order.save(out, model, dict(
+        target={"name": target.name, "fingerprint": model_fingerprint(target.model)},
+        heldout_accuracy=acc, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
+        training=dict(command="python -m spotref.train_drafter " + " ".join(sys.argv[1:]),
+                      seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
+                      heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d"))))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spotref.train_drafter", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Exact-decoding trajectories: the order model's training data (SPEC section 4).
+
+``record(model, prompts, temperature, seeds)`` runs ``spotref.generate`` with a drafter that
+drafts nothing (so the run is exact decoding) but saves, at every state after a block's first,
+what a drafter can read: the state, its step, the top-32 stale probabilities, and for the next
+``DEPTH + 1`` steps the coupled-noise stale tokens (and runner-up tokens) with their stale
+probabilities. The run's trajectory then gives the true commits from each state to the end of
+its block. Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
+``Trajectories.row(i)`` reads like ``spot.ViewInputs`` so drafters can be evaluated offline
+(``accepted``): acceptance by state equality needs only the true commits.
+
+Prompts: held-out corpus code documents (never seen by the target's training), split by a hash
+of the document name into ``train`` (drafter training, calibration) and ``test`` (drafter
+held-out accuracy, benchmark) so the two never share a document.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from spotref.draft import Draft
+
+DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
+FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "temp", "prompt")
+
+
+def prompt_texts(n: int, split: str, seed: int = 0, chars: int = 2000) -> list[str]:
+    """``n`` code snippets (from random line starts) of held-out corpus documents in ``split``."""
+    from spotref.corpus import build_corpus
+    assert split in ("train", "test"), split
+    docs = sorted((d for d in build_corpus().heldout if d.name.startswith("code:")), key=lambda d: d.name)
+    docs = [d for d in docs if (zlib.crc32(d.name.encode()) % 4 == 0) == (split == "test")]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        text = docs[rng.integers(len(docs))].text
+        starts = [0] + [i + 1 for i, c in enumerate(text[:-chars]) if c == "\n"]
+        out.append(text[starts[rng.integers(len(starts))]:][:chars])
+    return out
+
+
+class Recorder:
+    """A drafter that drafts nothing and records the drafter's inputs at every round."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, view) -> Draft:
+        from spotref.spot import ViewInputs
+        inp = ViewInputs(view)
+        n = min(DEPTH + 1, int((view.tokens == view.mask_id).sum()))
+        steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
+            else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
+        c = {m: coupled_pair(view, m) for m in set(steps)}
+        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].half().numpy()
+        self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), top=inp.top.half().numpy(),
+                              ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
+                              pc=np.stack([prob(c[m][0]) for m in steps]),
+                              ctok2=torch.stack([c[m][1] for m in steps]).numpy().astype(np.int32),
+                              pc2=np.stack([prob(c[m][1]) for m in steps])))
+        return Draft.root()
+
+
+def coupled_pair(view, m: int):
+    """(coupled tokens, runner-up tokens) (B,) at step m: ``spot.ViewInputs.coupled``/``second``
+    in one pass over the stale logits."""
+    from spotref.rules import filter_top_k_top_p
+    rule = view.rule
+    z = rule.scaled(view.stale_logits)                                    # (B, V) float64
+    if rule.temperature > 0:
+        z = filter_top_k_top_p(z, rule.top_k, rule.top_p) + rule.noise(view.block, m, z.device)
+    x = z.argmax(-1)
+    z[torch.arange(len(x)), x] = -torch.inf
+    return x, z.argmax(-1)
+
+
+def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None) -> list[dict]:
+    """The rows of one exact generation, each with its true future commits and temperature."""
+    import spotref
+    rec = Recorder()
+    res = spotref.generate(model, prompt, new_tokens, temperature=temperature, seed=seed, drafter=rec,
+                           budget=1, depth=0, stop_ids=stop_ids)
+    truth = {(b, k): d[0] for b, k, d in res.stats["trajectory"]}
+    B = model.block_size
+    for row in rec.rows:
+        fut = [truth[(row["block"], k)] for k in range(row["step"], B) if (row["block"], k) in truth]
+        row["fut_pos"] = np.full(B, -1, np.int16)
+        row["fut_tok"] = np.full(B, -1, np.int32)
+        row["fut_pos"][: len(fut)] = [p for p, _ in fut]
+        row["fut_tok"][: len(fut)] = [t for _, t in fut]
+        row["temp"] = np.float32(temperature)
+    return rec.rows
+
+
+@dataclass
+class Trajectories:
+    """Recorded states, stacked: one row per state (see ``FIELDS``)."""
+
+    arrays: dict
+    mask_id: int
+    block_size: int
+
+    def __len__(self) -> int:
+        return len(self.arrays["step"])
+
+    def row(self, i: int) -> "Row":
+        return Row(self, i)
+
+    def subset(self, idx) -> "Trajectories":
+        return Trajectories({k: v[idx] for k, v in self.arrays.items()}, self.mask_id, self.block_size)
+
+    def save(self, path) -> None:
+        torch.save({"arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.arrays.items()},
+                    "mask_id": self.mask_id, "block_size": self.block_size}, path)
+
+    @classmethod
+    def load(cls, path) -> "Trajectories":
+        blob = torch.load(path, weights_only=True)
+        return cls({k: v.numpy() for k, v in blob["arrays"].items()}, blob["mask_id"], blob["block_size"])
+
+    @classmethod
+    def concat(cls, parts: list) -> "Trajectories":
+        return cls({k: np.concatenate([p.arrays[k] for p in parts]) for k in FIELDS},
+                   parts[0].mask_id, parts[0].block_size)
+
+
+def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,), stop_ids=None,
+           desc: str = "record") -> Trajectories:
+    """Trajectories of exact decoding on every prompt and seed."""
+    from spotref.demo import progress
+    rows = []
+    jobs = [(i, p, s) for i, p in enumerate(prompts) for s in seeds]
+    for i, p, s in progress(jobs, desc):
+        for row in record_one(model, p, new_tokens, temperature, s, stop_ids):
+            rows.append({**row, "prompt": np.int32(i)})
+    arrays = {k: np.stack([r[k] for r in rows]) for k in FIELDS} if rows else {k: np.zeros(0) for k in FIELDS}
+    return Trajectories(arrays, model.mask_id, model.block_size)
+
+
+class Row:
+    """One recorded state, read like ``spot.ViewInputs`` (plus the truth)."""
+
+    def __init__(self, ds: Trajectories, i: int):
+        a = ds.arrays
+        self.tokens, self.step, self.mask_id = a["tokens"][i], int(a["step"][i]), ds.mask_id
+        self.top = torch.from_numpy(a["top"][i].astype(np.float32))                # (B, 32)
+        self.ctok, self.pc, self.ctok2, self.pc2 = a["ctok"][i], a["pc"][i], a["ctok2"][i], a["pc2"][i]
+        n = int((a["fut_pos"][i] >= 0).sum())
+        self.fut_pos, self.fut_tok = a["fut_pos"][i][:n].astype(np.int64), a["fut_tok"][i][:n]
+        self.temperature = float(a["temp"][i])
+
+    def _d(self, m: int) -> int:
+        return min(m - self.step, len(self.ctok) - 1)
+
+    def coupled(self, m: int):
+        d = self._d(m)
+        return self.ctok[d].astype(np.int64), torch.from_numpy(self.pc[d].astype(np.float32))
+
+    def second(self, m: int):
+        d = self._d(m)
+        return self.ctok2[d].astype(np.int64), torch.from_numpy(self.pc2[d].astype(np.float32))
+
+    def accepted_prefix(self, depth: int) -> int:
+        """How many true commits (<= depth) the coupled stale tokens get right, in a row."""
+        n = min(depth, len(self.fut_pos), len(self.ctok))
+        for d in range(n):
+            if self.ctok[d][self.fut_pos[d]] != self.fut_tok[d]:
+                return d
+        return n
+
+
+def accepted(draft: Draft, row: Row) -> int:
+    """Accepted depth of ``draft`` at ``row``, by state equality as in ``core.walk``: a node's
+    state is the set of commits on its path (merged DAG paths count)."""
+    sets = [frozenset()]
+    for p, cs in zip(draft.parents[1:], draft.commits[1:]):
+        sets.append(sets[p] | set(cs))
+    known, s, d = set(sets), frozenset(), 0
+    while d < len(row.fut_pos):
+        s = s | {(int(row.fut_pos[d]), int(row.fut_tok[d]))}
+        if s not in known:
+            return d
+        d += 1
+    return d

@@ -1,0 +1,135 @@
+"""The order model, its features and checkpoints, and level-batched tree growth."""
+import hashlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from spotref import order
+from spotref.draft import Draft
+from spotref.grow import grow, grow_levels
+
+
+def test_parameter_count_is_the_papers():
+    m = order.OrderModel(32)
+    assert 0.60e6 <= order.n_params(m) <= 0.64e6, order.n_params(m)          # paper: 0.62M
+    assert m.config == dict(block_size=32, d_model=128, layers=3, heads=8, ff=512,
+                            feature_width=order.FEATURE_WIDTH, top_k=32)
+
+
+def random_inputs(N=3, B=8, V=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(torch.randn(B, V, generator=g) * 3, -1)
+    masked = torch.rand(N, B, generator=g) < 0.6
+    masked[:, 0] = True
+    x = order.features(order.top_probs(probs), torch.rand(N, B, generator=g), masked,
+                       torch.zeros(N, B, dtype=torch.long), torch.arange(N))
+    return x, masked
+
+
+def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
+    for V in (20, 5000):                                   # also V < 32: zero-padded
+        x, masked = random_inputs(V=V)
+        assert x.shape == (3, 8, order.FEATURE_WIDTH)
+        s, t = order.OrderModel(8).eval()(x, masked)
+        assert s.shape == t.shape == (3, 8)
+        assert torch.isinf(s[~masked]).all() and torch.isfinite(s[masked]).all()
+        assert torch.allclose(torch.softmax(s, -1).sum(-1), torch.ones(3))
+    top = order.top_probs(torch.softmax(torch.randn(4, 100), -1))
+    assert (top[:, :-1] >= top[:, 1:]).all()                # sorted, descending
+
+
+def test_checkpoint_round_trip(tmp_path):
+    m = order.OrderModel(8).eval()
+    order.save(tmp_path / "d.pt", m, {"target": {"name": "t", "fingerprint": "f"}})
+    m2, header = order.load(tmp_path / "d.pt", block_size=8)
+    x, masked = random_inputs()
+    with torch.no_grad():                                    # float16 weights on disk
+        assert torch.allclose(m(x, masked)[0], m2(x, masked)[0], atol=5e-2, equal_nan=True)
+    assert header["config"]["block_size"] == 8 and header["target"]["name"] == "t"
+
+
+def test_bad_checkpoints_fail_clearly(tmp_path):
+    order.save(tmp_path / "d.pt", order.OrderModel(8), {})
+    with pytest.raises(ValueError, match="block size 8, the target's block size is 32"):
+        order.load(tmp_path / "d.pt", block_size=32)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint" * 10)
+    with pytest.raises(ValueError, match="corrupt"):
+        order.load(tmp_path / "junk.pt")
+    raw = (tmp_path / "d.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="corrupt"):
+        order.load(tmp_path / "cut.pt")
+    with pytest.raises(ValueError, match="no drafter checkpoint"):
+        order.load(tmp_path / "missing.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a spotref drafter checkpoint"):
+        order.load(tmp_path / "other.pt")
+
+
+def test_wrong_feature_width_or_weights_fail_clearly(tmp_path):
+    m = order.OrderModel(8, feature_width=40)
+    order.save(tmp_path / "w.pt", m, {})
+    with pytest.raises(ValueError, match="feature width 40"):
+        order.load(tmp_path / "w.pt")
+    blob = torch.load(tmp_path / "w.pt", weights_only=True)
+    blob["header"]["config"]["feature_width"] = order.FEATURE_WIDTH
+    torch.save(blob, tmp_path / "w2.pt")
+    with pytest.raises(ValueError, match="does not match its config"):
+        order.load(tmp_path / "w2.pt")
+
+
+# --- growth ------------------------------------------------------------------------------------
+
+def hashed_options(B, max_opts=4):
+    """Deterministic pseudo-random options per state: distinct probabilities, no ties."""
+    def options(state, step):
+        masked = np.flatnonzero(state < 0)
+        h = int(hashlib.sha256(state.tobytes()).hexdigest()[:8], 16)
+        rng = np.random.default_rng(h)
+        js = rng.permutation(masked)[:max_opts]
+        p = rng.dirichlet(np.ones(len(js))) * 0.999 if len(js) else []
+        return [(float(pj), ((int(j), int(rng.integers(2))),)) for pj, j in zip(p, js)]
+    return options
+
+
+def node_states(draft, root):
+    states = [root]
+    for p, cs in zip(draft.parents[1:], draft.commits[1:]):
+        s = states[p].copy()
+        for j, t in cs:
+            s[j] = t
+        states.append(s)
+    return states
+
+
+@given(B=st.integers(1, 6), budget=st.integers(1, 40), depth=st.integers(0, 6), n=st.integers(0, 6))
+def test_grow_levels_is_best_first_when_wide(B, budget, depth, n):
+    """With unbounded width, level growth picks the same states as sequential best-first."""
+    root = np.full(B, -1, dtype=np.int64)
+    root[:min(n, B)] = 1
+    view = SimpleNamespace(tokens=root, step=0, budget=budget, depth=depth)
+    opts = hashed_options(B)
+    batched = lambda states, steps, marks: [opts(s, k) for s, k in zip(states, steps)]
+    a, b = grow(view, opts), grow_levels(view, batched, width=10**6)
+    key = lambda d: sorted(s.tobytes() for s in node_states(d, root))
+    assert key(a) == key(b)
+    assert len(b) <= budget and isinstance(b, Draft)
+    states = node_states(b, root)
+    assert len({s.tobytes() for s in states}) == len(states)                 # equal states merged
+
+
+def test_grow_levels_calls_once_per_level():
+    B, calls = 8, []
+    root = np.full(B, -1, dtype=np.int64)
+    opts = hashed_options(B, max_opts=8)
+
+    def batched(states, steps, marks):
+        calls.append(len(states))
+        for s, m in zip(states, marks):                     # marks: depth of each draft commit
+            assert ((m > 0) == (s >= 0)).all()
+        return [opts(s, k) for s, k in zip(states, steps)]
+    d = grow_levels(SimpleNamespace(tokens=root, step=0, budget=30, depth=5), batched, width=4)
+    assert len(calls) <= 5 and max(calls) <= 4 and len(d) == 30

@@ -1,0 +1,163 @@
+"""The SPOT and calibrated drafters: exact output whatever their weights, training pipeline,
+checkpoints by name / path / target fingerprint, offline acceptance, the cost model."""
+import dataclasses
+from argparse import Namespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import spotref
+from spotref import spot, train_drafter
+from spotref.calibrated import CalibratedDrafter, calibrate
+from spotref.conformance import assert_identical, cases, check_case
+from spotref.costmodel import choose_budget, expected_commits, resolve_budget
+from spotref.order import OrderModel, save
+from spotref.spot import SpotDrafter, ViewInputs
+from spotref.trajectories import Recorder, accepted, record
+from helpers import tiny_model
+
+
+def spot_for(model, seed=0, second=0.5):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return SpotDrafter(OrderModel(model.block_size), second=second)
+
+
+def random_calibrated(seed=0):
+    rng = np.random.default_rng(seed)
+    table = {(): 0}
+    for _ in range(30):
+        r = tuple(int(x) for x in rng.integers(0, 3, rng.integers(1, 5)))
+        for d in range(1, len(r) + 1):
+            table[r[:d]] = table.get(r[:d], 0) + 1
+    table.pop(())
+    return CalibratedDrafter({"0": table, "1": dict(list(table.items())[:5])})
+
+
+def with_drafter(make):
+    """A generate_fn for ``check_case`` that swaps the suite's drafter for ours."""
+    def generate_fn(model, prompt, n, drafter=None, **kw):
+        return spotref.generate(model, prompt, n, drafter=make(model), **kw)
+    return generate_fn
+
+
+@settings(max_examples=25)
+@given(case=cases(), seed=st.integers(0, 3), second=st.sampled_from([0.0, 0.5, 1.0]))
+def test_spot_drafter_is_exact(case, seed, second):
+    """Untrained order models of any weights: tokens identical to exact decoding, every rule."""
+    check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second)))
+
+
+@settings(max_examples=25)
+@given(case=cases(), seed=st.integers(0, 3))
+def test_calibrated_drafter_is_exact(case, seed):
+    check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: random_calibrated(seed)))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny target, its recorded trajectories, and a briefly trained drafter checkpoint."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8]
+    data = {T: record(model, prompts, 24, T, seeds=(0, 1)) for T in (0.0, 1.0)}
+    args = Namespace(lr=3e-3, steps=30, batch=16, tf_depth=4, seed=0)
+    om = train_drafter.train(OrderModel(8), train_drafter.tj.Trajectories.concat(list(data.values())), args,
+                             log=lambda *a: None)
+    cal = CalibratedDrafter(train_drafter.calibrated_tables(data, 2))
+    sd = SpotDrafter(om)
+    curves = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
+                                   "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data,
+                                  budgets=(1, 4), depth=4, limit=20)
+    path = tmp_path_factory.mktemp("order") / "tiny.pt"
+    save(path, om, {"target": {"name": "tiny", "fingerprint": spot.model_fingerprint(model)},
+                    "calibrated": cal.to_header(), "curves": curves})
+    return model, prompts, data, path
+
+
+@pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.5, 0.3), (2.0, None)])
+def test_trained_drafters_are_exact(trained, T, threshold):
+    model, prompts, _, path = trained
+    for d in (spot.load_drafter(str(path)), CalibratedDrafter.from_header(torch.load(path)["header"])):
+        for p in prompts:
+            kw = dict(temperature=T, seed=5, threshold=threshold)
+            exact = spotref.generate(model, p, 24, **kw)
+            got = spotref.generate(model, p, 24, drafter=d, budget=16, depth=6, **kw)
+            assert_identical(exact, got.tokens, 8, len(p))
+            assert got.passes <= exact.passes
+
+
+def test_accuracy_and_offline_acceptance(trained):
+    _, _, data, path = trained
+    model, header = spot.order.load(path)
+    acc = train_drafter.accuracy(model, data[0.0])
+    assert 0.0 <= acc <= 1.0
+    assert set(header["curves"]) == {"spot", "calibrated"}
+    assert all(c >= 1.0 for k in header["curves"].values() for t in k.values() for c in t.values())
+
+
+def test_recorded_inputs_match_the_live_view():
+    """A recorded row reads like the view it came from: same coupled and runner-up tokens."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=4)
+    live = []
+
+    class Both(Recorder):
+        def __call__(self, view):
+            inp = ViewInputs(view)
+            live.append([(inp.coupled(view.step + d)[0], inp.second(view.step + d)[0]) for d in range(3)])
+            return super().__call__(view)
+    rec = Both()
+    spotref.generate(model, [1, 2, 3], 16, temperature=1.0, seed=2, drafter=rec, budget=1, depth=0)
+    for row, want in zip(rec.rows, live):
+        n = int((row["tokens"] == model.mask_id).sum())
+        for d in range(min(3, n)):
+            assert (row["ctok"][d] == want[d][0]).all() and (row["ctok2"][d] == want[d][1]).all()
+
+
+def test_offline_acceptance_matches_the_decoder(trained):
+    """The oracle's offline acceptance is the whole truth; a root-only draft accepts nothing."""
+    _, _, data, _ = trained
+    row = data[1.0].row(0)
+    chain = Draft_chain(row, 3)
+    assert accepted(chain, row) == min(3, row.accepted_prefix(3))
+    assert accepted(spotref.Draft.root(), row) == 0
+
+
+def Draft_chain(row, n):
+    return spotref.Draft.chain([((int(row.fut_pos[d]), int(row.coupled(row.step + d)[0][row.fut_pos[d]])),)
+                                for d in range(min(n, len(row.fut_pos)))])
+
+
+def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
+    model, prompts, _, path = trained
+    (tmp_path / "tiny.pt").write_bytes(path.read_bytes())
+    monkeypatch.setattr(spot, "ORDER_DIR", tmp_path)
+    assert spot.list_drafters() == ["tiny"]
+    assert isinstance(spot.load_drafter("tiny"), SpotDrafter)
+    exact = spotref.generate(model, prompts[0], 16)
+    for name in ("spot", "calibrated"):
+        got = spotref.generate(model, prompts[0], 16, drafter=name, budget=8)
+        assert got.tokens == exact.tokens
+    other = tiny_model(V=61, B=8, init=1.0, seed=9)
+    with pytest.raises(ValueError, match="no shipped drafter checkpoint matches"):
+        spotref.generate(other, prompts[0], 16, drafter="spot")
+    with pytest.raises(ValueError, match="no SPOT drafter named 'nope'"):
+        spot.load_drafter("nope")
+
+
+def test_block_size_mismatch_is_a_clear_error():
+    model = tiny_model(V=61, B=4)
+    with pytest.raises(ValueError, match="trained for block size 8, the target's block size is 4"):
+        spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8)))
+    lax = SpotDrafter(OrderModel(8), strict=False)                           # transfer: allowed
+    assert spotref.generate(model, [1, 2, 3], 8, drafter=lax).tokens == spotref.generate(model, [1, 2, 3], 8).tokens
+
+
+def test_cost_model_choice():
+    assert choose_budget({1: 1.0, 4: 2.0, 16: 8.0}, {1: 1.0, 4: 3.0, 16: 5.0}) == 4
+    assert expected_commits(None, 8, 0.0) > 1.0
+    model = tiny_model(V=61, B=8)
+    n = resolve_budget("auto", model, spot_for(model), 4, 0.0)
+    assert n in (1, 2, 4, 8, 16, 32, 64)
+    assert resolve_budget(7, model, None, 4, 0.0) == 7
