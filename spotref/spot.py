@@ -82,6 +82,8 @@ class SpotDrafter:
         if self.strict and B != self.model.block_size:
             raise ValueError(f"the SPOT drafter was trained for block size {self.model.block_size}, "
                              f"the target's block size is {B}")
+        if view.budget < 2 or view.depth == 0:
+            return Draft.root()
         if view.threshold is not None:
             return ConfidenceDrafter()(view)
         return self.draft(ViewInputs(view), view.budget, view.depth)
@@ -131,17 +133,17 @@ def model_fingerprint(model) -> str:
 
 
 def load_drafter(name: str, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
-    """A trained SPOT drafter: a bundled target's name (``list_drafters()``) or a checkpoint path."""
+    """A trained SPOT drafter: a bundled target's name (``list_checkpoints()``) or a checkpoint path."""
     path = Path(name)
     if not (name.endswith(".pt") or path.is_file()):
         path = Path(directory or ORDER_DIR, f"{name}.pt")
         if not path.is_file():
-            raise ValueError(f"no SPOT drafter named {name!r}; bundled: {', '.join(list_drafters(directory)) or 'none'}")
+            raise ValueError(f"no SPOT drafter named {name!r}; bundled: {', '.join(list_checkpoints(directory)) or 'none'}")
     model, header = order.load(path)
     return SpotDrafter(model, header, strict=strict)
 
 
-def list_drafters(directory: Path | str | None = None) -> list[str]:
+def list_checkpoints(directory: Path | str | None = None) -> list[str]:
     return sorted(p.stem for p in Path(directory or ORDER_DIR).glob("*.pt"))
 
 
@@ -168,7 +170,7 @@ def drafter_for(model, kind: str):
     path = find_checkpoint(model)
     if path is None:
         raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
-                         f"{', '.join(list_drafters()) or 'none'}); train one with "
+                         f"{', '.join(list_checkpoints()) or 'none'}); train one with "
                          f"`python -m spotref.train_drafter` or pass spotref.load_drafter(path)")
     if kind == "spot":
         return load_drafter(str(path))

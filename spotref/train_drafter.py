@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="checkpoint path (default spotref/order_models/TARGET.pt)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
 
 
@@ -177,6 +178,8 @@ def run(args) -> int:
     print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
     model = order.OrderModel(target.model.block_size)
+    if args.init:
+        model.load_state_dict(order.load(args.init, target.model.block_size)[0].state_dict())
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {("0" if T == 0 else "1"): accuracy(model, ds) for T, ds in test_sets.items()}

@@ -133,7 +133,7 @@ def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
     model, prompts, _, path = trained
     (tmp_path / "tiny.pt").write_bytes(path.read_bytes())
     monkeypatch.setattr(spot, "ORDER_DIR", tmp_path)
-    assert spot.list_drafters() == ["tiny"]
+    assert spot.list_checkpoints() == ["tiny"]
     assert isinstance(spot.load_drafter("tiny"), SpotDrafter)
     exact = spotref.generate(model, prompts[0], 16)
     for name in ("spot", "calibrated"):
