@@ -62,13 +62,18 @@ class ViewInputs:
         return self._second[m]
 
 
-class SpotDrafter:
-    """``drafter(view) -> Draft`` from a trained ``OrderModel``."""
+class SpotDrafter(torch.nn.Module):
+    """``drafter(view) -> Draft`` from a trained ``OrderModel`` (a ``torch.nn.Module`` holding it).
+
+    second: add a runner-up token edge where P(coupled token right) < second (0: never);
+    strict: refuse a target whose block size is not the order model's (False: allow transfer).
+    """
 
     name = "spot"
 
     def __init__(self, model: order.OrderModel, header: dict | None = None, second: float = SECOND,
                  strict: bool = True):
+        super().__init__()
         self.model, self.header = model.eval(), header or {}
         self.second, self.strict = second, strict
 
@@ -77,7 +82,7 @@ class SpotDrafter:
         """Offline commits per round vs budget ({"0"|"1": {N: commits}}), for the cost model."""
         return self.header.get("curves", {}).get("spot", {})
 
-    def __call__(self, view) -> Draft:
+    def forward(self, view) -> Draft:
         B = len(view.tokens)
         if self.strict and B != self.model.block_size:
             raise ValueError(f"the SPOT drafter was trained for block size {self.model.block_size}, "

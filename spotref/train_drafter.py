@@ -179,7 +179,7 @@ def run(args) -> int:
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
     model = order.OrderModel(target.model.block_size)
     if args.init:
-        model.load_state_dict(order.load(args.init, target.model.block_size)[0].state_dict())
+        model.load_state_dict(order.load(args.init)[0].state_dict())      # block-relative features
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {("0" if T == 0 else "1"): accuracy(model, ds) for T, ds in test_sets.items()}

@@ -161,3 +161,10 @@ def test_cost_model_choice():
     n = resolve_budget("auto", model, spot_for(model), 4, 0.0)
     assert n in (1, 2, 4, 8, 16, 32, 64)
     assert resolve_budget(7, model, None, 4, 0.0) == 7
+
+
+def test_spot_drafter_is_a_module_and_a_callable(trained):
+    _, _, _, path = trained
+    d = spot.load_drafter(str(path))
+    assert isinstance(d, torch.nn.Module) and callable(d)
+    assert 0.60e6 <= sum(p.numel() for p in d.parameters()) <= 0.64e6        # no block-size-bound table
