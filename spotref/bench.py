@@ -46,10 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--depth", type=int, default=16, help="depth cap D")
+    p.add_argument("--depth", type=int, default=32, help="depth cap D")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-transfer", action="store_true", help="skip the transfer table")
     p.add_argument("--quick", action="store_true", help="CI smoke test: tiny grid (random model if no target)")
+    p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
+    p.add_argument("--drafters-dir", default=None, help="drafter checkpoints from here (default: bundled)")
     p.add_argument("--out", default="docs/results.md")
     p.add_argument("--plot", default="docs/results.png", help="PNG (matplotlib) or, without it, .svg")
 
@@ -69,12 +71,13 @@ class Setup:
 
 def target_setup(name: str, args) -> Setup:
     from spotref.spot import drafter_for
-    from spotref.targets import load_target
+    from spotref.targets import TARGETS_DIR, load_target
     from spotref.train_drafter import prompts_for
-    t = load_target(name)
+    t = load_target(name, args.targets_dir or TARGETS_DIR)
     s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
     try:
-        s.spot, s.calibrated = drafter_for(t.model, "spot"), drafter_for(t.model, "calibrated")
+        s.spot = drafter_for(t.model, "spot", args.drafters_dir)
+        s.calibrated = drafter_for(t.model, "calibrated", args.drafters_dir)
     except ValueError as e:
         print(f"bench: {name}: {e}", file=sys.stderr)
     return s
@@ -187,7 +190,9 @@ def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> list:
     from spotref.costmodel import resolve_budget
     d = resolve_drafter(make_drafter(name, setup, None), setup.model)
     N = resolve_budget("auto", setup.model, d, args.depth, T)
-    return row(setup, T, name, f"auto={N}", metrics(run_drafter(setup, T, name, N, args, drafter=d)), ex)
+    fresh = metrics([gen(setup, p, T, args) for p in setup.prompts])      # exact, timed next to it
+    return row(setup, T, name, f"auto={N}", metrics(run_drafter(setup, T, name, N, args, drafter=d)),
+               {**ex, "wall": fresh["wall"]})
 
 
 def transfer_rows(setups: list, args, N: int = 16) -> list:
@@ -284,7 +289,9 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         "Columns: passes/token counts every target forward (prefill, denoise/verify, store); "
         "`fewer passes` = exact passes / passes; `fewer denoise` the same without prefill and store "
         "passes; commits/round = decisions per verify round; `speed-up` = exact wall time / wall time "
-        "(same process, same prompts); bookkeeping = drafter + tree + acceptance share of the wall time.", "",
+        "(same process, same prompts; for the `auto` rows exact decoding is re-timed right before the "
+        "row, since the machine is shared and its speed drifts); bookkeeping = drafter + tree + "
+        "acceptance share of the wall time.", "",
         table(COLUMNS, rows), "", "## Goals", "",
         "SPOT vs the baselines at the same budget N (`vs calibrated` = calibrated passes / SPOT "
         "passes; `oracle-order gain` = (R_spot - 1) / (R_oracle-order - 1), R = fewer passes):", "",
@@ -301,10 +308,10 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
 
 
 def setups_for(args) -> list:
-    from spotref.targets import list_targets
+    from spotref.targets import TARGETS_DIR, list_targets
     if args.targets == "random":
         return [random_setup(args)]
-    names = list_targets() if args.targets == "all" else [t for t in args.targets.split(",") if t]
+    names = list_targets(args.targets_dir or TARGETS_DIR) if args.targets == "all" else [t for t in args.targets.split(",") if t]
     if args.quick and args.targets == "all":
         names = names[:1]
     return [target_setup(n, args) for n in names] if names else [random_setup(args)]

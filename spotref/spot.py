@@ -170,9 +170,9 @@ def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
     return None
 
 
-def drafter_for(model, kind: str):
+def drafter_for(model, kind: str, directory: Path | str | None = None):
     """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model``."""
-    path = find_checkpoint(model)
+    path = find_checkpoint(model, directory)
     if path is None:
         raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
                          f"{', '.join(list_checkpoints()) or 'none'}); train one with "
