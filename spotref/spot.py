@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -130,11 +131,11 @@ class SpotDrafter(torch.nn.Module):
                 for j in best if q[j] < self.second and p2[j] > 0]
 
 
-def model_fingerprint(model) -> str:
-    """A short hash of the target's config and first embedding values: which target this is."""
-    cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
-    w = model.model.embed_tokens.weight.detach().flatten()[:256].half().cpu().numpy().tobytes()
-    return hashlib.sha256(cfg.encode() + w).hexdigest()[:16]
+def model_fingerprint(model, weights: bool = True) -> str:
+    """A short hash of the target's config and (``weights``) first embedding values."""
+    cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode()
+    w = model.model.embed_tokens.weight.detach().flatten()[:256].half().cpu().numpy().tobytes() if weights else b""
+    return hashlib.sha256(cfg + w).hexdigest()[:16]
 
 
 def load_drafter(name: str, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
@@ -156,18 +157,30 @@ _HEADERS: dict = {}
 
 
 def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
-    """The shipped checkpoint trained on ``model`` (matched by fingerprint), or None."""
-    fp = model_fingerprint(model)
-    for path in sorted(Path(directory or ORDER_DIR).glob("*.pt")):
-        key = (str(path), path.stat().st_mtime)
-        if key not in _HEADERS:
-            try:
-                _HEADERS[key] = order.load(path)[1]
-            except ValueError:
-                _HEADERS[key] = {}
-        if _HEADERS[key].get("target", {}).get("fingerprint") == fp:
+    """The shipped checkpoint trained on ``model`` (matched by fingerprint), or None. Failing
+    that, one trained on a model of the same config (another version of the target: still exact,
+    maybe less accurate), with a warning."""
+    fp, cfg = model_fingerprint(model), model_fingerprint(model, weights=False)
+    headers = [(p, _header(p)) for p in sorted(Path(directory or ORDER_DIR).glob("*.pt"))]
+    for path, h in headers:
+        if h.get("target", {}).get("fingerprint") == fp:
+            return path
+    for path, h in headers:
+        if h.get("target", {}).get("config_fingerprint") == cfg:
+            warnings.warn(f"{path.name} was trained on another version of this target (same config, "
+                          f"other weights): output stays exact, acceptance may be lower")
             return path
     return None
+
+
+def _header(path: Path) -> dict:
+    key = (str(path), path.stat().st_mtime)
+    if key not in _HEADERS:
+        try:
+            _HEADERS[key] = order.load(path)[1]
+        except ValueError:
+            _HEADERS[key] = {}
+    return _HEADERS[key]
 
 
 def drafter_for(model, kind: str, directory: Path | str | None = None):

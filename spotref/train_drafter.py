@@ -192,7 +192,8 @@ def run(args) -> int:
     out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
     out.parent.mkdir(parents=True, exist_ok=True)
     order.save(out, model, dict(
-        target={"name": target.name, "fingerprint": model_fingerprint(target.model)},
+        target={"name": target.name, "fingerprint": model_fingerprint(target.model),
+                "config_fingerprint": model_fingerprint(target.model, weights=False)},
         heldout_accuracy=acc, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
         training=dict(command="python -m spotref.train_drafter " + " ".join(sys.argv[1:]),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),

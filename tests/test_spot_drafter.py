@@ -168,3 +168,14 @@ def test_spot_drafter_is_a_module_and_a_callable(trained):
     d = spot.load_drafter(str(path))
     assert isinstance(d, torch.nn.Module) and callable(d)
     assert 0.60e6 <= sum(p.numel() for p in d.parameters()) <= 0.64e6        # no block-size-bound table
+
+
+def test_same_config_other_weights_falls_back_with_a_warning(trained, tmp_path, monkeypatch):
+    model, prompts, _, path = trained
+    blob = torch.load(path, weights_only=True)
+    blob["header"]["target"] = {"fingerprint": "0" * 16, "config_fingerprint": spot.model_fingerprint(model, weights=False)}
+    torch.save(blob, tmp_path / "old.pt")
+    monkeypatch.setattr(spot, "ORDER_DIR", tmp_path)
+    with pytest.warns(UserWarning, match="another version of this target"):
+        got = spotref.generate(model, prompts[0], 16, drafter="spot", budget=8)
+    assert got.tokens == spotref.generate(model, prompts[0], 16).tokens
