@@ -7,7 +7,7 @@ vocabulary-agnostic by construction):
   at T = 0; MASK excluded);
 * structure: masked or not; committed in this draft (and at which depth / B); relative
   position j / B; step / B; the stale probability of the coupled-noise token at the node's step
-  (the confidence the target would see if its logits had not changed);
+  (the confidence the target would see if its logits had not changed), also as log / 5;
 * sin / cos of the position at ``N_FREQ`` frequencies (2 pi f j / B), so attention can tell
   neighbours apart without a learned, block-size-bound position table.
 
@@ -15,7 +15,9 @@ A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN
 B positions gives two numbers per position: the next-commit score (non-masked positions get
 -inf, so a softmax over the scores is the distribution of the next commit position) and a
 token logit (will the coupled stale token be the target's token when this position is
-committed?). 0.62M parameters at these sizes.
+committed?). A linear skip from the features to the two outputs starts the score at
+log(p_coupled): an untrained model ranks by stale confidence, the training-free order, and
+learns corrections to it. 0.62M parameters at these sizes.
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from torch import nn
 
 TOP_K = 32          # stale probabilities per position
 N_FREQ = 4          # sin/cos position frequencies
-N_STRUCT = 6        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled
+N_STRUCT = 7        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5
 FEATURE_WIDTH = TOP_K + N_STRUCT + 2 * N_FREQ
+LOG_PC = TOP_K + 5   # index of log(p_coupled) / 5 in the features
 DEFAULT_CONFIG = dict(d_model=128, layers=3, heads=8, ff=512, feature_width=FEATURE_WIDTH, top_k=TOP_K)
 
 
@@ -45,6 +48,12 @@ class OrderModel(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, 2)
+        self.skip = nn.Linear(feature_width, 2, bias=False)             # starts at log(p_coupled)
+        with torch.no_grad():                                          # untrained: the confidence order
+            self.skip.weight.zero_()
+            self.skip.weight[0, LOG_PC] = 5.0
+            self.head.weight.zero_()
+            self.head.bias.zero_()
 
     @property
     def block_size(self) -> int:
@@ -54,7 +63,7 @@ class OrderModel(nn.Module):
         N, B, F = x.shape
         assert F == self.config["feature_width"], f"features {tuple(x.shape)}, want (N, B, {self.config['feature_width']})"
         h = self.encoder(self.embed(x))                               # (N, B, d)
-        out = self.head(self.norm(h))                                 # (N, B, 2)
+        out = self.head(self.norm(h)) + self.skip(x)                  # (N, B, 2)
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
 
@@ -92,8 +101,10 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
     N, B = masked.shape
     top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
     pos = position_features(B).expand(N, B, 1 + 2 * N_FREQ)               # (N, B, 1 + 2F)
+    pc = p_coupled.float()
     struct = torch.stack([masked.float(), (draft_depth > 0).float(), draft_depth.float() / B,
-                          (step.float() / B)[:, None].expand(N, B), p_coupled.float()], -1)  # (N, B, 5)
+                          (step.float() / B)[:, None].expand(N, B), pc,
+                          pc.clamp_min(1e-9).log() / 5], -1)                          # (N, B, 6)
     return torch.cat([top.float(), struct, pos], -1)
 
 

@@ -4,8 +4,8 @@
    ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
 2. Train the order model (``spotref.order``) on CPU: cross-entropy on the next commit position
    over the masked positions, teacher-forced deeper levels (from a recorded state, also the
-   states after its first d true commits, d uniform in 0 .. --tf-depth, with the same stale
-   features and "committed in draft at depth i" marks), plus a binary cross-entropy on whether
+   states after its first d true commits, d = floor(u^2 (--tf-depth + 1)), u uniform (shallow levels more often), with the same stale
+   features and "committed in draft at depth i" marks; shallow levels drawn more often), plus a binary cross-entropy on whether
    the coupled stale token at the true next position is the target's token.
 3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
    at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
@@ -75,7 +75,7 @@ def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
 def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
     rows = rng.integers(len(ds), size=n)
     left = (ds.arrays["fut_pos"][rows] >= 0).sum(1)                               # true commits left
-    depths = (rng.random(n) * np.minimum(left, tf_depth + 1)).astype(np.int64)
+    depths = (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)   # shallow first
     return rows, depths
 
 
@@ -99,6 +99,13 @@ def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = 4000) -> f
         x, masked, y, _ = batch(ds, r, np.full(len(r), depth))
         hits += int((model.eval()(x, masked)[0].argmax(-1) == y).sum())
     return hits / len(rows)
+
+
+def confidence_accuracy(ds: tj.Trajectories) -> float:
+    """The training-free reference: how often the most confident stale position is next."""
+    a = ds.arrays
+    conf = np.where(a["tokens"] == ds.mask_id, a["pc"][:, 0].astype(np.float32), -1.0)   # (R, B)
+    return float((conf.argmax(1) == a["fut_pos"][:, 0]).mean()) if len(ds) else float("nan")
 
 
 def train(model, ds: tj.Trajectories, args, log=print):
@@ -183,7 +190,9 @@ def run(args) -> int:
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {("0" if T == 0 else "1"): accuracy(model, ds) for T, ds in test_sets.items()}
-    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750)")
+    base = {("0" if T == 0 else "1"): confidence_accuracy(ds) for T, ds in test_sets.items()}
+    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
+          f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     spot = SpotDrafter(model)
     curve = curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
@@ -194,7 +203,7 @@ def run(args) -> int:
     order.save(out, model, dict(
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
-        heldout_accuracy=acc, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
+        heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
         training=dict(command="python -m spotref.train_drafter " + " ".join(sys.argv[1:]),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
                       heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d"))))
