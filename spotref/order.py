@@ -7,7 +7,8 @@ vocabulary-agnostic by construction):
   at T = 0; MASK excluded);
 * structure: masked or not; committed in this draft (and at which depth / B); relative
   position j / B; step / B; the stale probability of the coupled-noise token at the node's step
-  (the confidence the target would see if its logits had not changed), also as log / 5;
+  (the confidence the target would see if its logits had not changed), also as log / 5; the
+  temperature as T / (1 + T) (the order behaves differently when sampling);
 * sin / cos of the position at ``N_FREQ`` frequencies (2 pi f j / B), so attention can tell
   neighbours apart without a learned, block-size-bound position table.
 
@@ -28,7 +29,7 @@ from torch import nn
 
 TOP_K = 32          # stale probabilities per position
 N_FREQ = 4          # sin/cos position frequencies
-N_STRUCT = 7        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5
+N_STRUCT = 8        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5, T/(1+T)
 FEATURE_WIDTH = TOP_K + N_STRUCT + 2 * N_FREQ
 LOG_PC = TOP_K + 5   # index of log(p_coupled) / 5 in the features
 DEFAULT_CONFIG = dict(d_model=128, layers=3, heads=8, ff=512, feature_width=FEATURE_WIDTH, top_k=TOP_K)
@@ -90,21 +91,23 @@ def position_features(B: int) -> torch.Tensor:
 
 
 def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
-             draft_depth: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+             draft_depth: torch.Tensor, step: torch.Tensor, temperature) -> torch.Tensor:
     """The order model's input for N hypothetical states of one block.
 
     top: (N, B, 32) or (B, 32) sorted stale probabilities; p_coupled: (N, B) stale probability of
     the coupled token at each node's step; masked: (N, B) bool; draft_depth: (N, B) depth in the
-    draft at which a position was committed (0: not by the draft); step: (N,) node steps.
+    draft at which a position was committed (0: not by the draft); step: (N,) node steps;
+    temperature: a float or (N,) per state.
     Returns (N, B, FEATURE_WIDTH) float32.
     """
     N, B = masked.shape
     top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
     pos = position_features(B).expand(N, B, 1 + 2 * N_FREQ)               # (N, B, 1 + 2F)
     pc = p_coupled.float()
+    T = torch.as_tensor(temperature, dtype=torch.float32).expand(N)                  # (N,)
     struct = torch.stack([masked.float(), (draft_depth > 0).float(), draft_depth.float() / B,
-                          (step.float() / B)[:, None].expand(N, B), pc,
-                          pc.clamp_min(1e-9).log() / 5], -1)                          # (N, B, 6)
+                          (step.float() / B)[:, None].expand(N, B), pc, pc.clamp_min(1e-9).log() / 5,
+                          (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, 7)
     return torch.cat([top.float(), struct, pos], -1)
 
 

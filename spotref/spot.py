@@ -40,6 +40,7 @@ class ViewInputs:
 
     def __init__(self, view):
         self.view, self.tokens, self.step, self.mask_id = view, view.tokens, view.step, view.mask_id
+        self.temperature = view.temperature
         self.probs = order.stale_probs(view.rule.scaled(view.stale_logits))    # (B, V)
         self.top = order.top_probs(self.probs)                                 # (B, 32)
         self._second = {}
@@ -106,7 +107,7 @@ class SpotDrafter(torch.nn.Module):
         masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
         pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
         x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
-                           torch.tensor(steps))                                     # (N, B, F)
+                           torch.tensor(steps), inp.temperature)                    # (N, B, F)
         s, t = self.model(x, masked)
         return torch.softmax(s, -1), torch.sigmoid(t)
 

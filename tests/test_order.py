@@ -25,7 +25,7 @@ def random_inputs(N=3, B=8, V=50, seed=0):
     masked = torch.rand(N, B, generator=g) < 0.6
     masked[:, 0] = True
     x = order.features(order.top_probs(probs), torch.rand(N, B, generator=g), masked,
-                       torch.zeros(N, B, dtype=torch.long), torch.arange(N))
+                       torch.zeros(N, B, dtype=torch.long), torch.arange(N), 1.0)
     return x, masked
 
 
