@@ -142,7 +142,9 @@ def prompts_for(target, n: int, split: str, tokens: int) -> list:
 def recorded(target, args, split: str, T: float) -> tj.Trajectories:
     """Trajectories of ``split`` at temperature T, cached under --data-dir."""
     n = args.prompts if split == "train" else args.test_prompts
-    path = Path(args.data_dir, f"{target.name}-{split}-T{T:g}-n{n}-p{args.prompt_tokens}-g{args.new_tokens}.pt")
+    from spotref.spot import model_fingerprint
+    path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}-n{n}"
+                               f"-p{args.prompt_tokens}-g{args.new_tokens}.pt")
     if path.exists():
         return tj.Trajectories.load(path)
     seeds = range(args.seeds) if T > 0 else (0,)
