@@ -37,7 +37,7 @@ from spotref.draft import Draft
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:
     """``n`` held-out code texts, each from a random line start of a random held-out file."""
-    docs = [d for d in build_corpus().heldout if d.name.startswith("code:")]
+    docs = [d for d in build_corpus().heldout if d.name.startswith("code:") and len(d.text) > 3000]
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -94,6 +94,8 @@ def report(target, prompts_text: list[str], prompt_tokens: int, new_tokens: int)
     blocks, texts, samples, passes, t0 = [], [], [], 0, time.perf_counter()
     for n, text in enumerate(prompts_text):
         prompt = target.tokenizer.encode(text)[:prompt_tokens]
+        if len(prompt) < prompt_tokens:
+            raise ValueError(f"held-out prompt {n} has only {len(prompt)} tokens, want {prompt_tokens}")
         res, rec = generate_one(target, prompt, new_tokens)
         bs = block_stats(target, prompt, res, rec)
         blocks += bs
@@ -128,28 +130,38 @@ def passes_bar(r: dict) -> bool:
             and abs(r["whitespace_share"] - r["corpus_whitespace_share"]) <= 0.10)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.quality", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``spotref target-quality`` / ``python -m spotref.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=64, help="a multiple of the block size")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+
+
+def run(args) -> int:
+    """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
+    from pathlib import Path
     from spotref.targets import TARGETS_DIR, load_target
+    torch.set_num_threads(args.threads)
     target = load_target(args.target)
     r = report(target, heldout_prompts(args.prompts), args.prompt_tokens, args.new_tokens)
     r["meets_bar"] = passes_bar(r)
     print(json.dumps(r, indent=1))
     if args.write_meta:
-        from pathlib import Path
         path = Path(args.target) if args.target.endswith(".json") else TARGETS_DIR / f"{args.target}.json"
         meta = json.loads(path.read_text())
         meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
+        meta["quality_samples"] = r["samples"]
         path.write_text(json.dumps(meta, indent=1) + "\n")
     return 0 if r["meets_bar"] else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spotref.quality", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -263,9 +263,10 @@ def train(args) -> dict:
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
         print(f"resumed {ckpt_path} at step {state['step']}", file=sys.stderr)
+    command = "python -m spotref.train " + shlex.join(sys.argv[1:])
     state.update(corpus=corpus.describe(), corpus_limit=args.corpus_limit, config=cfg.to_dict(),
                  args=vars(args), train_tokens=len(stream), heldout_tokens=len(held),
-                 command=state.get("command") or "python -m spotref.train " + shlex.join(sys.argv[1:]))
+                 commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
     _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
     if args.export:
         export(model, tok, state, Path(args.export), args.name)
@@ -346,7 +347,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
         "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
                       "eos_id": tok.eos_id, "mask_id": tok.mask_id},
         "corpus": state["corpus"],
-        "training": {"command": state["command"], "steps": state["step"],
+        "training": {"commands": state.get("commands", []), "steps": state["step"],
                      "train_minutes": round(state["train_s"] / 60, 1),
                      "train_tokens": state["train_tokens"], "torch": torch.__version__,
                      "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
