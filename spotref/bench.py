@@ -337,15 +337,22 @@ def run(args) -> int:
     total = len(setups) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
     bar = progress(range(total), "bench")
     bar = bar if hasattr(bar, "update") else type("NoBar", (), {"update": lambda self, n: None})()
-    for s in setups:
-        bench_target(s, args, rows, bar)
-    transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    plot_path = plot(rows, args.plot)
-    text = report(args, rows, transfer, setups, plot_path, time.time() - t0)
-    Path(args.out).write_text(text)
-    print(text)
+    for i, s in enumerate(setups):
+        bench_target(s, args, rows, bar)
+        if i + 1 < len(setups):                           # partial report: a long run can be cut
+            write(args, rows, [], setups[: i + 1], time.time() - t0, partial=True)
+    transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
+    print(write(args, rows, transfer, setups, time.time() - t0))
     return 0
+
+
+def write(args, rows, transfer, setups, seconds: float, partial: bool = False) -> str:
+    text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds)
+    if partial:
+        text = text.replace("\n", "\n\n**Partial: the run was still going.**\n", 1)
+    Path(args.out).write_text(text)
+    return text
 
 
 def main(argv=None) -> int:
