@@ -1,0 +1,111 @@
+"""Bundled targets: the load_target contract, tokenizers, and clear errors on bad input."""
+import shutil
+
+import pytest
+import torch
+
+import spotref
+from spotref.bpe import ByteTokenizer
+from spotref.models import SDARModel
+from spotref.targets import DEFAULT_TARGET, list_targets, load_target
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+BUNDLED = list_targets()
+
+
+def test_three_targets_ship_with_the_default_first_in_line():
+    assert len(BUNDLED) >= 3, BUNDLED
+    assert DEFAULT_TARGET in BUNDLED
+    blocks = {load_target(n).model.block_size for n in BUNDLED}
+    assert {16, 32} <= blocks
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_load_target_contract(name):
+    target = load_target(name)
+    m = target.model
+    assert isinstance(m, SDARModel) and not m.training
+    assert all(p.dtype == torch.float32 for p in m.parameters())
+    assert m.config.block_size and m.config.mask_token_id == target.tokenizer.mask_id
+    assert target.name == name and target.meta["heldout_loss"] > 0
+    assert target.eos_id == target.tokenizer.eos_id and target.stop_ids == [target.eos_id]
+    assert target.meta["weights"]["bytes"] <= 8 * 2**20
+    text = "def f(x):\n    return x  # ünïcode\n"
+    assert target.tokenizer.decode(target.tokenizer.encode(text)) == text
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_real_target_generates_identically_with_and_without_a_drafter(name):
+    target = load_target(name)
+    prompt = target.tokenizer.encode("import os\n\n\ndef main():\n    ")
+    exact = spotref.generate(target.model, prompt, 24, drafter=None)
+    spot = spotref.generate(target.model, prompt, 24, drafter="confidence")
+    assert exact.tokens == spot.tokens and len(exact.tokens) == 24
+
+
+def test_unknown_target_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown target 'nope'.*known targets: " + BUNDLED[0]):
+        load_target("nope")
+    with pytest.raises(ValueError, match="must be a str"):
+        load_target(3)
+
+
+@pytest.fixture
+def copy_of_default(tmp_path):
+    meta = load_target(DEFAULT_TARGET).meta
+    for f in (f"{DEFAULT_TARGET}.json", meta["weights"]["file"], meta["tokenizer"]["file"]):
+        shutil.copy(spotref.targets.TARGETS_DIR / f, tmp_path / f)
+    return tmp_path, tmp_path / meta["weights"]["file"]
+
+
+def test_truncated_weights_fail_clearly(copy_of_default):
+    d, weights = copy_of_default
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        load_target(DEFAULT_TARGET, directory=d)
+
+
+def test_corrupt_weights_fail_clearly(copy_of_default):
+    d, weights = copy_of_default
+    raw = bytearray(weights.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    weights.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="corrupt: its SHA-256"):
+        load_target(DEFAULT_TARGET, directory=d)
+
+
+def test_missing_weights_fail_clearly(copy_of_default):
+    d, weights = copy_of_default
+    weights.unlink()
+    with pytest.raises(ValueError, match="unknown target"):
+        load_target(DEFAULT_TARGET, directory=d)
+    with pytest.raises(ValueError, match="is missing"):
+        load_target(str(d / f"{DEFAULT_TARGET}.json"))
+
+
+@pytest.mark.parametrize("tok", [ByteTokenizer(), "bundled"])
+def test_prompts_that_do_not_encode_fail_clearly(tok):
+    tok = load_target(DEFAULT_TARGET).tokenizer if tok == "bundled" else tok
+    with pytest.raises(ValueError, match="does not encode as UTF-8"):
+        tok.encode("x = '\ud800'")
+    with pytest.raises(ValueError, match="encodes str, got bytes"):
+        tok.encode(b"def f(x):")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([tok.vocab_size])
+
+
+def test_byte_tokenizer_round_trip_and_specials():
+    tok = ByteTokenizer()
+    ids = tok.encode("é\n")
+    assert ids == [0xC3, 0xA9, 10] and tok.decode(ids) == "é\n"
+    assert tok.decode([104, 105, tok.mask_id, tok.eos_id, 33]) == "hi<|mask|>!"
+
+
+def test_quality_report_runs_on_the_default_target():
+    from spotref.quality import heldout_prompts, passes_bar, report
+    target = load_target(DEFAULT_TARGET)
+    r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)
+    assert r["blocks"] == 4 and 0 <= r["repeat_blocks"] <= r["one_char_blocks"] + 1
+    assert 0 < r["corpus_whitespace_share"] < 1 and 0 <= r["token_stability"] <= 1
+    assert passes_bar(r) in (True, False) and len(r["samples"]) == 2
