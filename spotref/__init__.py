@@ -14,6 +14,7 @@ from spotref.api import generate
 from spotref.decode import Result
 from spotref.draft import Draft, View
 from spotref.drafters import ConfidenceDrafter
+from spotref.spot import load_drafter
 from spotref.targets import list_targets, load_target
 
 if os.environ.get("SPOTREF_NO_EXTENSIONS"):
@@ -37,4 +38,4 @@ def core_module(name: str | None = None):
 
 
 __all__ = ["generate", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module",
-           "list_targets", "load_target"]
+           "list_targets", "load_target", "load_drafter"]

@@ -23,9 +23,10 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
              fused_store: bool = False, core=None) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
-    drafter: None (exact decoding), a name (``spotref.list_drafters()``), a trained order model
-    or any callable ``drafter(view) -> spotref.Draft``. budget: tree node budget N (root
-    included); depth: depth cap D. core: the tree/verification implementation (default: the
+    drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
+    "spot"), a trained order model (``spotref.load_drafter``) or any callable
+    ``drafter(view) -> spotref.Draft``. budget: tree node budget N (root included), or "auto"
+    (the N that maximises expected commits per second on this machine); depth: depth cap D. core: the tree/verification implementation (default: the
     compiled one when built, see ``spotref.EXTENSION``). fused_store: compute each finished
     block's K/V inside the next block's first pass instead of a store pass of its own (identical
     tokens, one pass fewer per block).
@@ -45,7 +46,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
         check_int("top_k", top_k, 1)
     if top_p is not None:
         check_real("top_p", top_p, lo=0.0, hi=1.0, open_lo=True)
-    check_int("budget", budget, 1)
+    if budget != "auto":
+        check_int("budget", budget, 1)
     check_int("depth", depth, 0)
     stops = [check_int("stop_ids", s, 0, V - 1) for s in (stop_ids or ())]
     rule = DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
@@ -54,12 +56,26 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     if drafter is None:
         fill = partial(exact_block, rule, stats=stats)
     else:
-        fill = partial(spot_block, rule, resolve_drafter(drafter, model), core or _default_core(),
-                       int(budget), int(depth), stats=stats)
+        drafter = resolve_drafter(drafter, model)
+        budget = auto_budget(model, drafter, int(depth), float(temperature)) if budget == "auto" else budget
+        fill = partial(spot_block, rule, drafter, core or _default_core(), int(budget), int(depth), stats=stats)
     t = time.perf_counter()
     tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
+
+
+_AUTO_BUDGETS = {}
+
+
+def auto_budget(model, drafter, depth: int, temperature: float) -> int:
+    """budget="auto": the cost model's N for this model and drafter on this machine (measured
+    once per process, see ``spotref.costmodel``)."""
+    from spotref.costmodel import resolve_budget
+    key = (id(model), id(drafter), depth, temperature > 0)
+    if key not in _AUTO_BUDGETS:
+        _AUTO_BUDGETS[key] = resolve_budget("auto", model, drafter, depth, temperature)
+    return _AUTO_BUDGETS[key]
 
 
 def _default_core():

@@ -60,17 +60,25 @@ def from_cli_models(name):
 COMMANDS.update(generate=(add_generate, run_generate), audit=(add_audit, run_audit))
 
 
-def add_train_target(sub):
-    from spotref.train import add_arguments
-    add_arguments(sub.add_parser("train-target", help="train a bundled SDAR target (BD3-LM objective)"))
+def add_module_command(sub, name, module, help):
+    """A sub-command whose options and entry point live in ``module`` (add_arguments / run)."""
+    import importlib
+    importlib.import_module(module).add_arguments(sub.add_parser(name, help=help))
 
 
-def run_train_target(args) -> int:
-    from spotref.train import run
-    return run(args)
+def module_runner(module):
+    def run(args) -> int:
+        import importlib
+        return importlib.import_module(module).run(args)
+    return run
 
 
-COMMANDS.update({"train-target": (add_train_target, run_train_target)})
+for _name, _module, _help in [
+        ("train-target", "spotref.train", "train a bundled SDAR target (BD3-LM objective)"),
+        ("bench", "spotref.bench", "every drafter side by side on every bundled target; writes docs/results.md"),
+        ("train-drafter", "spotref.train_drafter", "record trajectories and train a SPOT order model")]:
+    COMMANDS[_name] = (lambda sub, n=_name, m=_module, h=_help: add_module_command(sub, n, m, h),
+                       module_runner(_module))
 
 
 def main(argv=None) -> int:

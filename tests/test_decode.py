@@ -95,3 +95,11 @@ def test_stale_logits_view_is_float32_of_shape_b_v():
         return Draft.root()
     spotref.generate(m, [], 8, drafter=spy)
     assert seen and set(seen) == {(torch.float32, (4, 33), np.dtype(np.int64))}
+
+
+def test_auto_budget_is_exact_and_within_the_measured_budgets():
+    m = tiny_model(V=80, B=8, seed=1)
+    exact = spotref.generate(m, [1, 2, 3], 20, temperature=1.0)
+    auto = spotref.generate(m, [1, 2, 3], 20, temperature=1.0, drafter="confidence", budget="auto")
+    assert auto.tokens == exact.tokens
+    assert 1 <= max(auto.stats["draft_nodes"]) <= 64
