@@ -14,10 +14,14 @@ def add_demo(sub):
     p.add_argument("--prompts", type=int, default=4, help="number of prompts")
     p.add_argument("--gen-length", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--budget", type=int, default=4)
+    p.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[16],
+                   help="comma list of node budgets N (default 16)")
+    p.add_argument("--no-auto", dest="budget_auto", action="store_false",
+                   help="skip the budget='auto' row (the cost model's N for this machine)")
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--drafter", default="confidence", help="drafter name (default: confidence)")
+    p.add_argument("--drafter", default=None,
+                   help="drafter name (default: spot when the target ships one, else confidence)")
     p.add_argument("--fused-store", action="store_true",
                    help="store each finished block inside the next block's first pass (one pass fewer per block)")
     p.add_argument("--model", default="default",

@@ -2,11 +2,12 @@ from spotref.cli import main
 
 
 def test_demo_prints_exact_and_spot_side_by_side(capsys):
-    assert main(["demo", "--model", "random", "--prompts", "2", "--gen-length", "40", "--fused-store"]) == 0
+    assert main(["demo", "--model", "random", "--prompts", "2", "--gen-length", "40", "--fused-store",
+                 "--no-auto", "--budgets", "8"]) == 0
     out = capsys.readouterr().out
-    assert "outputs identical: yes" in out
+    assert "every output identical to exact decoding: yes" in out
     rows = [line for line in out.splitlines() if line.startswith("|") and "decoder" not in line and "---" not in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["exact", "confidence"]
+    assert [r.split("|")[1].strip() for r in rows] == ["exact", "confidence N=8"]
     exact_passes, spot_passes = (int(r.split("|")[3]) for r in rows)
     assert spot_passes <= exact_passes
 
