@@ -11,6 +11,9 @@ absolute positions; the prompt length is a multiple of every block size):
   tokenizer: one byte repeated), the issue's criterion;
 * ``one_char_blocks``: share of blocks whose text is >= 75% one character (the prototype's
   whitespace-collapse criterion, stricter for a BPE whose tokens are several characters);
+* ``loop_blocks`` (reported, not part of the bar): share of blocks in a loop of period 1 or 2
+  tokens (``ids[i] == ids[i - 2]`` at >= 75% of positions), e.g. ``name_name_name_``, which both
+  criteria above let through;
 * ``whitespace_share`` of the generated text vs ``corpus_whitespace_share`` (held-out text);
 * ``token_stability``: at every commit after a block's first, whether the token of the
   *previous* pass (stale logits, MASK excluded, argmax) at the committed position equals the
@@ -60,6 +63,10 @@ class StaleRecorder:
         return Draft.root()
 
 
+def short_loop(ids) -> bool:
+    return len(ids) > 2 and sum(ids[i] == ids[i - 2] for i in range(2, len(ids))) >= 0.75 * (len(ids) - 2)
+
+
 def one_char(text: str) -> bool:
     return bool(text) and Counter(text).most_common(1)[0][1] >= 0.75 * len(text)
 
@@ -86,7 +93,7 @@ def block_stats(target, prompt, res, rec) -> list[dict]:
         ids = res.tokens[i:i + B]
         text = tok.decode(ids)
         out.append({"ids": ids, "text": text, "repeat": len(set(ids)) == 1 and len(ids) > 1,
-                    "one_char": one_char(text), "agree": agree.get(first + i // B, [])})
+                    "one_char": one_char(text), "loop": short_loop(ids), "agree": agree.get(first + i // B, [])})
     return out
 
 
@@ -112,6 +119,7 @@ def report(target, prompts_text: list[str], prompt_tokens: int, new_tokens: int)
         "new_tokens": new_tokens, "temperature": 0.0, "blocks": len(blocks), "passes": passes,
         "repeat_blocks": _share([b["repeat"] for b in blocks]),
         "one_char_blocks": _share([b["one_char"] for b in blocks]),
+        "loop_blocks": _share([b["loop"] for b in blocks]),
         "whitespace_share": round(whitespace_share(gen), 4),
         "corpus_whitespace_share": round(corpus_ws, 4),
         "distinct_tokens": len({t for b in blocks for t in b["ids"]}),
