@@ -184,17 +184,28 @@ def _header(path: Path) -> dict:
     return _HEADERS[key]
 
 
+_DRAFTERS: dict = {}
+
+
 def drafter_for(model, kind: str, directory: Path | str | None = None):
-    """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model``."""
+    """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model`` (loaded once
+    per process and checkpoint, so repeated ``generate`` calls share one object)."""
     path = find_checkpoint(model, directory)
     if path is None:
         raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
-                         f"{', '.join(list_checkpoints()) or 'none'}); train one with "
+                         f"{', '.join(list_checkpoints(directory)) or 'none'}); train one with "
                          f"`python -m spotref.train_drafter` or pass spotref.load_drafter(path)")
-    if kind == "spot":
-        return load_drafter(str(path))
-    from spotref.calibrated import CalibratedDrafter
-    return CalibratedDrafter.from_header(order.load(path)[1], path)
+    key = (kind, str(path), path.stat().st_mtime)
+    if key not in _DRAFTERS:
+        if kind == "spot":
+            _DRAFTERS[key] = load_drafter(str(path))
+        else:
+            from spotref.calibrated import CalibratedDrafter
+            _DRAFTERS[key] = CalibratedDrafter.from_header(order.load(path)[1], path)
+    return _DRAFTERS[key]
+
+
+_DRAFTERS: dict = {}
 
 
 MODEL_DRAFTERS = {"spot": lambda model: drafter_for(model, "spot"),
