@@ -263,7 +263,7 @@ def train(args) -> dict:
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
         print(f"resumed {ckpt_path} at step {state['step']}", file=sys.stderr)
-    command = "python -m spotref.train " + shlex.join(sys.argv[1:])
+    command = shlex.join(sys.argv)                                      # as invoked (module or CLI)
     state.update(corpus=corpus.describe(), corpus_limit=args.corpus_limit, config=cfg.to_dict(),
                  args=vars(args), train_tokens=len(stream), heldout_tokens=len(held),
                  commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
