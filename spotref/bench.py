@@ -310,11 +310,15 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
 def setups_for(args) -> list:
     from spotref.targets import TARGETS_DIR, list_targets
     if args.targets == "random":
-        return [random_setup(args)]
+        return [lambda: random_setup(args)]
     names = list_targets(args.targets_dir or TARGETS_DIR) if args.targets == "all" else [t for t in args.targets.split(",") if t]
     if args.quick and args.targets == "all":
         names = names[:1]
-    return [target_setup(n, args) for n in names] if names else [random_setup(args)]
+    if not names:
+        return [lambda: random_setup(args)]
+    from spotref.targets import DEFAULT_TARGET                     # the default target first
+    names = sorted(names, key=lambda n: n != DEFAULT_TARGET)
+    return [lambda n=n: target_setup(n, args) for n in names]     # loaded when its turn comes
 
 
 def configure(args) -> None:
@@ -332,16 +336,16 @@ def run(args) -> int:
     torch.set_num_threads(1)
     t0 = time.time()
     configure(args)
-    setups = setups_for(args)
-    rows = []
-    total = len(setups) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
+    makers, setups, rows = setups_for(args), [], []
+    total = len(makers) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
     bar = progress(range(total), "bench")
     bar = bar if hasattr(bar, "update") else type("NoBar", (), {"update": lambda self, n: None})()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(setups):
-        bench_target(s, args, rows, bar)
-        if i + 1 < len(setups):                           # partial report: a long run can be cut
-            write(args, rows, [], setups[: i + 1], time.time() - t0, partial=True)
+    for i, make in enumerate(makers):
+        setups.append(make())
+        bench_target(setups[-1], args, rows, bar)
+        if i + 1 < len(makers):                           # partial report: a long run can be cut
+            write(args, rows, [], setups, time.time() - t0, partial=True)
     transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
     print(write(args, rows, transfer, setups, time.time() - t0))
     return 0
