@@ -109,16 +109,18 @@ def prompt_ids(args, tok) -> list:
 
 
 def drafter_arg(name: str):
-    """None for exact decoding, else a drafter name ``spotref.generate`` knows."""
+    """None for exact decoding, a drafter name ``spotref.generate`` knows, or a trained order
+    model loaded from a ``.pt`` checkpoint path."""
     from spotref import drafters
+    from spotref.spot import MODEL_DRAFTERS, load_drafter
     if name in ("none", "exact"):
         return None
-    if name in drafters.DRAFTERS:
+    if name in drafters.DRAFTERS or name in MODEL_DRAFTERS:
         return name
-    if name == "spot":
-        raise ValueError("--drafter spot: no trained drafter yet (the SPOT order model is not "
-                         "available in this install); use --drafter confidence or none")
-    raise ValueError(f"--drafter {name!r} is unknown; known: none, {', '.join(sorted(drafters.DRAFTERS))}")
+    if name.endswith(".pt"):
+        return load_drafter(name)
+    known = ", ".join(sorted([*drafters.DRAFTERS, *MODEL_DRAFTERS]))
+    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known}, or a drafter .pt path")
 
 
 def setup(args):

@@ -71,7 +71,8 @@ def test_generate_prompt_ids_without_tokenizer(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--drafter", "spot"], "no trained drafter yet"),
+    (["--drafter", "spot"], "no shipped drafter checkpoint matches this model"),
+    (["--drafter", "missing.pt"], "missing.pt"),
     (["--drafter", "magic"], "--drafter 'magic' is unknown"),
     (["--mask-id", 5], "the tokenizer's MASK token is id 3 but the model's mask_token_id is 5"),
     (["--mask-id", 300], "mask_token_id 300 is outside the vocabulary"),
