@@ -17,7 +17,7 @@ from spotref.models import SDARConfig, SDARModel
 
 
 def progress(iterable, desc: str, total: int | None = None):
-    """A tqdm bar when tqdm is installed, else a plain iterator with one line per item."""
+    """A tqdm bar when tqdm is installed, else the iterable itself (no progress shown)."""
     try:
         from tqdm.auto import tqdm
         return tqdm(iterable, desc=desc, total=total, leave=False)
