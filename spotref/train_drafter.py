@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
+    p.add_argument("--curves-only", action="store_true",
+                   help="keep the checkpoint's weights; re-measure its offline curves on the held-out prompts")
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -164,16 +166,43 @@ def calibrated_tables(data: dict, n_prompts: int) -> dict:
     return tables
 
 
-def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, limit: int = 200) -> dict:
-    """Offline mean commits per round vs budget on held-out rows: {drafter: {T: {N: commits}}}."""
+def segments(ds: tj.Trajectories) -> list:
+    """Row indices of each recorded block trajectory (consecutive steps of one prompt and seed)."""
+    step, prompt = ds.arrays["step"].astype(np.int64), ds.arrays["prompt"]
+    cut = np.flatnonzero((np.diff(step) != 1) | (np.diff(prompt) != 0)) + 1
+    return np.split(np.arange(len(ds)), cut) if len(ds) else []
+
+
+def simulate(draft, ds: tj.Trajectories, seg: np.ndarray, N: int, D: int, T: float) -> list:
+    """Commits per round of SPOT rounds along one recorded trajectory: a round at row i accepts
+    a drafted commits plus the bonus and the next round starts a + 1 rows later, exactly as
+    online (the row there holds the target's logits at the deepest accepted state as stale)."""
+    out, i = [], 0
+    while i < len(seg):
+        r = ds.row(seg[i])
+        c = min(tj.accepted(draft(r, N, D, T), r) + 1, len(r.fut_pos))
+        out.append(c)
+        i += c
+    return out
+
+
+def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, limit: int = 400) -> dict:
+    """Offline mean commits per round vs budget: {drafter: {T: {N: commits}}}, simulating rounds
+    along held-out trajectories until ``limit`` rounds (a mean over round starts, not over all
+    states: states inside long accepted runs are skipped, as they are online)."""
     out = {}
     for name, draft in drafters.items():
         out[name] = {}
         for T, ds in data.items():
-            rows = [ds.row(i) for i in np.linspace(0, len(ds) - 1, min(limit, len(ds))).astype(int)]
-            out[name]["0" if T == 0 else "1"] = {
-                str(N): float(np.mean([min(tj.accepted(draft(r, N, depth, T), r) + 1, len(r.fut_pos))
-                                       for r in rows])) for N in budgets}
+            per_n = {}
+            for N in budgets:
+                rounds = []
+                for seg in segments(ds):
+                    rounds += simulate(draft, ds, seg, N, depth, T)
+                    if len(rounds) >= limit:
+                        break
+                per_n[str(N)] = float(np.mean(rounds)) if rounds else 1.0
+            out[name]["0" if T == 0 else "1"] = per_n
     return out
 
 
@@ -183,6 +212,8 @@ def run(args) -> int:
     torch.manual_seed(args.seed)
     t0 = time.time()
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
+    if args.curves_only:
+        return remeasure(target, args)
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
@@ -211,6 +242,22 @@ def run(args) -> int:
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
                       heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d"))))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def remeasure(target, args) -> int:
+    """``--curves-only``: the checkpoint's curves re-measured, everything else kept."""
+    from spotref.spot import ORDER_DIR, SpotDrafter
+    out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
+    model, header = order.load(out, target.model.block_size)
+    test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
+    spot, cal = SpotDrafter(model, header), CalibratedDrafter.from_header(header, out)
+    header["curves"] = curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
+                               "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+    header["curves_command"] = "python -m spotref.train_drafter " + " ".join(sys.argv[1:])
+    print("offline commits per round:", json.dumps(header["curves"]))
+    order.save(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    print(f"wrote {out}")
     return 0
 
 

@@ -179,3 +179,28 @@ def test_same_config_other_weights_falls_back_with_a_warning(trained, tmp_path, 
     with pytest.warns(UserWarning, match="another version of this target"):
         got = spotref.generate(model, prompts[0], 16, drafter="spot", budget=8)
     assert got.tokens == spotref.generate(model, prompts[0], 16).tokens
+
+
+def left_to_right(inp, N, D):
+    """A chain over the masked positions, leftmost first, coupled tokens: reads a live
+    ``ViewInputs`` and a recorded ``Row`` alike (no float16-rounded features)."""
+    masked = np.flatnonzero(inp.tokens == inp.mask_id)[: min(N - 1, D)]
+    return spotref.Draft.chain([((int(j), int(inp.coupled(inp.step + d)[0][j])),) for d, j in enumerate(masked)])
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+def test_offline_curve_equals_online_commits_per_round(T):
+    """Rounds simulated on recorded trajectories commit exactly what the decoder commits per
+    round (a mean over round starts: averaging over every recorded state would overcount)."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    prompts, N, D = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8], 6, 4
+    online = []
+    for p in prompts:
+        res = spotref.generate(model, p, 24, temperature=T, seed=0, budget=N, depth=D,
+                               drafter=lambda view: left_to_right(ViewInputs(view), view.budget, view.depth))
+        online += [a for (_, k), a in zip(res.stats["starts"], res.stats["accepted"]) if k > 0]
+    data = {T: record(model, prompts, 24, T, seeds=(0,))}
+    offline = train_drafter.curves({"l2r": lambda r, n, d, t: left_to_right(r, n, d)}, data,
+                                   budgets=(N,), depth=D, limit=10 ** 6)
+    assert offline["l2r"]["0" if T == 0 else "1"][str(N)] == pytest.approx(np.mean(online), abs=1e-12)
+    assert max(online) > 1 and min(online) == 1                    # rounds of both kinds were seen
