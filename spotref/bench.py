@@ -235,16 +235,37 @@ def goal_rows(rows: list, args) -> list:
     return out
 
 
-def headline(rows: list) -> list[str]:
-    """The two single-number goals: N = 64 on the block-32 target at T = 0; auto wall clock."""
+def ceiling_rows(rows: list) -> list:
+    """Per target and T, what a perfect order drafter could reach in this run: the best ratio
+    over N of oracle-order's pass reduction to calibrated's and to confidence's, oracle-order's
+    reduction at the largest N, and its best wall-clock speed-up (it drafts for free)."""
+    k, out = by_key(rows), []
+    for tgt, T in dict.fromkeys((r[0], r[1]) for r in rows):
+        oo = {N: r for (t, tt, d, N), r in k.items() if (t, tt, d) == (tgt, T, "oracle-order") and isinstance(N, int)}
+        if not oo:
+            continue
+        best = lambda base: max(((oo[N][5] / k[(tgt, T, base, N)][5], N) for N in oo if (tgt, T, base, N) in k),
+                                default=(float("nan"), "-"))
+        (cal, n_cal), (conf, n_conf), top = best("calibrated"), best("confidence"), max(oo)
+        speed, n_speed = max((oo[N][9], N) for N in oo)
+        out.append([tgt, T, f"{cal:.2f} (N={n_cal})", f"{conf:.2f} (N={n_conf})", f"{oo[top][5]:.2f} (N={top})",
+                    f"{speed:.2f} (N={n_speed})"])
+    return out
+
+
+def headline(rows: list, setups: list) -> list[str]:
+    """The two single-number goals: N = 64 on the block-32 targets at T = 0; auto wall clock on
+    the default target (other targets' auto rows are listed without a verdict)."""
+    from spotref.targets import DEFAULT_TARGET
+    blocks = {s.name: s.model.block_size for s in setups}
     lines = []
     for r in rows:
-        if r[2] == "spot" and r[3] == 64 and r[1] == "0":
-            lines.append(f"* {r[0]}, T = 0, N = 64: SPOT needs {r[5]:.2f}x fewer passes than exact "
-                         f"(goal >= 6.8x on the block-32 target: {'met' if r[5] >= 6.8 else 'not met'})")
+        if r[2] == "spot" and r[3] == 64 and r[1] == "0" and blocks.get(r[0]) == 32:
+            lines.append(f"* {r[0]} (block 32), T = 0, N = 64: SPOT needs {r[5]:.2f}x fewer passes than exact "
+                         f"(goal >= 6.8x: {'met' if r[5] >= 6.8 else 'not met'})")
         if r[2] == "spot" and str(r[3]).startswith("auto"):
-            lines.append(f"* {r[0]}, T = {r[1]}, budget {r[3]}: SPOT throughput {r[9]:.2f}x exact "
-                         f"(goal >= 1.5x on the default target: {'met' if r[9] >= 1.5 else 'not met'})")
+            verdict = f" (goal >= 1.5x: {'met' if r[9] >= 1.5 else 'not met'})" if r[0] == DEFAULT_TARGET else ""
+            lines.append(f"* {r[0]}, T = {r[1]}, budget {r[3]}: SPOT throughput {r[9]:.2f}x exact{verdict}")
     return lines
 
 
@@ -297,7 +318,13 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         "passes; `oracle-order gain` = (R_spot - 1) / (R_oracle-order - 1), R = fewer passes):", "",
         table(["target", "T", "N", "SPOT fewer passes", "vs calibrated", ">= 1.3", "vs confidence",
                ">= 1.5", "oracle-order gain", ">= 0.75"], goal_rows(rows, args)), "",
-        *headline(rows), ""]
+        *headline(rows, setups), "",
+        "Ceilings in this run: what a perfect order drafter (the `oracle-order` rows: true next "
+        "positions, stale coupled tokens, no drafter cost) reaches. An order drafter can beat "
+        "`calibrated` by 1.3x only where the first column is >= 1.3 (runner-up token branches can "
+        "add a little on top).", "",
+        table(["target", "T", "oracle-order vs calibrated, best", "oracle-order vs confidence, best",
+               "oracle-order fewer passes", "oracle-order speed-up, best"], ceiling_rows(rows)), ""]
     if transfer:
         lines += ["## Transfer (T = 0, N = 16: fewer passes than exact)", "",
                   "Rows: whose drafter; columns: the target it drafts for.", "",

@@ -205,8 +205,5 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
     return _DRAFTERS[key]
 
 
-_DRAFTERS: dict = {}
-
-
 MODEL_DRAFTERS = {"spot": lambda model: drafter_for(model, "spot"),
                   "calibrated": lambda model: drafter_for(model, "calibrated")}

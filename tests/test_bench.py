@@ -27,3 +27,26 @@ def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="OUTPUT DIFFERS"):
         bench.main(["--quick", "--targets", "random", "--no-auto", "--out", str(tmp_path / "r.md"),
                     "--plot", str(tmp_path / "r.png")])
+
+
+def fake_row(tgt, T, name, N, fewer, speed=1.0):
+    return [tgt, T, name, N, 1 / fewer, fewer, fewer, fewer, 100.0, speed, "0%"]
+
+
+def test_headline_judges_each_goal_on_its_own_target():
+    from types import SimpleNamespace as NS
+    from spotref.targets import DEFAULT_TARGET
+    setups = [NS(name=DEFAULT_TARGET, model=NS(block_size=32)), NS(name="b16", model=NS(block_size=16))]
+    rows = [fake_row(DEFAULT_TARGET, "0", "spot", 64, 7.0), fake_row("b16", "0", "spot", 64, 9.0),
+            fake_row(DEFAULT_TARGET, "0", "spot", "auto=4", 2.0, speed=1.6),
+            fake_row("b16", "0", "spot", "auto=1", 1.0, speed=0.5)]
+    lines = bench.headline(rows, setups)
+    assert len([l for l in lines if "6.8x" in l]) == 1 and "7.00x fewer passes than exact (goal >= 6.8x: met)" in lines[0]
+    assert "1.60x exact (goal >= 1.5x: met)" in lines[1] and lines[2].endswith("0.50x exact")
+
+
+def test_ceiling_rows_take_the_best_budget():
+    rows = [fake_row("t", "0", "oracle-order", 4, 2.0, speed=0.9), fake_row("t", "0", "oracle-order", 64, 2.2, speed=0.3),
+            fake_row("t", "0", "calibrated", 4, 1.9), fake_row("t", "0", "calibrated", 64, 1.1),
+            fake_row("t", "0", "confidence", 4, 1.0), fake_row("t", "0", "confidence", 64, 2.2)]
+    assert bench.ceiling_rows(rows) == [["t", "0", "2.00 (N=64)", "2.00 (N=4)", "2.20 (N=64)", "0.90 (N=4)"]]
