@@ -50,3 +50,20 @@ def test_ceiling_rows_take_the_best_budget():
             fake_row("t", "0", "calibrated", 4, 1.9), fake_row("t", "0", "calibrated", 64, 1.1),
             fake_row("t", "0", "confidence", 4, 1.0), fake_row("t", "0", "confidence", 64, 2.2)]
     assert bench.ceiling_rows(rows) == [["t", "0", "2.00 (N=64)", "2.00 (N=4)", "2.20 (N=64)", "0.90 (N=4)"]]
+
+
+def test_report_table_parses_back(tmp_path):
+    """``--replot`` redraws from the written table: the parsed rows are the rows written."""
+    rows = [fake_row("t", "0", "exact", "-", 1.0), fake_row("t", "0", "spot", 4, 1.75),
+            fake_row("t", "0", "spot", "auto=2", 1.5)]
+    text = "intro\n\n" + bench.table(bench.COLUMNS, rows) + "\n\n## Goals\n| x | y |\n"
+    back = bench.rows_from_report(text)
+    assert [r[:4] for r in back] == [r[:4] for r in rows]
+    assert [r[5] for r in back] == pytest.approx([r[5] for r in rows], rel=1e-3)
+
+
+def test_costmodel_table(capsys):
+    from spotref import costmodel
+    assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out
