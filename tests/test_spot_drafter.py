@@ -204,3 +204,23 @@ def test_offline_curve_equals_online_commits_per_round(T):
                                    budgets=(N,), depth=D, limit=10 ** 6)
     assert offline["l2r"]["0" if T == 0 else "1"][str(N)] == pytest.approx(np.mean(online), abs=1e-12)
     assert max(online) > 1 and min(online) == 1                    # rounds of both kinds were seen
+
+
+def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
+    from types import SimpleNamespace
+    model, _, data, path = trained
+    ck = tmp_path / "d.pt"
+    ck.write_bytes(path.read_bytes())
+    for T, ds in data.items():                       # the held-out trajectory cache remeasure reads
+        ds.save(tmp_path / f"tiny-{spot.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128.pt")
+    args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompt_tokens=64, new_tokens=128, seeds=1)
+    assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
+    before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)
+    assert before["state_dict"].keys() == after["state_dict"].keys()
+    assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
+    sd, cal = spot.load_drafter(str(path)), CalibratedDrafter.from_header(before["header"])
+    want = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
+                                 "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
+    assert after["header"]["curves"] == want and "curves_command" in after["header"]
+    assert {k: v for k, v in after["header"].items() if k not in ("curves", "curves_command")} == \
+        {k: v for k, v in before["header"].items() if k != "curves"}
