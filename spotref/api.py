@@ -54,11 +54,11 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
                         None if threshold is None else float(threshold))
     stats = Stats()
     if drafter is None:
-        fill = partial(exact_block, rule, stats=stats)
+        fill = partial(exact_block, rule)
     else:
         drafter = resolve_drafter(drafter, model)
         budget = auto_budget(model, drafter, int(depth), float(temperature)) if budget == "auto" else budget
-        fill = partial(spot_block, rule, drafter, core or _default_core(), int(budget), int(depth), stats=stats)
+        fill = partial(spot_block, rule, drafter, core or _default_core(), int(budget), int(depth))
     t = time.perf_counter()
     tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
     wall = time.perf_counter() - t

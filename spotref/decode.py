@@ -92,19 +92,20 @@ class BoundTarget:
             self._pass(self.model.store, self.cache, torch.from_numpy(block))
 
 
-def exact_block(rule: DecisionRule, target: BoundTarget, block: int, state: np.ndarray, stats: Stats):
+def exact_block(rule: DecisionRule, target: BoundTarget, block: int, state: np.ndarray):
     """Fill one block with one denoise pass per decision (the reference loop)."""
     step = 0
     while (state == rule.mask_id).any():
         logits = target.denoise(state[None])[0]
         d = rule.decide(logits, state, block, step)                 # logits: (B, V)
-        stats.record(block, step, [d], 1)
+        target.stats.record(block, step, [d], 1)
         state, step = apply(state, d), step + 1
     return state
 
 
-def spot_block(rule, drafter, core, budget, depth, target, block, state, stats):
+def spot_block(rule, drafter, core, budget, depth, target, block, state):
     """Fill one block with SPOT rounds: draft, one batched verify, accept by state equality."""
+    stats = target.stats
     B = len(state)
     max_set = 1 if rule.threshold is None else B
     step, stale = 0, None

@@ -78,7 +78,7 @@ class _Levels:
 
     def __init__(self, view):
         self.parents, self.commits, self.cums = [-1], [()], [1.0]
-        self.states, self.steps, self.depths = [view.tokens], [view.step], [0]
+        self.states, self.steps = [view.tokens], [view.step]             # depth = step - root step
         self.marks = [np.zeros(len(view.tokens), dtype=np.int64)]
         self.seen = {(view.tokens.tobytes(), view.step): 0}
 
@@ -90,11 +90,11 @@ class _Levels:
             state = apply(self.states[node], cs)
             key, cum = (state.tobytes(), self.steps[node] + 1), self.cums[node] * prob
             i = self.seen.get(key)
-            if i is not None and (self.depths[i] != self.depths[node] + 1 or self.cums[i] >= cum):
+            if i is not None and self.cums[i] >= cum:                     # same key: same step, same depth
                 continue
             mark = self.marks[node].copy()
-            mark[[p for p, _ in cs]] = self.depths[node] + 1
-            fields = (node, cs, cum, state, self.steps[node] + 1, self.depths[node] + 1, mark)
+            mark[[p for p, _ in cs]] = self.steps[node] + 1 - self.steps[0]
+            fields = (node, cs, cum, state, self.steps[node] + 1, mark)
             if i is None:
                 i = self.seen[key] = len(self.parents)
                 for lst, v in zip(self._lists(), fields):
@@ -106,7 +106,7 @@ class _Levels:
         return new
 
     def _lists(self):
-        return self.parents, self.commits, self.cums, self.states, self.steps, self.depths, self.marks
+        return self.parents, self.commits, self.cums, self.states, self.steps, self.marks
 
     def floor(self, k: int) -> float:
         """The k-th best cumulative probability among non-root candidates (0 if fewer)."""
@@ -115,7 +115,7 @@ class _Levels:
 
     def select(self, budget: int) -> Draft:
         """The budget - 1 best candidates (parents first) as a Draft in topological order."""
-        order = sorted(range(1, len(self.cums)), key=lambda i: (-self.cums[i], self.depths[i], i))
+        order = sorted(range(1, len(self.cums)), key=lambda i: (-self.cums[i], self.steps[i], i))
         keep, index = [], {0: 0}
         for i in order:
             if len(keep) >= budget - 1:

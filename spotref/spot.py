@@ -17,6 +17,7 @@ checkpoint whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"c
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import warnings
@@ -42,26 +43,49 @@ class ViewInputs:
         self.view, self.tokens, self.step, self.mask_id = view, view.tokens, view.step, view.mask_id
         self.temperature = view.temperature
         self.probs = order.stale_probs(view.rule.scaled(view.stale_logits))    # (B, V)
-        self.top = order.top_probs(self.probs)                                 # (B, 32)
-        self._second = {}
+        self._coupled, self._second = {}, {}
+
+    @functools.cached_property
+    def top(self) -> torch.Tensor:
+        """(B, 32) sorted stale probabilities (only the order model reads them)."""
+        return order.top_probs(self.probs)
+
+    @functools.cached_property
+    def filtered(self) -> torch.Tensor:
+        """(B, V) float64: what the noise of every step is added to."""
+        return scaled_filtered(self.view)
 
     def coupled(self, m: int):
         """(tokens (B,) int64, their stale probabilities (B,)) under the noise of step m."""
-        x = self.view.coupled_tokens(m)
-        return x, self.probs.gather(1, torch.from_numpy(x)[:, None])[:, 0]
+        if m not in self._coupled:
+            x = self.view.coupled_tokens(m)
+            self._coupled[m] = (x, self.probs.gather(1, torch.from_numpy(x)[:, None])[:, 0])
+        return self._coupled[m]
 
     def second(self, m: int):
         """The runner-up coupled tokens at step m and their stale probabilities."""
         if m not in self._second:
-            v, x = self.view, self.view.coupled_tokens(m)
-            z = v.rule.scaled(v.stale_logits)
-            if v.temperature > 0:
-                from spotref.rules import filter_top_k_top_p
-                z = filter_top_k_top_p(z, v.rule.top_k, v.rule.top_p) + v.rule.noise(v.block, m, z.device)
-            z[torch.arange(len(x)), torch.from_numpy(x)] = -torch.inf
-            x2 = z.argmax(-1)
+            x2 = coupled_pair(self.view, self.filtered, m)[1]
             self._second[m] = (x2.numpy(), self.probs.gather(1, x2[:, None])[:, 0])
         return self._second[m]
+
+
+def scaled_filtered(view) -> torch.Tensor:
+    """(B, V) float64: L / T with MASK at -inf, top-k / top-p applied (T > 0): what the noise is added to."""
+    from spotref.rules import filter_top_k_top_p
+    rule = view.rule
+    z = rule.scaled(view.stale_logits)
+    return filter_top_k_top_p(z, rule.top_k, rule.top_p) if rule.temperature > 0 else z
+
+
+def coupled_pair(view, z: torch.Tensor, m: int):
+    """(coupled tokens, runner-up tokens) (B,) at step m: ``ViewInputs.coupled``/``second``
+    in one pass over ``z = scaled_filtered(view)``."""
+    rule = view.rule
+    y = z + rule.noise(view.block, m, z.device) if rule.temperature > 0 else z.clone()
+    x = y.argmax(-1)
+    y[torch.arange(len(x)), x] = -torch.inf
+    return x, y.argmax(-1)
 
 
 class SpotDrafter(torch.nn.Module):
@@ -118,7 +142,8 @@ class SpotDrafter(torch.nn.Module):
             x = inp.coupled(k)[0]
             masked = np.flatnonzero(states[i] == inp.mask_id)
             best = masked[np.argsort(-p[i, masked].numpy(), kind="stable")][:limit]
-            opts = [(float(p[i, j] * q[i, j]), ((int(j), int(x[j])),)) for j in best]
+            pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
+            opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
             if self.second:
                 opts += self.runner_up(inp, k, best, p[i], q[i])
             out.append(opts)
@@ -201,7 +226,7 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
             _DRAFTERS[key] = load_drafter(str(path))
         else:
             from spotref.calibrated import CalibratedDrafter
-            _DRAFTERS[key] = CalibratedDrafter.from_header(order.load(path)[1], path)
+            _DRAFTERS[key] = CalibratedDrafter.from_header(_header(path), path)
     return _DRAFTERS[key]
 
 

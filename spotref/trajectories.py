@@ -49,13 +49,12 @@ class Recorder:
         self.rows = []
 
     def __call__(self, view) -> Draft:
-        from spotref.spot import ViewInputs
+        from spotref.spot import ViewInputs, coupled_pair
         inp = ViewInputs(view)
         n = min(DEPTH + 1, int((view.tokens == view.mask_id).sum()))
         steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
             else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
-        z = scaled_filtered(view)                                            # (B, V) float64
-        c = {m: coupled_pair(view, z, m) for m in set(steps)}
+        c = {m: coupled_pair(view, inp.filtered, m) for m in set(steps)}
         prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].half().numpy()
         self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), top=inp.top.half().numpy(),
                               ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
@@ -63,24 +62,6 @@ class Recorder:
                               ctok2=torch.stack([c[m][1] for m in steps]).numpy().astype(np.int32),
                               pc2=np.stack([prob(c[m][1]) for m in steps])))
         return Draft.root()
-
-
-def scaled_filtered(view) -> torch.Tensor:
-    """(B, V) float64: L / T with MASK at -inf, top-k / top-p applied (T > 0): what the noise is added to."""
-    from spotref.rules import filter_top_k_top_p
-    rule = view.rule
-    z = rule.scaled(view.stale_logits)
-    return filter_top_k_top_p(z, rule.top_k, rule.top_p) if rule.temperature > 0 else z
-
-
-def coupled_pair(view, z: torch.Tensor, m: int):
-    """(coupled tokens, runner-up tokens) (B,) at step m: ``spot.ViewInputs.coupled``/``second``
-    in one pass over ``z = scaled_filtered(view)``."""
-    rule = view.rule
-    y = z + rule.noise(view.block, m, z.device) if rule.temperature > 0 else z.clone()
-    x = y.argmax(-1)
-    y[torch.arange(len(x)), x] = -torch.inf
-    return x, y.argmax(-1)
 
 
 def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None) -> list[dict]:
