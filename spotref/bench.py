@@ -88,7 +88,7 @@ def random_setup(args) -> Setup:
     """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
     from spotref.calibrated import CalibratedDrafter, calibrate
     from spotref.models import SDARConfig, SDARModel
-    from spotref.order import OrderModel
+    from spotref.order import OrderModel, temperature_key
     from spotref.spot import SpotDrafter
     from spotref.trajectories import record
     torch.manual_seed(args.seed)
@@ -101,7 +101,7 @@ def random_setup(args) -> Setup:
     tables = {}
     for T in (0.0, 1.0):
         ds = record(model, prompts[:3], args.new_tokens, T, desc="calibrate")
-        tables["0" if T == 0 else "1"] = calibrate([ds.row(i) for i in range(len(ds))], "")
+        tables[temperature_key(T)] = calibrate([ds.row(i) for i in range(len(ds))])
     return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
 
 
@@ -383,6 +383,10 @@ def configure(args) -> None:
 
 
 def run(args) -> int:
+    if args.replot:
+        done = plot(rows_from_report(Path(args.out).read_text()), args.plot)
+        print(f"wrote {done}" if done else "no plot: matplotlib is not installed")
+        return 0
     torch.set_num_threads(1)
     t0 = time.time()
     configure(args)
@@ -414,10 +418,6 @@ def main(argv=None) -> int:
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.replot:
-        done = plot(rows_from_report(Path(args.out).read_text()), args.plot)
-        print(f"wrote {done}" if done else "no plot: matplotlib is not installed")
-        return 0
     return run(args)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from spotref.draft import Draft
 from spotref.drafters import ConfidenceDrafter
+from spotref.order import temperature_key
 
 MAX_PREFIXES = 4000     # kept in a checkpoint
 
@@ -53,7 +54,7 @@ class CalibratedDrafter:
         """The N - 1 most frequent rank prefixes of length <= D, parents first."""
         key = (budget, depth, temperature > 0)
         if key not in self._shapes:
-            table = self.tables.get("1" if temperature > 0 else "0") or next(iter(self.tables.values()))
+            table = self.tables.get(temperature_key(temperature)) or next(iter(self.tables.values()))
             chosen = set()
             for r, _ in sorted(table.items(), key=lambda rc: (-rc[1], len(rc[0]), rc[0])):
                 if len(chosen) >= budget - 1:
@@ -90,7 +91,7 @@ def true_ranks(conf: np.ndarray, masked: np.ndarray, future: list) -> tuple:
     return tuple(ranks)
 
 
-def calibrate(records, temperature_key: str, depth: int = 16) -> Counter:
+def calibrate(records, depth: int = 16) -> Counter:
     """Prefix counts of the true rank sequences, cut where a coupled stale token is wrong."""
     counts = Counter()
     for rec in records:

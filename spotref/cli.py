@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     for add, _ in COMMANDS.values():
         add(sub)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[2:] if argv is None else argv[1:])    # after the command name (for reports)
     try:
         return COMMANDS[args.command][1](args) or 0
     except ValueError as e:            # bad input: one clear line, no traceback

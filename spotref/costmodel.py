@@ -20,6 +20,8 @@ import time
 import numpy as np
 import torch
 
+from spotref import order
+
 BUDGETS = (1, 2, 4, 8, 16, 32, 64)
 PRIOR = {1: 1.0, 64: 2.5}          # E(N) for a drafter without a measured curve (log-interpolated)
 _TIMES: dict = {}
@@ -75,7 +77,7 @@ def _median_time(fn, repeats: int) -> float:
 def expected_commits(drafter, N: int, temperature: float) -> float:
     """E(N): the drafter's measured curve, log2-interpolated, else ``PRIOR``."""
     curves = getattr(drafter, "curves", None) or {}
-    curve = curves.get("1" if temperature > 0 else "0") or PRIOR
+    curve = curves.get(order.temperature_key(temperature)) or PRIOR
     pts = sorted((int(n), float(c)) for n, c in curve.items())
     x = math.log2(N)
     xs, ys = [math.log2(n) for n, _ in pts], [c for _, c in pts]

@@ -8,7 +8,6 @@ all measured in this one process.
 from __future__ import annotations
 
 import random
-import time
 
 import torch
 
@@ -48,11 +47,8 @@ def random_setup(n_prompts: int, seed: int):
 def target_setup(name: str, n_prompts: int):
     from spotref.targets import load_target
     target = load_target(name)
-    texts = target.meta.get("demo_prompts") or []
-    if len(texts) < n_prompts:
-        from spotref.quality import heldout_prompts
-        texts = heldout_prompts(n_prompts)
-    return name, target.model, [target.encode(t) for t in texts[:n_prompts]], target.stop_ids
+    from spotref.quality import heldout_prompts
+    return name, target.model, [target.encode(t) for t in heldout_prompts(n_prompts)], target.stop_ids
 
 
 def setup(args):
@@ -78,10 +74,10 @@ def demo(args) -> int:
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
     budgets = {f"{drafter} N={b}": b for b in args.budgets}
+    name_of, drafter = drafter, spotref.api.resolve_drafter(drafter, model)        # looked up once
     if args.budget_auto:
-        n = spotref.api.auto_budget(model, spotref.api.resolve_drafter(drafter, model), args.depth,
-                                    args.temperature)
-        budgets[f"{drafter} auto (N={n})"] = n
+        n = spotref.api.auto_budget(model, drafter, args.depth, args.temperature)
+        budgets[f"{name_of} auto (N={n})"] = n
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, args.gen_length, **kw)

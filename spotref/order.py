@@ -68,6 +68,11 @@ class OrderModel(nn.Module):
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
 
+def temperature_key(T: float) -> str:
+    """Checkpoint headers keep one entry per regime: "0" for T = 0 (argmax), "1" for T > 0."""
+    return "1" if T > 0 else "0"
+
+
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

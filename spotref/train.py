@@ -299,9 +299,10 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         last = state["step"] == args.steps
         if state["step"] % args.eval_every == 0 or last:
             _evaluate(model, held, args, state, mask_id, bar)
-        if state["step"] % args.ckpt_every == 0 or last:
+        if state["step"] % args.ckpt_every == 0:
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
-    save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
+    if state["step"] % args.ckpt_every:                      # the end, unless just saved above
+        save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
     bar.close()
 
 

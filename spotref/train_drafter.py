@@ -162,7 +162,7 @@ def calibrated_tables(data: dict, n_prompts: int) -> dict:
     tables = {}
     for T, ds in data.items():
         rows = np.flatnonzero(ds.arrays["prompt"] < n_prompts)
-        tables["0" if T == 0 else "1"] = calibrate([ds.row(i) for i in rows], "0" if T == 0 else "1")
+        tables[order.temperature_key(T)] = calibrate([ds.row(i) for i in rows])
     return tables
 
 
@@ -190,6 +190,7 @@ def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, 
     """Offline mean commits per round vs budget: {drafter: {T: {N: commits}}}, simulating rounds
     along held-out trajectories until ``limit`` rounds (a mean over round starts, not over all
     states: states inside long accepted runs are skipped, as they are online)."""
+    segs = {T: segments(ds) for T, ds in data.items()}
     out = {}
     for name, draft in drafters.items():
         out[name] = {}
@@ -197,13 +198,23 @@ def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, 
             per_n = {}
             for N in budgets:
                 rounds = []
-                for seg in segments(ds):
+                for seg in segs[T]:
                     rounds += simulate(draft, ds, seg, N, depth, T)
                     if len(rounds) >= limit:
                         break
                 per_n[str(N)] = float(np.mean(rounds)) if rounds else 1.0
-            out[name]["0" if T == 0 else "1"] = per_n
+            out[name][order.temperature_key(T)] = per_n
     return out
+
+
+def shipped_curves(spot, cal, test_sets: dict) -> dict:
+    """The curves a checkpoint stores: its SPOT drafter's and its calibrated graph's."""
+    return curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
+                   "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+
+
+def command(args) -> str:
+    return " ".join(["python -m spotref.train_drafter"] + getattr(args, "argv", sys.argv[1:]))
 
 
 def run(args) -> int:
@@ -223,14 +234,12 @@ def run(args) -> int:
         model.load_state_dict(order.load(args.init)[0].state_dict())      # block-relative features
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
-    acc = {("0" if T == 0 else "1"): accuracy(model, ds) for T, ds in test_sets.items()}
-    base = {("0" if T == 0 else "1"): confidence_accuracy(ds) for T, ds in test_sets.items()}
+    acc = {order.temperature_key(T): accuracy(model, ds) for T, ds in test_sets.items()}
+    base = {order.temperature_key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
     print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
           f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
-    spot = SpotDrafter(model)
-    curve = curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
-                    "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+    curve = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
     out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +247,7 @@ def run(args) -> int:
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
         heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
-        training=dict(command="python -m spotref.train_drafter " + " ".join(sys.argv[1:]),
+        training=dict(command=command(args),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
                       heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d"))))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
@@ -251,10 +260,8 @@ def remeasure(target, args) -> int:
     out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
     model, header = order.load(out, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
-    spot, cal = SpotDrafter(model, header), CalibratedDrafter.from_header(header, out)
-    header["curves"] = curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
-                               "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
-    header["curves_command"] = "python -m spotref.train_drafter " + " ".join(sys.argv[1:])
+    header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, out), test_sets)
+    header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
     order.save(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
