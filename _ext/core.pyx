@@ -47,10 +47,10 @@ cdef inline size_t _slot_of(uint64_t zh, int64_t step) noexcept nogil:
 # ---- int conversion (the pure module's int/np.integer semantics) ---------------------------
 
 cdef inline bint _as_i64(object x, int64_t *out) except -1:
-    """``x`` into ``out`` when it is an int or numpy integer that fits in int64."""
+    """``x`` into ``out`` when it is an int or numpy integer (not a bool) that fits in int64."""
     cdef int ovf
     if type(x) is not int:
-        if not isinstance(x, _ints):
+        if type(x) is bool or not isinstance(x, _ints):
             return False
         x = PyNumber_Index(x)
     out[0] = PyLong_AsLongLongAndOverflow(x, &ovf)
@@ -314,10 +314,8 @@ cdef Tree _build(root, list root_list, Py_buffer *view, root_step, parents, comm
         if type(p_o) is int or isinstance(p_o, _ints):
             if not _as_i64(p_o, &p) or not 0 <= p < i:
                 _reject(t, i, p_o, css[i], -1, 0, mask_id, vocab_size, max_set, depth)
-        else:                                      # the pure module's comparison, then index
-            if not 0 <= p_o < i:
-                _reject(t, i, p_o, css[i], -1, 0, mask_id, vocab_size, max_set, depth)
-            p = PyNumber_Index(p_o)
+        else:                                      # not an integer: check_node says so
+            _reject(t, i, p_o, css[i], -1, 0, mask_id, vocab_size, max_set, depth)
         prow = t.node[p]
         d = t.step[prow] - step0 + 1
         r = _add_node(t, i, prow, d, css[i], mask, V, S, D)

@@ -30,7 +30,19 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     compiled one when built, see ``spotref.EXTENSION``). fused_store: compute each finished
     block's K/V inside the next block's first pass instead of a store pass of its own (identical
     tokens, one pass fewer per block).
+
+    model: an ``SDARModel`` (or any object with its contract: config, block_size, mask_id,
+    prefill, denoise, store), a bundled ``Target`` (``spotref.load_target``) or a bundled
+    target's name (loaded once per process). stop_ids: None, one token id, or a 1-D sequence,
+    numpy array or tensor of ids; ``stop_ids=None`` stops on nothing, even for a Target.
+    temperature: 0 (argmax) or in [1e-6, inf): below ``MIN_TEMPERATURE`` ``L / T`` heads for
+    float64 overflow (at T = 1e-320 it is inf) and the Gumbel noise (|g| < 37) can only reorder
+    logits within 4e-5 of each other, float32 rounding of the logits: use ``temperature=0``.
+    seed: an integer in [0, 2**64 - 1] (the noise generator's 64-bit key). core: None, "py",
+    "c" or a core module (``spotref.core_module``). Every argument is checked before the first
+    forward; a bad one raises ``ValueError`` naming it.
     """
+    model = resolve_model(model)
     cfg = model.config
     V, B, mask_id = cfg.vocab_size, model.block_size, model.mask_id
     prompt = check_prompt(prompt_ids, V, mask_id)
@@ -38,8 +50,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     if len(prompt) + max_new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"prompt_ids ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the "
                          f"model's max_position_embeddings ({cfg.max_position_embeddings})")
-    check_real("temperature", temperature, lo=0.0)
-    check_int("seed", seed, 0)
+    check_temperature(temperature)
+    check_int("seed", seed, 0, 2 ** 64 - 1)
     if threshold is not None:
         check_real("threshold", threshold, lo=0.0, hi=1.0, open_lo=True, open_hi=True)
     if top_k is not None:
@@ -49,7 +61,10 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     if budget != "auto":
         check_int("budget", budget, 1)
     check_int("depth", depth, 0)
-    stops = [check_int("stop_ids", s, 0, V - 1) for s in (stop_ids or ())]
+    stops = check_stop_ids(stop_ids, V)
+    if not isinstance(fused_store, (bool, np.bool_)):
+        raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
+    core = resolve_core(core)
     rule = DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
                         None if threshold is None else float(threshold))
     stats = Stats()
@@ -58,7 +73,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     else:
         drafter = resolve_drafter(drafter, model)
         budget = auto_budget(model, drafter, int(depth), float(temperature)) if budget == "auto" else budget
-        fill = partial(spot_block, rule, drafter, core or _default_core(), int(budget), int(depth))
+        fill = partial(spot_block, rule, drafter, core, int(budget), int(depth))
     t = time.perf_counter()
     tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
     wall = time.perf_counter() - t
@@ -78,9 +93,49 @@ def auto_budget(model, drafter, depth: int, temperature: float) -> int:
     return _AUTO_BUDGETS[key]
 
 
-def _default_core():
+MIN_TEMPERATURE = 1e-6
+
+
+def resolve_model(model):
+    """An ``SDARModel`` (or a model with its contract), from a model, a ``Target`` or a name."""
+    from spotref.targets import Target
+    if isinstance(model, Target):
+        return model.model
+    if isinstance(model, str):
+        return _named_target(model).model
+    if all(hasattr(model, a) for a in ("config", "prefill", "denoise", "store")):
+        return model
+    raise ValueError(f"model must be an SDARModel, a spotref Target or a bundled target name "
+                     f"(spotref.list_targets()), got {type(model).__name__}")
+
+
+_NAMED: dict = {}
+
+
+def _named_target(name: str):
+    """``spotref.load_target(name)``, loaded once per process (ValueError naming it if unknown)."""
+    if name not in _NAMED:
+        from spotref.targets import load_target
+        try:
+            _NAMED[name] = load_target(name)
+        except ValueError as e:
+            raise ValueError(f"model {name!r}: {e}") from None
+    return _NAMED[name]
+
+
+def resolve_core(core):
+    """None (the active core), "py", "c" or a core module -> the module."""
     import spotref
-    return spotref.core_module()
+    if core is None or isinstance(core, str):
+        try:
+            return spotref.core_module(core)
+        except ImportError:
+            raise ImportError("core='c': the compiled core is not built (python setup.py "
+                              "build_ext --inplace), or use core='py'") from None
+    if not all(callable(getattr(core, f, None)) for f in ("build_tree", "walk")):
+        raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), "
+                         f"got {core!r}")
+    return core
 
 
 def resolve_drafter(drafter, model):
@@ -98,7 +153,34 @@ def resolve_drafter(drafter, model):
     return drafter
 
 
+def check_temperature(temperature) -> float:
+    T = check_real("temperature", temperature, lo=0.0)
+    if 0 < T < MIN_TEMPERATURE:
+        raise ValueError(f"temperature {T!r} is below {MIN_TEMPERATURE:g}: L / T heads for float64 "
+                         f"overflow and the noise no longer matters; use temperature=0 (argmax)")
+    return T
+
+
+def check_stop_ids(stop_ids, V: int) -> list:
+    """None, one id, or a 1-D sequence / numpy array / tensor of ids -> a list of ints."""
+    if stop_ids is None:
+        return []
+    if isinstance(stop_ids, (torch.Tensor, np.ndarray)):
+        if stop_ids.ndim > 1:
+            raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got a "
+                             f"{stop_ids.ndim}-D {type(stop_ids).__name__} of shape {tuple(stop_ids.shape)}")
+        stop_ids = stop_ids.tolist()
+    if isinstance(stop_ids, numbers.Integral) and not isinstance(stop_ids, bool):
+        stop_ids = [stop_ids]                   # one id, as Hugging Face's eos_token_id
+    if isinstance(stop_ids, (str, bytes, dict)) or not hasattr(stop_ids, "__iter__"):
+        raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got {stop_ids!r}")
+    return [check_int("stop_ids", s, 0, V - 1) for s in stop_ids]
+
+
 def check_prompt(prompt_ids, V: int, mask_id: int) -> list:
+    if isinstance(prompt_ids, (set, frozenset, dict)):
+        raise ValueError(f"prompt_ids must be an ordered 1-D sequence of token ids, got a "
+                         f"{type(prompt_ids).__name__} (unordered)")
     if isinstance(prompt_ids, torch.Tensor):
         prompt_ids = prompt_ids.tolist() if prompt_ids.ndim == 1 else None
     elif isinstance(prompt_ids, np.ndarray):

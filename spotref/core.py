@@ -58,7 +58,7 @@ def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, 
     states, steps, node_of, index = [], [], [], {}
     node_state, node_depth = [], []
     for i, (p, cs) in enumerate(zip(parents, commits)):
-        known = i > 0 and 0 <= p < i            # a bad parent is reported by check_node
+        known = i > 0 and is_index(p) and 0 <= p < i       # a bad parent: check_node reports it
         state, d = (list(node_state[p]), node_depth[p] + 1) if known else (list(root), 0)
         if i > 0:
             check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth)
@@ -81,12 +81,14 @@ def check_shape(parents, commits, budget):
         raise ValueError(f"draft: parents ({n}) and commits ({len(commits)}) must be equal, non-empty")
     if n > budget:
         raise ValueError(f"draft: {n} nodes, over the node budget {budget}")
-    if parents[0] != -1 or len(commits[0]) != 0:
+    if not is_index(parents[0]) or parents[0] != -1 or len(commits[0]) != 0:
         raise ValueError("draft node 0: the root must have parent -1 and no commits")
 
 
 def check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth):
     """Node i with parent p commits ``cs`` onto the parent's ``state`` at depth d."""
+    if not is_index(p):
+        raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
     if not 0 <= p < i:
         raise ValueError(f"draft node {i}: parent {p} must be a smaller index (0 .. {i - 1})")
     if d > depth:
@@ -95,7 +97,7 @@ def check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth):
         raise ValueError(f"draft node {i}: {len(cs)} commits, want 1 .. {max_set}")
     seen = set()
     for pos, tok in cs:
-        if not isinstance(pos, (int, np.integer)) or not isinstance(tok, (int, np.integer)):
+        if not is_index(pos) or not is_index(tok):
             raise ValueError(f"draft node {i}: commit ({pos!r}, {tok!r}) is not a pair of ints")
         if not 0 <= pos < len(state):
             raise ValueError(f"draft node {i}: position {pos} is outside the block [0, {len(state)})")
@@ -105,6 +107,11 @@ def check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth):
             raise ValueError(f"draft node {i}: token {tok} at position {pos} is not a vocabulary "
                              f"token (0 .. {vocab_size - 1}, MASK {mask_id} excluded)")
         seen.add(pos)
+
+
+def is_index(x) -> bool:
+    """An int or numpy integer, not a bool (``True`` is not position 1)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def walk(tree, decide):

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from spotref.core import is_index
 from spotref.rules import DecisionRule
 
 
@@ -30,7 +31,14 @@ class Draft:
     commits: tuple
 
     def __post_init__(self):
+        if isinstance(self.parents, (str, bytes)) or not hasattr(self.parents, "__iter__"):
+            raise ValueError(f"draft: parents must be a sequence of node indices, got {self.parents!r}")
+        if isinstance(self.commits, (str, bytes)) or not hasattr(self.commits, "__iter__"):
+            raise ValueError(f"draft: commits must be a sequence of commit tuples, got {self.commits!r}")
         object.__setattr__(self, "parents", tuple(self.parents))
+        for i, p in enumerate(self.parents):
+            if not is_index(p):
+                raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
         object.__setattr__(self, "commits", tuple(_pairs(i, c) for i, c in enumerate(self.commits)))
 
     @classmethod
@@ -48,9 +56,13 @@ class Draft:
 
 def _pairs(i, c):
     try:
-        return tuple((p, t) for p, t in c)
+        pairs = tuple((p, t) for p, t in c)
     except (TypeError, ValueError):
         raise ValueError(f"draft node {i}: commits must be (position, token) pairs, got {c!r}") from None
+    for p, t in pairs:
+        if not is_index(p) or not is_index(t):      # True is not position 1
+            raise ValueError(f"draft node {i}: commit ({p!r}, {t!r}) is not a pair of ints")
+    return pairs
 
 
 @dataclass

@@ -227,8 +227,8 @@ def test_lookup_and_child_match_oracle(core, data):
 
 # ---- invalid drafts: the same ValueError from both cores, naming the node --------------------
 
-NODE_KINDS = ["parent", "outside", "committed", "duplicate", "token", "too many", "empty",
-              "not ints"]
+NODE_KINDS = ["parent", "parent type", "outside", "committed", "duplicate", "token", "too many",
+              "empty", "not ints", "bools"]
 KINDS = NODE_KINDS + ["depth", "budget", "root commits", "root parent", "shape"]
 
 
@@ -249,6 +249,8 @@ def corrupt(data, case: Case):
             kind = "empty"
         if kind == "parent":
             parents[j] = draw(st.sampled_from([j, j + 1, n + 5, -1, -j - 3, np.int64(j)]))
+        elif kind == "parent type":                 # not an index, even when it equals one
+            parents[j] = draw(st.sampled_from([None, "0", 0.0, True, False, float(j - 1), np.float64(0)]))
         elif kind == "outside":
             cs[k] = (draw(st.sampled_from([B, B + 3, -1, -B - 1, 2 ** 70])), tok)
         elif kind == "committed":
@@ -266,12 +268,17 @@ def corrupt(data, case: Case):
         elif kind == "not ints":
             junk = draw(st.sampled_from(["1", 1.0, None, np.float64(1), (1,), 2.5]))
             cs[k] = (junk, tok) if draw(st.booleans()) else (pos, junk)
+        elif kind == "bools":                       # True is not position (or token) 1
+            flag = draw(st.booleans())
+            cs[k] = (flag, tok) if draw(st.booleans()) else (pos, flag)
         commits[j] = tuple(cs) if draw(st.booleans()) else cs
         return replace(case, parents=parents, commits=commits), f"draft node {j}: ", {
-            "parent": "must be a smaller index", "outside": "outside the block",
+            "parent": "must be a smaller index", "parent type": "is not an integer node index",
+            "outside": "outside the block",
             "committed": "already committed", "duplicate": "already committed",
             "token": "is not a vocabulary token", "too many": "commits, want",
-            "empty": "0 commits, want", "not ints": "is not a pair of ints"}[kind]
+            "empty": "0 commits, want", "not ints": "is not a pair of ints",
+            "bools": "is not a pair of ints"}[kind]
     if kind == "budget":
         return replace(case, budget=draw(st.integers(0, n - 1))), f"draft: {n} nodes", "budget"
     if kind == "depth":
@@ -282,7 +289,7 @@ def corrupt(data, case: Case):
         commits[0] = ((0, case.tokens[0]),)
         return replace(case, commits=commits), "draft node 0: ", "the root must have"
     if kind == "root parent":
-        parents[0] = draw(st.sampled_from([0, 1, -2, None]))
+        parents[0] = draw(st.sampled_from([0, 1, -2, None, -1.0, "-1", True]))
         return replace(case, parents=parents), "draft node 0: ", "the root must have"
     cut = draw(st.sampled_from(["parents", "commits", "both"]))
     short = dict(parents=parents[:-1] if cut != "commits" else parents,
@@ -323,6 +330,8 @@ def test_commit_entries_that_are_not_pairs(core, entry):
     (0, (), [9, 9], 1), (0, ((0, 1), (1, 1), (0, 2)), [9, 9], 1), (0, ((2, 1),), [9, 9], 1),
     (0, ((0, 1), (0, 2)), [9, 9], 1), (0, ((0, 9),), [9, 9], 1), (0, ((0, 1.5),), [9, 9], 1),
     (0, ((1, 12),), [9, 9], 1), (0, ((np.int64(0), 1), (1, -1)), [9, 9], 1),
+    (None, ((0, 1),), [9, 9], 1), ("0", ((0, 1),), [9, 9], 1), (0.0, ((0, 1),), [9, 9], 1),
+    (True, ((0, 1),), [9, 9], 1), (0, ((True, 1),), [9, 9], 1), (0, ((0, False),), [9, 9], 1),
 ])
 def test_check_node_same_message(core, p, cs, state, d):
     args = (2, p, cs, state, d, 9, 10, 2, 3)
@@ -331,7 +340,8 @@ def test_check_node_same_message(core, p, cs, state, d):
 
 @pytest.mark.parametrize("parents, commits, budget", [
     ((), (), 4), ((-1, 0), ((),), 4), ((-1, 0, 0), ((), ((0, 1),), ((1, 1),)), 2),
-    ((0,), ((),), 4), ((-1,), (((0, 1),),), 4)])
+    ((0,), ((),), 4), ((-1,), (((0, 1),),), 4), ((-1.0,), ((),), 4), ((True,), ((),), 4),
+    ((None,), ((),), 4)])
 def test_check_shape_same_message(core, parents, commits, budget):
     args = (parents, commits, budget)
     assert raised(core.check_shape, *args) == raised(PY.check_shape, *args)
