@@ -17,6 +17,7 @@ then assigned straight from the files, cast to the requested dtype on the reques
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -91,6 +92,7 @@ def read_json(path: Path, what: str) -> dict:
 
 def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConfig:
     """An ``SDARConfig`` from a config.json; arguments override the config's fields."""
+    check_field_types(raw)
     check_supported(raw)
     d = dict(raw)
     rope = raw.get("rope_parameters") or {}             # transformers 5 puts rope_theta here
@@ -99,6 +101,7 @@ def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConf
     for name, value, flag in (("block_size", block_size, "block_size= (CLI: --block-length)"),
                               ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)")):
         if value is not None:
+            check_field(name, value, "int", f"{name}= argument")
             d[name] = value
         if d.get(name) is None:
             raise ValueError(f"config.json has no {name}: pass {flag}")
@@ -108,6 +111,45 @@ def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConf
         raise ValueError(f"checkpoint config: {e}") from None
     except ValueError as e:
         raise ValueError(f"checkpoint config: {e}") from None
+
+
+# The type of each config.json field spotref reads: a wrong one fails here, naming the field,
+# not later as an IndexError deep in a forward. "int?" may also be null.
+FIELD_TYPES = {
+    "vocab_size": "int", "hidden_size": "int", "intermediate_size": "int",
+    "num_hidden_layers": "int", "num_attention_heads": "int", "num_key_value_heads": "int",
+    "head_dim": "int", "max_position_embeddings": "int", "mask_token_id": "int?",
+    "block_size": "int?", "bos_token_id": "int?", "eos_token_id": "ids?",
+    "rms_norm_eps": "positive", "rope_theta": "positive", "initializer_range": "real",
+    "tie_word_embeddings": "bool", "rope_parameters": "dict?", "hidden_act": "str",
+    "torch_dtype": "str?", "dtype": "str?",
+}
+KIND_NAMES = {"int": "an integer", "int?": "an integer or null", "ids?": "a token id, a list of ids or null",
+              "positive": "a positive finite number", "real": "a finite number", "bool": "true or false",
+              "dict?": "a JSON object or null", "str": "a string", "str?": "a string or null"}
+
+
+def check_field_types(raw: dict) -> None:
+    """Every known field of a config.json has the JSON type spotref needs (``ValueError`` naming it)."""
+    for name, kind in FIELD_TYPES.items():
+        if name in raw:
+            check_field(name, raw[name], kind)
+    rope = raw.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        check_field("rope_parameters.rope_theta", rope["rope_theta"], "positive")
+
+
+def check_field(name: str, value, kind: str, where: str = "config.json") -> None:
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    is_real = lambda v: (is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    if value is None and kind.endswith("?"):
+        return
+    ok = {"int": is_int, "int?": is_int, "real": is_real, "bool": lambda v: isinstance(v, bool),
+          "positive": lambda v: is_real(v) and v > 0, "dict?": lambda v: isinstance(v, dict),
+          "str": lambda v: isinstance(v, str), "str?": lambda v: isinstance(v, str),
+          "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v)))}[kind](value)
+    if not ok:
+        raise ValueError(f"{where}: {name} must be {KIND_NAMES[kind]}, got {value!r}")
 
 
 def check_supported(raw: dict) -> None:
@@ -160,6 +202,8 @@ def weight_files(root: Path) -> dict:
         wmap = index.get("weight_map")
         if not isinstance(wmap, dict) or not wmap:
             raise ValueError(f"{INDEX} in {str(root)!r} has no weight_map")
+        for name, f in wmap.items():
+            check_shard_name(root, name, f)
         missing = sorted({f for f in wmap.values() if not (root / f).is_file()})
         if missing:
             raise ValueError(f"checkpoint {str(root)!r}: {len(missing)} shard file(s) listed in "
@@ -170,6 +214,20 @@ def weight_files(root: Path) -> dict:
     others = sorted(p.name for p in root.glob("*.bin")) + sorted(p.name for p in root.glob("*.pt"))
     hint = f" (found {listing(others)}: only safetensors is supported)" if others else ""
     raise ValueError(f"checkpoint directory {str(root)!r} has neither {SINGLE} nor {INDEX}{hint}")
+
+
+def check_shard_name(root: Path, tensor: str, shard) -> None:
+    """A shard named in the index must be a plain file name inside the checkpoint directory: no
+    absolute path, no ``..``, no symlink leading outside (an index must not read other files)."""
+    where = f"{INDEX} in {str(root)!r}: the shard {shard!r} of {tensor}"
+    if not isinstance(shard, str) or not shard:
+        raise ValueError(f"{where} must be a file name (a non-empty string)")
+    p = Path(shard)
+    if p.is_absolute() or ".." in p.parts or "\\" in shard or ":" in shard:
+        raise ValueError(f"{where} is outside the checkpoint directory (absolute or '..' path): refused")
+    real, base = (root / p).resolve(), root.resolve()
+    if base not in real.parents:
+        raise ValueError(f"{where} resolves outside the checkpoint directory ({real}): refused")
 
 
 def _safe_open(path: Path, device="cpu"):
@@ -235,6 +293,10 @@ def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
         with _safe_open(path, device) as f:
             for n in names:
                 state[n] = f.get_tensor(n).to(dtype)
+                if not torch.isfinite(state[n]).all():
+                    raise ValueError(f"checkpoint tensor {n} in {path.name} holds non-finite values "
+                                     f"(NaN or inf, as {str(dtype).removeprefix('torch.')}): a broken "
+                                     f"or overflowing checkpoint would decode garbage")
     return state
 
 

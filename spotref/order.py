@@ -137,8 +137,27 @@ def load(path, block_size: int | None = None) -> tuple[OrderModel, dict]:
     return build(header, blob.get("state_dict"), path, block_size), header
 
 
+CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k")
+
+
+def check_config(cfg, path) -> dict:
+    """The header's ``config``: a dict of positive ints, the ``OrderModel`` arguments."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"the drafter checkpoint {path}: header field 'config' must be a dict of "
+                         f"{', '.join(CONFIG_FIELDS)}, got {cfg!r}")
+    for k, v in cfg.items():
+        if k not in CONFIG_FIELDS:
+            raise ValueError(f"the drafter checkpoint {path}: header field 'config' has an unknown key {k!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"the drafter checkpoint {path}: header field 'config.{k}' must be a "
+                             f"positive int, got {v!r}")
+    if "block_size" not in cfg:
+        raise ValueError(f"the drafter checkpoint {path}: header field 'config' has no block_size")
+    return cfg
+
+
 def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
-    cfg = header["config"]
+    cfg = check_config(header.get("config"), path)
     if cfg.get("feature_width") != FEATURE_WIDTH or cfg.get("top_k") != TOP_K:
         raise ValueError(f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
                          f"(top-{cfg.get('top_k')}); this spotref computes {FEATURE_WIDTH} (top-{TOP_K})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -164,8 +165,14 @@ def model_fingerprint(model, weights: bool = True) -> str:
     return hashlib.sha256(cfg + w).hexdigest()[:16]
 
 
-def load_drafter(name: str, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
-    """A trained SPOT drafter: a bundled target's name (``list_checkpoints()``) or a checkpoint path."""
+def load_drafter(name, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
+    """A trained SPOT drafter: a bundled target's name (``list_checkpoints()``) or a checkpoint
+    path (str or ``Path``). A bad name or checkpoint raises ``ValueError`` naming it."""
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"load_drafter needs a drafter name (bundled: "
+                         f"{', '.join(list_checkpoints(directory)) or 'none'}) or a checkpoint path, got {name!r}")
     path = Path(name)
     if not (name.endswith(".pt") or path.is_file()):
         path = Path(directory or ORDER_DIR, f"{name}.pt")

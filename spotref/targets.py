@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 
 from spotref.models import SDARConfig, SDARModel
 
@@ -53,20 +55,47 @@ def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:
                   if not p.name.endswith(".tokenizer.json") and p.with_suffix(".safetensors").exists())
 
 
-def load_target(name: str = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
-    """A bundled target by name (``list_targets()``), or by the path of its ``NAME.json``."""
+def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
+    """A bundled target by name (``list_targets()``), or by the path (str or ``Path``) of its
+    ``NAME.json``. A bad name, metadata file or weights file raises ``ValueError`` naming it."""
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
     if not isinstance(name, str):
-        raise ValueError(f"target name must be a str, got {type(name).__name__}")
+        raise ValueError(f"target name must be a str or a path, got {type(name).__name__}")
     meta_path = Path(name) if name.endswith(".json") else Path(directory, f"{name}.json")
     if not name.endswith(".json") and name not in list_targets(directory):
         known = ", ".join(list_targets(directory)) or "none"
         raise ValueError(f"unknown target {name!r}; known targets: {known}")
     if not meta_path.is_file():
         raise ValueError(f"no target metadata at {meta_path}")
-    meta = json.loads(meta_path.read_text())
+    meta = read_meta(meta_path)
     tokenizer = _load_tokenizer(meta_path.parent / meta["tokenizer"]["file"])
-    model = _load_model(meta_path.parent / meta["weights"]["file"], meta)
-    return Target(meta["name"], model, tokenizer, meta)
+    model = _load_model(meta_path.parent / meta["weights"]["file"], meta, meta_path)
+    return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
+
+
+# The metadata fields load_target reads, and the JSON type of each.
+META_FIELDS = {"config": dict, "weights": dict, "tokenizer": dict, "weights.file": str,
+               "weights.bytes": int, "weights.sha256": str, "tokenizer.file": str}
+
+
+def read_meta(path: Path) -> dict:
+    """The target metadata ``NAME.json``: a JSON object with every field ``META_FIELDS`` lists."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read the target metadata {path}: {e}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"the target metadata {path} is not a JSON object (got {type(meta).__name__})")
+    for field, kind in META_FIELDS.items():
+        head, _, key = field.partition(".")
+        value = meta.get(head) if not key else meta[head].get(key)
+        if value is None:
+            raise ValueError(f"the target metadata {path} has no {field!r} field")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"the target metadata {path}: {field!r} must be a {kind.__name__}, "
+                             f"got {value!r}")
+    return meta
 
 
 def _load_tokenizer(path: Path):
@@ -77,7 +106,7 @@ def _load_tokenizer(path: Path):
         raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
 
 
-def _load_model(path: Path, meta: dict) -> SDARModel:
+def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARModel:
     """Weights checked against the metadata's size and SHA-256 before they are parsed."""
     try:
         from safetensors.torch import load
@@ -95,14 +124,32 @@ def _load_model(path: Path, meta: dict) -> SDARModel:
         sd = load(raw)
     except Exception as e:                                 # safetensors' own error types
         raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
-    return build_model(SDARConfig.from_dict(meta["config"]), sd)
+    return build_model(target_config(meta["config"], meta_path or path), sd)
+
+
+def target_config(raw: dict, path: Path) -> SDARConfig:
+    """The metadata's ``config``, its field types checked as a checkpoint's config.json."""
+    from spotref.checkpoint import check_field_types
+    try:
+        check_field_types(raw)
+        return SDARConfig.from_dict(raw)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the target metadata {path}: config: {e}") from None
 
 
 def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
     """An eval-mode float32 ``SDARModel`` from a (possibly tied, float16) state dict."""
     model = SDARModel(cfg)
-    if cfg.tie_word_embeddings:
+    if cfg.tie_word_embeddings and "model.embed_tokens.weight" in state_dict:
         state_dict = {**state_dict, "lm_head.weight": state_dict["model.embed_tokens.weight"]}
+    bad = [k for k, v in state_dict.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the weights hold non-finite values (NaN or inf) in {', '.join(bad[:6])}")
+    want = model.state_dict()
+    wrong = [f"{k} {tuple(v.shape)} (config wants {tuple(want[k].shape)})"
+             for k, v in state_dict.items() if k in want and v.shape != want[k].shape]
+    if wrong:
+        raise ValueError(f"the weights do not match the config: wrong-shaped {', '.join(wrong[:6])}")
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in state_dict.items()}, strict=False)
     if missing or unexpected:
         raise ValueError(f"the weights do not match the config: missing {missing}, unexpected {unexpected}")
