@@ -2,9 +2,11 @@
 of exact decoding? (SPEC section 6.)
 
 SPOT is lossless only if a state's logits do not depend on which other states share its verify
-batch. spotref's model computes every row as its own problem, so on CPU a row of a batched
-denoise is bit-identical to the same state run alone; GPU kernels may pick another algorithm
-(tile shape, split-K, reduction order) for another batch size, and then a near-tie can flip.
+batch. spotref's model runs every row of a batch as a pass of its own (``spotref.models``), so a
+row of a batched denoise is bit-identical to the same state run alone on any CPU capability
+level and device; another model implementation (a serving engine's batched kernels, which may
+pick another algorithm, tile shape or split-K for another batch size) may not be, and then a
+near-tie can flip. The kernel path matters, so every report names it (``kernel_path``).
 Two checks, both cheap next to a benchmark:
 
 * ``audit``: exact decoding and speculative decoding side by side, same prompt, same settings;
@@ -65,25 +67,39 @@ def audit(model, prompt_ids, max_new_tokens: int, drafter="confidence", **genera
     return report
 
 
+def kernel_path(device=None) -> str:
+    """The kernels a forward runs on: the CPU capability level (``ATEN_CPU_CAPABILITY``) and the
+    thread count, or the CUDA device's name."""
+    device = torch.device(device or "cpu")
+    if device.type == "cuda":
+        return f"cuda {torch.cuda.get_device_name(device)}"
+    return f"cpu {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
+
+
 @torch.no_grad()
-def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0) -> dict:
+def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit.
 
     A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
     states of the next block (random tokens, about half MASK) are denoised together and one by
-    one. Returns the number of rows, how many are bit-identical, the first row that is not and
-    the largest absolute logit difference.
+    one. ``fused``: the batch is a fused store pass (``store_and_denoise`` of a random finished
+    block, then the states), each row compared with ``store`` then the row alone. Returns the
+    number of rows, how many are bit-identical, the first row that is not, the largest absolute
+    logit difference and the kernel path.
     """
     B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
     if prefix_len % B:
         raise ValueError(f"prefix_len {prefix_len} must be a multiple of the block size {B}")
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, V, (prefix_len + rows * B,), generator=g)
+    tokens = torch.randint(0, V, (prefix_len + (rows + 1) * B,), generator=g)
     tokens[tokens == mask] = (mask + 1) % V
     cache = model.prefill(tokens[:prefix_len])
-    states = tokens[prefix_len:].view(rows, B)                       # (N, B)
+    block, states = tokens[prefix_len:prefix_len + B], tokens[prefix_len + B:].view(rows, B)  # (N, B)
     states[torch.rand(rows, B, generator=g) < 0.5] = mask
-    batched = model.denoise(cache, states)                           # (N, B, V)
+    if fused:
+        batched = model.store_and_denoise(cache, block, states)     # (N, B, V); cache grows
+    else:
+        batched = model.denoise(cache, states)                       # (N, B, V)
     equal, worst, first_bad = 0, 0.0, None
     for i in range(rows):
         alone = model.denoise(cache, states[i:i + 1])[0]             # (B, V)
@@ -93,4 +109,5 @@ def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0) -
         if not same and first_bad is None:
             first_bad = i
     return {"rows": rows, "equal_rows": equal, "first_bad_row": first_bad, "max_abs_diff": worst,
-            "prefix_len": prefix_len, "block_size": B}
+            "prefix_len": prefix_len, "block_size": B, "fused": fused,
+            "kernel_path": kernel_path(model.lm_head.weight.device)}

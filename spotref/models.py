@@ -12,10 +12,15 @@ The decoders need three operations, all on a prefix KV cache of complete blocks:
   logits ``[N, B, V]``; every row attends to the shared prefix and to its own block only;
 * ``store(cache, block)``: append a finished block's K/V.
 
-Batch invariance (SPEC section 6): every matrix product is a batched product with one matrix per
-row (``torch.bmm``), never a product over the flattened ``[N * B, H]`` rows, whose kernel and
-reduction order change with N. So row i of a batched denoise is bit-identical to the same state
-run alone; ``tests/test_models.py`` asserts it with ``torch.equal``.
+Batch invariance (SPEC section 6, docs/spec.md section 4): a batched pass runs each row as a
+pass of its own (``_run`` loops over rows), so row i of ``denoise(cache, states)`` is computed by
+the same kernel calls, on the same bytes (fresh, aligned tensors), as ``denoise(cache, states[i:i +
+1])``; rows share only the read-only cache. Nothing the library does for a batch can then leak
+into a row: not the matmul's choice of kernel or threading for N items (MKL splits one item over
+threads but not a batch), not the vectorised elementwise kernels, which compute the last
+``n mod 2 * vector width`` elements of a buffer on a scalar path with another ``exp`` (AVX-512:
+32 floats), so a batched ``silu`` depends on where a row sits in the flattened batch.
+``tests/test_batch_invariance.py`` checks it with ``torch.equal`` under every CPU capability.
 """
 from __future__ import annotations
 
@@ -116,20 +121,12 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past, fused=False):
+    def forward(self, x, cos, sin, mask, past):
         """x: (N, L, H); mask: (L, P + L) additive; past: (k, v) each (kvh, P, d) or None.
 
-        Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d).
-        fused: row 0 is a finished block being stored on the way; rows 1.. attend to it as to
-        the cache (its K/V alone are returned). Every row computes exactly what it computes in
-        a separate store pass and a separate denoise pass."""
+        Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d)."""
         q, k, v = self.project(x, cos, sin)
-        if not fused:
-            return self.attend(q, *with_past(k, v, past), mask), (k, v)
-        y0 = self.attend(q[:1], *with_past(k[:1], v[:1], past), mask)
-        grown = [torch.cat((p, new[0]), 1) for p, new in zip(past, (k, v))]   # (kvh, P + B, d)
-        y = self.attend(q[1:], *with_past(k[1:], v[1:], grown), mask)
-        return torch.cat((y0, y)), (k[:1], v[:1])
+        return self.attend(q, *with_past(k, v, past), mask), (k, v)
 
     def project(self, x, cos, sin):
         """x: (N, L, H) -> q (N, h, L, d), k and v (N, kvh, L, d), q/k normed then rotated."""
@@ -180,8 +177,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past, fused=False):
-        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past, fused)
+    def forward(self, x, cos, sin, mask, past):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -270,19 +267,27 @@ class SDARModel(nn.Module):
         return torch.where(visible, zero, torch.finfo(zero.dtype).min)
 
     def _run(self, ids: torch.Tensor, cache: KVCache | None):
-        """ids: (N, L) at absolute positions P .. P + L - 1 after the cache -> hidden, new K/V."""
+        """ids: (N, L) at absolute positions P .. P + L - 1 after the cache -> hidden (N, L, H) and
+        each row's new K/V (per row, per layer (k, v) each (1, kvh, L, d)).
+
+        Each row runs alone (batch invariance by construction, see the module docstring)."""
         N, L = ids.shape
         P = cache.length if cache is not None else 0
         cos, sin = self._rope(P, L, ids.device)
         mask = self._mask(P, P, L, ids.device)
-        x, new = self.model.embed_tokens(ids), []            # (N, L, H)
+        rows = [self._run_row(ids[i:i + 1], cos, sin, mask, cache) for i in range(N)]
+        return torch.cat([x for x, _ in rows]), [new for _, new in rows]
+
+    def _run_row(self, ids, cos, sin, mask, cache):
+        """ids: (1, L) -> hidden (1, L, H), new K/V per layer."""
+        x, new = self.model.embed_tokens(ids), []            # (1, L, H)
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, cache.layers[i] if cache is not None else None)
             new.append(kv)
         return self.model.norm(x), new
 
-    def _logits(self, x):                                    # (N, L, H) -> (N, L, V)
-        return linear(x, self.lm_head.weight)
+    def _logits(self, x):                                    # (N, L, H) -> (N, L, V), row by row
+        return torch.cat([linear(x[i:i + 1], self.lm_head.weight) for i in range(len(x))])
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -299,7 +304,7 @@ class SDARModel(nn.Module):
             return KVCache([(torch.zeros(self.config.num_key_value_heads, 0, self.config.head_dim,
                                          dtype=self.lm_head.weight.dtype, device=dev),) * 2
                             for _ in self.model.layers])
-        _, new = self._run(ids[None].to(dev), None)
+        _, (new,) = self._run(ids[None].to(dev), None)
         return KVCache([(k[0], v[0]) for k, v in new])
 
     @torch.no_grad()
@@ -313,25 +318,18 @@ class SDARModel(nn.Module):
     @torch.no_grad()
     def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """The fused store: SDAR's store pass of ``block`` (B,) and the denoise pass of ``states``
-        (N, B) of the next block in ONE forward. Appends the block's K/V to the cache and returns
-        logits (N, B, V), bit-identical to ``store(cache, block)`` then ``denoise(cache, states)``."""
-        B, P, dev = self.block_size, cache.length, self.lm_head.weight.device
+        (N, B) of the next block as ONE pass (one call, one forward on an accelerator). Appends the
+        block's K/V to the cache and returns logits (N, B, V); rows run alone, so this is
+        ``store(cache, block)`` then ``denoise(cache, states)``, bit for bit."""
+        B = self.block_size
         assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, \
             f"store_and_denoise block {tuple(block.shape)}, states {tuple(states.shape)}"
-        ids = torch.cat((block[None], states)).to(dev)                     # (1 + N, B)
-        rows = [self._rope(P, B, dev)] + [self._rope(P + B, B, dev)] * len(states)
-        cos, sin = (torch.stack([r[i] for r in rows])[:, None] for i in (0, 1))  # (1 + N, 1, B, d)
-        zero = torch.zeros((), dtype=self.lm_head.weight.dtype, device=dev)  # a block sees all of itself
-        x, new = self.model.embed_tokens(ids), []
-        for i, layer in enumerate(self.model.layers):
-            x, kv = layer(x, cos, sin, zero, cache.layers[i], fused=True)
-            new.append(kv)
-        cache.append(new)
-        return self._logits(self.model.norm(x[1:]))
+        self.store(cache, block)
+        return self.denoise(cache, states)
 
     @torch.no_grad()
     def store(self, cache: KVCache, block: torch.Tensor) -> None:
         """block: (B,) a finished block; appends its K/V to the cache."""
         assert block.shape == (self.block_size,), f"store block {tuple(block.shape)}"
-        _, new = self._run(block[None].to(self.lm_head.weight.device), cache)
+        _, (new,) = self._run(block[None].to(self.lm_head.weight.device), cache)
         cache.append(new)

@@ -1,0 +1,73 @@
+"""Batch invariance (SPEC section 6): a row of a batched pass is bit-identical to the same state run
+alone, for the plain and the fused-store pass, in float32, bfloat16 and float16, at odd block sizes
+and intermediate sizes, with 1 and 2 threads, under every CPU capability level this machine has
+(each level in a subprocess of its own: torch reads ATEN_CPU_CAPABILITY once, at start)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from spotref.audit import batch_invariance, kernel_path
+from helpers import tiny_model
+
+HERE = Path(__file__).parent
+
+
+def cpu_flags() -> set:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def capability_levels() -> list:
+    """ATen's levels this CPU can run: DEFAULT always; AVX2 and AVX512 by the CPU's flags."""
+    flags, levels = cpu_flags(), ["default"]
+    if {"avx2", "fma"} <= flags:
+        levels.append("avx2")
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        levels.append("avx512")
+    return levels
+
+
+@pytest.mark.parametrize("level", capability_levels())
+def test_rows_are_bit_identical_under_each_cpu_capability(level):
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, str(HERE / "invariance_worker.py")], env=env, cwd=HERE,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["capability"].lower() == level, f"asked for {level}, torch ran {report['capability']}"
+    assert report["checked"] == 2 * 6 * 3                # threads x blocks x intermediate sizes
+    assert report["failures"] == [], json.dumps(report["failures"][:3], indent=1)
+
+
+def test_the_worker_sees_a_model_that_is_not_batch_invariant(monkeypatch):
+    """The check can fail: a model whose logits depend on the batch is caught."""
+    model = tiny_model(V=40, B=3)
+    denoise = model.denoise
+    monkeypatch.setattr(model, "denoise", lambda cache, s: denoise(cache, s) + 1e-6 * (len(s) > 1))
+    r = batch_invariance(model, rows=4)
+    assert r["equal_rows"] == 0 and r["first_bad_row"] == 0 and r["max_abs_diff"] > 0
+
+
+def test_kernel_path_names_the_capability_and_threads():
+    path = kernel_path()
+    assert path.startswith("cpu ") and torch.backends.cpu.get_cpu_capability() in path
+    assert f"{torch.get_num_threads()} threads" in path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (benchmarks/gpu_check.py runs this on a GPU)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("fused", [False, True])
+def test_rows_are_bit_identical_on_cuda(dtype, fused):
+    for B in (1, 5, 32):
+        model = tiny_model(V=67, B=B, dtype=dtype, intermediate_size=100).cuda()
+        r = batch_invariance(model, prefix_len=2 * B, rows=17, fused=fused)
+        assert r["equal_rows"] == r["rows"], r
