@@ -5,17 +5,38 @@ The tree/verification core exists twice: ``spotref.core`` (pure Python, the spec
 ``spotref._core`` (its Cython twin, built from ``_ext/core.pyx``). ``SPOTREF_NO_EXTENSIONS=1``
 skips the build and forces the pure core; otherwise the import falls back to the pure core only
 when the extension is absent (ImportError). ``spotref.EXTENSION`` says which one is active.
+
+The public names below are imported on first use (PEP 562), so ``import spotref`` and the
+``spotref --help`` command do not pay for importing torch; they behave as plain attributes.
 """
 import importlib
 import os
 
 from spotref import core as _pure_core
-from spotref.api import generate
-from spotref.decode import Result
-from spotref.draft import Draft, View
-from spotref.drafters import ConfidenceDrafter
-from spotref.spot import load_drafter
-from spotref.targets import list_targets, load_target
+
+_LAZY = {"generate": "spotref.api", "Result": "spotref.decode", "Draft": "spotref.draft",
+         "View": "spotref.draft", "ConfidenceDrafter": "spotref.drafters", "load_drafter": "spotref.spot",
+         "list_targets": "spotref.targets", "load_target": "spotref.targets"}
+
+
+def __getattr__(name: str):
+    """The lazily imported public names, and submodules (``spotref.api``) on first access."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f"spotref.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"spotref.{name}":
+                raise
+    raise AttributeError(f"module 'spotref' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 if os.environ.get("SPOTREF_NO_EXTENSIONS"):
     _active_core, EXTENSION = _pure_core, False

@@ -98,13 +98,13 @@ MIN_TEMPERATURE = 1e-6
 
 def resolve_model(model):
     """An ``SDARModel`` (or a model with its contract), from a model, a ``Target`` or a name."""
-    from spotref.targets import Target
-    if isinstance(model, Target):
-        return model.model
+    contract = lambda m: all(hasattr(m, a) for a in ("config", "prefill", "denoise", "store"))
     if isinstance(model, str):
         return _named_target(model).model
-    if all(hasattr(model, a) for a in ("config", "prefill", "denoise", "store")):
+    if contract(model):
         return model
+    if contract(getattr(model, "model", None)) and hasattr(model, "tokenizer"):     # a Target
+        return model.model
     raise ValueError(f"model must be an SDARModel, a spotref Target or a bundled target name "
                      f"(spotref.list_targets()), got {type(model).__name__}")
 

@@ -9,10 +9,11 @@ commits). Exact decoding runs first; every row's tokens are asserted identical t
 
 Numbers per row: target passes per generated token, the reduction vs exact (all passes, and
 denoise/verify passes only), commits per verify round, tokens/s and its ratio to exact measured
-in this run, and the bookkeeping share of the wall time (drafter + tree + acceptance). Writes
-``docs/results.md`` (command, date, machine, the tables, the goals checked) and a plot
-(``docs/results.png``; skipped, with a note, when matplotlib is not installed). ``--quick`` is a
-CI smoke test.
+in this run, and the bookkeeping share of the wall time (drafter + tree + acceptance). Writes a
+report (command, date, machine, the tables, the goals checked) and a plot (skipped, with a note,
+when matplotlib is not installed) into a new run directory ``runs/bench-TIME/`` (or ``--out``);
+only ``--update-shipped`` replaces the committed ``docs/results.md`` and ``docs/results.png``.
+Every file is written atomically (``spotref.files``). ``--quick`` is a CI smoke test.
 """
 from __future__ import annotations
 
@@ -30,31 +31,48 @@ import spotref
 from spotref.conformance import first_divergence, oracle_drafter
 from spotref.demo import progress, table
 from spotref.draft import Draft
+from spotref.files import atomic_write, atomic_write_text, run_dir
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
 COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
            "commits/round", "tokens/s", "speed-up", "bookkeeping"]
 
 
+SHIPPED_REPORT, SHIPPED_PLOT = "docs/results.md", "docs/results.png"
+FULL = dict(temperatures=[0.0, 1.0], budgets=[1, 4, 8, 16, 32, 64], prompts=8, new_tokens=128)
+QUICK = dict(temperatures=[0.0, 1.0], budgets=[1, 4], prompts=2, new_tokens=24)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from spotref.argtypes import choice_list, int_list, nonneg_int, positive_int, real_list, seed_int
     p.add_argument("--targets", default="all",
                    help="comma-separated bundled targets (default: all; 'random': a random tiny model)")
-    p.add_argument("--temperatures", default="0,1")
-    p.add_argument("--budgets", default="1,4,8,16,32,64")
+    p.add_argument("--temperatures", type=real_list(0.0), default=None,
+                   help="comma list of temperatures (default 0,1)")
+    p.add_argument("--budgets", type=int_list(1), default=None,
+                   help="comma list of node budgets N (default 1,4,8,16,32,64; with --quick 1,4)")
     p.add_argument("--no-auto", action="store_true", help="skip budget='auto'")
-    p.add_argument("--drafters", default=",".join(DRAFTERS))
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--prompt-tokens", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--depth", type=int, default=32, help="depth cap D")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drafters", type=choice_list(DRAFTERS), default=list(DRAFTERS),
+                   help=f"comma list of drafters (default: all of {','.join(DRAFTERS)})")
+    p.add_argument("--prompts", type=positive_int, default=None,
+                   help="held-out prompts per target (default 8; with --quick 2)")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--new-tokens", type=positive_int, default=None,
+                   help="new tokens per prompt (default 128; with --quick 24)")
+    p.add_argument("--depth", type=nonneg_int, default=32, help="depth cap D (with --quick at most 4)")
+    p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
     p.add_argument("--no-transfer", action="store_true", help="skip the transfer table")
-    p.add_argument("--quick", action="store_true", help="CI smoke test: tiny grid (random model if no target)")
+    p.add_argument("--quick", action="store_true",
+                   help="CI smoke test: a tiny grid (random model if no target); explicit options win")
     p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
     p.add_argument("--drafters-dir", default=None, help="drafter checkpoints from here (default: bundled)")
-    p.add_argument("--out", default="docs/results.md")
-    p.add_argument("--plot", default="docs/results.png", help="PNG (needs matplotlib)")
-    p.add_argument("--replot", action="store_true", help="only redraw --plot from the table in --out")
+    p.add_argument("--out", default=None,
+                   help="report path (default: runs/bench-TIME/results.md; missing directories are created)")
+    p.add_argument("--plot", default=None, help="PNG, needs matplotlib (default: beside --out, as .png)")
+    p.add_argument("--update-shipped", action="store_true",
+                   help=f"write the committed {SHIPPED_REPORT} and {SHIPPED_PLOT} (not with --out or --plot)")
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw --plot from the table in --out (or the shipped report with --update-shipped)")
 
 
 @dataclass
@@ -301,7 +319,8 @@ def plot(rows: list, path: str) -> str | None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
     return path
 
 
@@ -361,7 +380,12 @@ def setups_for(args) -> list:
     from spotref.targets import TARGETS_DIR, list_targets
     if args.targets == "random":
         return [lambda: random_setup(args)]
-    names = list_targets(args.targets_dir or TARGETS_DIR) if args.targets == "all" else [t for t in args.targets.split(",") if t]
+    known = list_targets(args.targets_dir or TARGETS_DIR)
+    names = known if args.targets == "all" else [t for t in args.targets.split(",") if t]
+    unknown = [t for t in names if t not in known]
+    if unknown:
+        raise ValueError(f"--targets: unknown target(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(known) or 'none'}, all, random")
     if args.quick and args.targets == "all":
         names = names[:1]
     if not names:
@@ -372,29 +396,51 @@ def setups_for(args) -> list:
 
 
 def configure(args) -> None:
+    """The grid: --quick's small one where an option was left out, the full one elsewhere."""
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
-        args.prompts, args.new_tokens, args.budgets, args.temperatures = 2, 24, "1,4", "0,1"
         args.depth = min(args.depth, 4)
-    args.T = [float(t) for t in args.temperatures.split(",")]
-    args.N = [int(n) for n in args.budgets.split(",")]
-    args.drafter_names = [d for d in args.drafters.split(",") if d]
+    args.T, args.N = list(args.temperatures), list(args.budgets)
+    args.temperatures = ",".join(f"{t:g}" for t in args.T)        # as the report prints them
+    args.budgets = ",".join(map(str, args.N))
+    args.drafter_names = list(args.drafters)
     args.auto = not args.no_auto
     args.prompts_note = f"{args.prompts} prompts x {args.new_tokens} new tokens"
 
 
+def outputs(args) -> None:
+    """Where the report and the plot go: a new run directory unless told (``--update-shipped``)."""
+    if args.update_shipped:
+        if args.out or args.plot:
+            raise ValueError("--update-shipped writes the shipped report: leave out --out and --plot")
+        args.out, args.plot = SHIPPED_REPORT, SHIPPED_PLOT
+    elif args.replot and not args.out:
+        raise ValueError("--replot needs --out (the report to redraw from), or --update-shipped")
+    args.out = args.out or str(run_dir("bench") / "results.md")
+    args.plot = args.plot or str(Path(args.out).with_suffix(".png"))
+
+
 def run(args) -> int:
     if args.replot:
-        done = plot(rows_from_report(Path(args.out).read_text()), args.plot)
+        outputs(args)
+        try:
+            text = Path(args.out).read_text()
+        except OSError as e:
+            raise ValueError(f"--out {args.out!r}: cannot read the report: {e.strerror}") from None
+        done = plot(rows_from_report(text), args.plot)
         print(f"wrote {done}" if done else "no plot: matplotlib is not installed")
         return 0
     torch.set_num_threads(1)
     t0 = time.time()
     configure(args)
     makers, setups, rows = setups_for(args), [], []
+    outputs(args)                                         # the run directory, once the input is good
     total = len(makers) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
     bar = progress(range(total), "bench")
     bar = bar if hasattr(bar, "update") else type("NoBar", (), {"update": lambda self, n: None})()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    print(f"bench: writing {args.out}", file=sys.stderr)
     for i, make in enumerate(makers):
         setups.append(make())
         bench_target(setups[-1], args, rows, bar)
@@ -409,16 +455,18 @@ def write(args, rows, transfer, setups, seconds: float, partial: bool = False) -
     text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds)
     if partial:
         text = text.replace("\n", "\n\n**Partial: the run was still going.**\n", 1)
-    Path(args.out).write_text(text)
+    atomic_write_text(args.out, text)
     return text
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.bench", description=__doc__.splitlines()[0])
+    from spotref.argtypes import plain
+    p = argparse.ArgumentParser(prog="python -m spotref.bench", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    return run(args)
+    from spotref.cli import guarded
+    return guarded(p.prog, lambda: run(args))
 
 
 if __name__ == "__main__":

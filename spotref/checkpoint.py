@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
+from spotref.files import atomic_path, atomic_write_text
 from spotref.models import SDARConfig
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -324,18 +325,20 @@ def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
         state.pop("lm_head.weight")
     cfg = {**model.config.to_dict(), "torch_dtype": str(dtype).removeprefix("torch."),
            "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
-    (root / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
     groups = shard_groups(state, max_shard_bytes, shard_of)
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
-        save_file(state, str(root / SINGLE), metadata={"format": "pt"})
+        with atomic_path(root / SINGLE) as tmp:
+            save_file(state, str(tmp), metadata={"format": "pt"})
         return root
     wmap, total = {}, sum(t.numel() * t.element_size() for t in state.values())
     for i, names in enumerate(groups):
         fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
-        save_file({n: state[n] for n in names}, str(root / fname), metadata={"format": "pt"})
+        with atomic_path(root / fname) as tmp:
+            save_file({n: state[n] for n in names}, str(tmp), metadata={"format": "pt"})
         wmap.update({n: fname for n in names})
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
-    (root / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    atomic_write_text(root / INDEX, json.dumps(index, indent=2) + "\n")
     return root
 
 

@@ -14,26 +14,30 @@ from pathlib import Path
 
 def add_model_args(p, drafter_default: str) -> None:
     """The arguments of both sub-commands (generate and audit)."""
+    from spotref.argtypes import nonneg_int, positive_int, seed_int
     p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the Qwen3 chat format")
-    p.add_argument("--system", default=None, help="system message (with --chat)")
-    p.add_argument("--no-think", action="store_true", help="with --chat: an empty <think> block")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--block-length", type=int, default=None, help="block size B (default: the config's)")
-    p.add_argument("--mask-id", type=int, default=None, help="MASK token id (default: the config's)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--chat", action="store_true",
+                   help="wrap --prompt in the Qwen3 chat format (checkpoints with a chat tokenizer only)")
+    p.add_argument("--system", default=None, help="system message (needs --chat)")
+    p.add_argument("--no-think", action="store_true", help="an empty <think> block (needs --chat)")
+    p.add_argument("--max-new-tokens", type=nonneg_int, default=128, help="tokens to generate")
+    p.add_argument("--block-length", type=positive_int, default=None, help="block size B (default: the config's)")
+    p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
+    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens (T > 0)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1] (T > 0)")
     p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--drafter", default=drafter_default, help="none, confidence, spot, ...")
-    p.add_argument("--budget", type=int, default=16, help="tree node budget N (root included)")
-    p.add_argument("--depth", type=int, default=8, help="tree depth cap D")
+    p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
+    p.add_argument("--drafter", default=drafter_default,
+                   help="none, confidence, confidence-chain, calibrated, spot, a bundled drafter name "
+                        "or a drafter .pt path")
+    p.add_argument("--budget", type=positive_int, default=16, help="tree node budget N (root included)")
+    p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
 
 
@@ -100,6 +104,9 @@ def prompt_ids(args, tok) -> list:
             raise ValueError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
     if tok is None:
         raise ValueError(f"--model {args.model!r} has no tokenizer files: use --prompt-ids")
+    if args.chat and not hasattr(tok, "encode_chat"):
+        raise ValueError(f"--chat: --model {args.model!r} has no chat format (a bundled target is "
+                         f"trained on plain text): leave out --chat")
     if not args.chat:
         return tok.encode(args.prompt)
     from spotref.tokenizer import chat_format
@@ -109,22 +116,37 @@ def prompt_ids(args, tok) -> list:
 
 
 def drafter_arg(name: str):
-    """None for exact decoding, a drafter name ``spotref.generate`` knows, or a trained order
-    model loaded from a ``.pt`` checkpoint path."""
+    """None for exact decoding, a drafter name ``spotref.generate`` knows, or what
+    ``spotref.load_drafter`` accepts: a bundled drafter's name or a ``.pt`` checkpoint path."""
     from spotref import drafters
-    from spotref.spot import MODEL_DRAFTERS, load_drafter
+    from spotref.spot import MODEL_DRAFTERS, list_checkpoints, load_drafter
     if name in ("none", "exact"):
         return None
     if name in drafters.DRAFTERS or name in MODEL_DRAFTERS:
         return name
-    if name.endswith(".pt"):
-        return load_drafter(name)
+    if name.endswith(".pt") or name in list_checkpoints() or Path(name).is_file():
+        try:
+            return load_drafter(name)
+        except ValueError as e:
+            raise ValueError(f"--drafter {name!r}: {e}") from None
     known = ", ".join(sorted([*drafters.DRAFTERS, *MODEL_DRAFTERS]))
-    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known}, or a drafter .pt path")
+    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known}, a bundled drafter "
+                     f"({', '.join(list_checkpoints()) or 'none'}) or a drafter .pt path")
+
+
+def check_chat_args(args) -> None:
+    """--system and --no-think only mean something with --chat, and --chat only with --prompt."""
+    if not args.chat:
+        for flag, given in (("--system", args.system is not None), ("--no-think", args.no_think)):
+            if given:
+                raise ValueError(f"{flag} needs --chat (it only changes the chat format)")
+    elif args.prompt is None:
+        raise ValueError("--chat wraps --prompt text: it does not apply to --prompt-ids")
 
 
 def setup(args):
     """(model, tokenizer, prompt ids, generate kwargs) from the parsed arguments."""
+    check_chat_args(args)
     drafter = drafter_arg(args.drafter)
     model, tok = resolve_model(args.model, args.block_length, args.mask_id, args.dtype, args.device)
     check_pair(model, tok)

@@ -2,7 +2,7 @@
 
 Reusable by any decoder that follows spotref's model and drafter contracts (SPEC section 7):
 
-    from spotref.conformance import run_conformance
+    from spotref.conformance import run_conformance    # pip install "spotref[conformance]"
     run_conformance(my_generate, max_examples=200)     # raises AssertionError on the first bug
 
 ``my_generate(model, prompt_ids, max_new_tokens, **kwargs)`` must return an object with
@@ -15,7 +15,10 @@ more passes than exact; the oracle accepted in full. Divergences are reported as
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -172,9 +175,22 @@ def check_oracle_accepted(exact, got, d_eff: int):
 
 # --- the Hypothesis strategy ------------------------------------------------------------------
 
+def hypothesis():
+    """The ``hypothesis`` package, or a ``ModuleNotFoundError`` saying how to install it."""
+    try:
+        import hypothesis
+        import hypothesis.strategies                     # noqa: F401  (hypothesis.strategies.*)
+    except ModuleNotFoundError as e:
+        if e.name != "hypothesis":
+            raise
+        raise ModuleNotFoundError('the conformance suite needs Hypothesis: pip install "spotref[conformance]"',
+                                  name="hypothesis") from None
+    return hypothesis
+
+
 def cases():
     """Hypothesis strategy of conformance cases (built by construction, no filtering)."""
-    from hypothesis import strategies as st
+    st = hypothesis().strategies
 
     @st.composite
     def case(draw):
@@ -200,23 +216,50 @@ def cases():
     return case()
 
 
-def run_conformance(generate_fn, max_examples: int = 100, **settings) -> Counter:
+def run_conformance(generate_fn, max_examples: int = 100, database=None, **settings) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
+
+    Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
+    failing examples to replay them; None (default) keeps nothing, so no ``.hypothesis/``
+    directory appears in the caller's working directory; a path or a Hypothesis
+    ``ExampleDatabase`` opts in. Other keyword arguments go to ``hypothesis.settings``.
 
     Returns what was covered: a Counter of cases by drafter, rule, temperature and prompt shape
     (its "cases" entry is the number of distinct cases checked)."""
-    from hypothesis import HealthCheck, given, settings as hsettings
+    h = hypothesis()
+    HealthCheck, given, hsettings = h.HealthCheck, h.given, h.settings
+    if isinstance(database, (str, os.PathLike)):
+        from hypothesis.database import DirectoryBasedExampleDatabase
+        database = DirectoryBasedExampleDatabase(os.fspath(database))
 
     seen = Counter()
 
-    @hsettings(max_examples=max_examples, deadline=None,
+    @hsettings(max_examples=max_examples, deadline=None, database=database,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **settings)
     @given(cases())
     def conformance(case):
         check_case(case, generate_fn)
         seen.update(coverage(case))
-    conformance()
+    with _storage(database is None):
+        conformance()
     return seen
+
+
+@contextlib.contextmanager
+def _storage(private: bool):
+    """With ``private``, Hypothesis' other files (its cache of source constants) go to a
+    temporary directory, not to ``.hypothesis/`` in the working directory."""
+    if not private or os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    from hypothesis import configuration
+    before = vars(configuration).get("__hypothesis_home_directory")
+    with tempfile.TemporaryDirectory(prefix="spotref-hypothesis-") as tmp:
+        configuration.set_hypothesis_home_dir(tmp)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(before)
 
 
 def coverage(case: Case) -> list[str]:

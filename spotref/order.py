@@ -27,6 +27,8 @@ import math
 import torch
 from torch import nn
 
+from spotref.files import atomic_save
+
 TOP_K = 32          # stale probabilities per position
 N_FREQ = 4          # sin/cos position frequencies
 N_STRUCT = 8        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5, T/(1+T)
@@ -120,7 +122,7 @@ def save(path, model: OrderModel, meta: dict) -> None:
     """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature width...)."""
     header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
     sd = {k: v.detach().half() for k, v in model.state_dict().items()}
-    torch.save({"header": header, "state_dict": sd}, path)
+    atomic_save({"header": header, "state_dict": sd}, path)       # a kill leaves the old file
 
 
 def load(path, block_size: int | None = None) -> tuple[OrderModel, dict]:

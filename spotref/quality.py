@@ -162,7 +162,8 @@ def run(args) -> int:
         meta = json.loads(path.read_text())
         meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
         meta["quality_samples"] = r["samples"]
-        path.write_text(json.dumps(meta, indent=1) + "\n")
+        from spotref.files import atomic_write_text
+        atomic_write_text(path, json.dumps(meta, indent=1) + "\n")
     return 0 if r["meets_bar"] else 1
 
 

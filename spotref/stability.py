@@ -1,6 +1,7 @@
 """Token stability: how often the stale coupled token is the token the target commits.
 
-``python -m spotref.stability [TARGET ...]`` writes ``docs/stability.md``.
+``python -m spotref.stability [TARGET ...]`` writes ``runs/stability-TIME/stability.md`` (``--out``;
+``--update-shipped`` replaces the committed ``docs/stability.md``), atomically.
 
 SPOT drafts tokens from the stale distributions (SPEC section 3), so its acceptance is bounded by
 how often they are right, whatever the order drafter does. On recorded held-out trajectories of
@@ -14,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+
+from spotref.files import atomic_write_text, run_dir
 
 from spotref import trajectories as tj
 
@@ -55,8 +57,12 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
-    p.add_argument("--out", default="docs/stability.md")
+    p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")
+    p.add_argument("--update-shipped", action="store_true", help="write the committed docs/stability.md")
     args = p.parse_args(argv)
+    if args.update_shipped and args.out:
+        p.error("--update-shipped writes docs/stability.md: leave out --out")
+    out = "docs/stability.md" if args.update_shipped else args.out or run_dir("stability") / "stability.md"
     args.seeds, args.prompts = 1, 0
     rows = []
     for name in args.targets or list_targets(TARGETS_DIR):
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
         "stale distributions, so a draft path of length d + 1 needs every one of its tokens right; "
         "the SPEC's premise (the paper, SDAR-8B) is over 90% at d = 0.", "",
         table(cols, rows), ""])
-    Path(args.out).write_text(text)
+    atomic_write_text(out, text)
     print(text)
     return 0
 

@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import shlex
 import sys
 import time
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spotref.files import atomic_path, atomic_save, atomic_write_text
 from spotref.models import SDARConfig, SDARModel, rope
 
 
@@ -148,40 +148,47 @@ def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``spotref train-target`` / ``python -m spotref.train``."""
+    from spotref.argtypes import int_list, nonneg_int, nonneg_real, positive_int, positive_real, seed_int
     p.add_argument("--name", required=True, help="run and target name, e.g. stdlib-b32")
     p.add_argument("--runs", default="runs", help="directory of run checkpoints")
     p.add_argument("--tokenizer", default="bpe2048",
                    help="'bytes', 'bpeN' (train an N-token BPE on the train split) or a tokenizer JSON")
-    p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--mix-blocks", default=None,
+    p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
+    p.add_argument("--mix-blocks", type=int_list(1), default=None,
                    help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
     p.add_argument("--init", default=None, help="start from the weights of this run checkpoint (fine-tuning)")
-    p.add_argument("--seq-len", type=int, default=256, help="training window L (tokens)")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--intermediate", type=int, default=704)
+    p.add_argument("--seq-len", type=positive_int, default=256, help="training window L (tokens)")
+    p.add_argument("--hidden", type=positive_int, default=256, help="hidden size")
+    p.add_argument("--layers", type=positive_int, default=4, help="decoder layers")
+    p.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    p.add_argument("--kv-heads", type=positive_int, default=2, help="key/value heads (GQA)")
+    p.add_argument("--head-dim", type=positive_int, default=64, help="dimension per head")
+    p.add_argument("--intermediate", type=positive_int, default=704, help="SwiGLU intermediate size")
     p.add_argument("--untied", action="store_true", help="separate lm_head (default: tied to embeddings)")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=4000, help="total steps (the cosine schedule's length)")
-    p.add_argument("--minutes", type=float, default=None, help="stop (resumably) after this much training time")
-    p.add_argument("--until", type=int, default=None, help="stop (resumably) at this step")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--weighting", choices=("tokens", "elbo"), default="tokens")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=positive_int, default=8, help="sequences per step")
+    p.add_argument("--steps", type=positive_int, default=4000, help="total steps (the cosine schedule's length)")
+    p.add_argument("--minutes", type=positive_real, default=None, help="stop (resumably) after this much training time")
+    p.add_argument("--until", type=positive_int, default=None, help="stop (resumably) at this step")
+    p.add_argument("--lr", type=positive_real, default=2e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=nonneg_int, default=100, help="linear warm-up steps")
+    p.add_argument("--weight-decay", type=nonneg_real, default=0.1, help="AdamW weight decay")
+    p.add_argument("--weighting", choices=("tokens", "elbo"), default="tokens",
+                   help="loss weighting: tokens (mean over masked tokens) or elbo (1 / t per block)")
+    p.add_argument("--seed", type=seed_int, default=0, help="data and init seed")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     p.add_argument("--bf16", action="store_true",
                    help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)")
-    p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--ckpt-every", type=int, default=250)
-    p.add_argument("--corpus-limit", type=int, default=None, help="use only the first N train documents (tests)")
+    p.add_argument("--eval-every", type=positive_int, default=250, help="held-out loss every this many steps")
+    p.add_argument("--ckpt-every", type=positive_int, default=250, help="checkpoint every this many steps")
+    p.add_argument("--corpus-limit", type=positive_int, default=None,
+                   help="use only the first N train documents (tests)")
     p.add_argument("--no-english", dest="english", action="store_false", help="leave out the pydoc topics")
-    p.add_argument("--export", default=None, help="after training, write the target into this directory")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--export", default=None,
+                   help="after training, write the target into this directory (the bundled targets "
+                        "directory only with --update-shipped)")
+    p.add_argument("--update-shipped", action="store_true",
+                   help="allow --export to replace a target shipped in spotref/targets/")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def make_tokenizer(spec: str, train_docs, run_dir: Path):
@@ -198,13 +205,14 @@ def make_tokenizer(spec: str, train_docs, run_dir: Path):
         tok = tokenizer_from_json(Path(spec).read_text())
     else:
         raise ValueError(f"--tokenizer must be 'bytes', 'bpeN' or a tokenizer JSON file, got {spec!r}")
-    saved.write_text(tok.to_json())
+    atomic_write_text(saved, tok.to_json())
     return tok
 
 
 def block_sizes(args) -> list[int]:
     """The block sizes trained on, in turn (``--mix-blocks``, else ``--block-size`` alone)."""
-    sizes = [int(b) for b in args.mix_blocks.split(",")] if args.mix_blocks else [args.block_size]
+    mix = args.mix_blocks
+    sizes = ([int(b) for b in mix.split(",")] if isinstance(mix, str) else list(mix)) if mix else [args.block_size]
     for B in sizes + [args.block_size]:
         if B < 1 or args.seq_len % B:
             raise ValueError(f"--seq-len {args.seq_len} must be a multiple of every block size, got {B}")
@@ -230,9 +238,7 @@ def lr_at(step: int, args) -> float:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)                                # atomic: a kill never leaves half a file
+    atomic_save(state, path)                             # a kill never leaves half a file
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -327,7 +333,8 @@ def _progress(args, initial: int):
 # --- export ---------------------------------------------------------------------------------
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
-    """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata)."""
+    """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata),
+    each atomically; the metadata (which load_target reads first) last."""
     try:
         from safetensors.torch import save_file
     except ImportError:
@@ -336,8 +343,9 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
           if not (model.config.tie_word_embeddings and k == "lm_head.weight")}
     weights = out_dir / f"{name}.safetensors"
-    save_file(sd, str(weights))
-    (out_dir / f"{name}.tokenizer.json").write_text(tok.to_json())
+    with atomic_path(weights) as tmp:
+        save_file(sd, str(tmp))
+    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())
     hist = state["history"]
     meta = {
         "name": name,
@@ -357,7 +365,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
         "history": hist,
     }
-    (out_dir / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return weights
 
 
@@ -385,13 +393,26 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.train", description=__doc__.splitlines()[0])
+    from spotref.argtypes import plain
+    p = argparse.ArgumentParser(prog="python -m spotref.train", description=plain(__doc__))
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    from spotref.cli import guarded
+    return guarded(p.prog, lambda: run(args))
+
+
+def check_export(args) -> None:
+    """--export into the bundled targets directory replaces shipped files: only when asked."""
+    from spotref.targets import TARGETS_DIR
+    if args.export and Path(args.export).resolve() == TARGETS_DIR.resolve() \
+            and not getattr(args, "update_shipped", False):
+        raise ValueError(f"--export {args.export!r} is the bundled targets directory: pass "
+                         f"--update-shipped to replace shipped targets, or export elsewhere")
 
 
 def run(args) -> int:
     """Entry point of ``spotref train-target``."""
+    check_export(args)
     train(args)
     return 0
 

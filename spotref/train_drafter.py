@@ -10,8 +10,10 @@
 3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
    at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
    measure offline acceptance curves (commits per round vs budget) for the cost model.
-4. Save ``spotref/order_models/NAME.pt`` (or ``--out``): float16 weights and a header with the
-   block size, feature width, target fingerprint, accuracies, calibration and curves.
+4. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
+   ``spotref/order_models/NAME.pt``): float16 weights and a header with the block size, feature
+   width, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
+   cache too) is written atomically; a corrupt cache file is a cache miss (recorded again).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,23 +29,30 @@ import torch
 
 from spotref import order, trajectories as tj
 from spotref.calibrated import CalibratedDrafter, calibrate
+from spotref.files import run_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from spotref.argtypes import nonneg_int, positive_int, positive_real, seed_int
     p.add_argument("target", help="bundled target name (spotref.list_targets())")
-    p.add_argument("--prompts", type=int, default=120, help="training prompts per temperature")
-    p.add_argument("--test-prompts", type=int, default=24, help="held-out prompts per temperature")
-    p.add_argument("--seeds", type=int, default=2, help="noise seeds per prompt at T = 1")
-    p.add_argument("--prompt-tokens", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--tf-depth", type=int, default=12, help="teacher-forced levels below a recorded state")
-    p.add_argument("--calib-prompts", type=int, default=40)
+    p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
+    p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
+    p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens recorded per prompt")
+    p.add_argument("--steps", type=positive_int, default=1500, help="training steps")
+    p.add_argument("--batch", type=positive_int, default=64, help="examples per step")
+    p.add_argument("--lr", type=positive_real, default=1e-3, help="peak learning rate")
+    p.add_argument("--tf-depth", type=nonneg_int, default=12, help="teacher-forced levels below a recorded state")
+    p.add_argument("--calib-prompts", type=positive_int, default=40,
+                   help="training prompts the calibrated baseline is fitted on")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
-    p.add_argument("--out", default=None, help="checkpoint path (default spotref/order_models/TARGET.pt)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None,
+                   help="checkpoint path (default: runs/drafter-TIME/TARGET.pt; with --curves-only "
+                        "the checkpoint to re-measure, default the shipped one)")
+    p.add_argument("--update-shipped", action="store_true",
+                   help="write the shipped spotref/order_models/TARGET.pt (not with --out)")
+    p.add_argument("--seed", type=seed_int, default=0, help="training seed")
     p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     p.add_argument("--curves-only", action="store_true",
@@ -148,12 +158,14 @@ def recorded(target, args, split: str, T: float) -> tj.Trajectories:
     path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}-n{n}"
                                f"-p{args.prompt_tokens}-g{args.new_tokens}.pt")
     if path.exists():
-        return tj.Trajectories.load(path)
+        try:
+            return tj.Trajectories.load(path)
+        except ValueError as e:                      # a truncated cache is a miss, not a dead end
+            warnings.warn(f"{e}; recording it again")
     seeds = range(args.seeds) if T > 0 else (0,)
     ds = tj.record(target.model, prompts_for(target, n, split, args.prompt_tokens), args.new_tokens, T,
                    seeds, target.stop_ids, desc=f"record {split} T={T:g}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ds.save(path)
+    ds.save(path)                                    # atomic, parent directories created
     return ds
 
 
@@ -217,14 +229,30 @@ def command(args) -> str:
     return " ".join(["python -m spotref.train_drafter"] + getattr(args, "argv", sys.argv[1:]))
 
 
+def shipped_path(args) -> Path:
+    from spotref.spot import ORDER_DIR
+    return ORDER_DIR / f"{args.target}.pt"
+
+
+def out_path(args) -> Path:
+    """Where the checkpoint goes: --out, the shipped file (--update-shipped), else a new run dir."""
+    if getattr(args, "update_shipped", False):
+        if args.out:
+            raise ValueError("--update-shipped writes the shipped checkpoint: leave out --out")
+        return shipped_path(args)
+    return Path(args.out) if args.out else run_dir("drafter") / f"{args.target}.pt"
+
+
 def run(args) -> int:
-    from spotref.spot import ORDER_DIR, SpotDrafter, model_fingerprint
+    from spotref.spot import SpotDrafter, model_fingerprint
     from spotref.targets import TARGETS_DIR, load_target
     torch.manual_seed(args.seed)
     t0 = time.time()
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
     if args.curves_only:
         return remeasure(target, args)
+    out = out_path(args)                             # refuses --out with --update-shipped up front
+    print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
@@ -241,8 +269,6 @@ def run(args) -> int:
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     curve = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
-    out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
-    out.parent.mkdir(parents=True, exist_ok=True)
     order.save(out, model, dict(
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
@@ -255,12 +281,14 @@ def run(args) -> int:
 
 
 def remeasure(target, args) -> int:
-    """``--curves-only``: the checkpoint's curves re-measured, everything else kept."""
-    from spotref.spot import ORDER_DIR, SpotDrafter
-    out = Path(args.out or ORDER_DIR / f"{args.target}.pt")
-    model, header = order.load(out, target.model.block_size)
+    """``--curves-only``: the checkpoint's curves re-measured, everything else kept. Reads --out
+    (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
+    from spotref.spot import SpotDrafter
+    src = Path(args.out) if args.out else shipped_path(args)
+    out = out_path(args)
+    model, header = order.load(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
-    header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, out), test_sets)
+    header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
     header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
     order.save(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
@@ -269,9 +297,13 @@ def remeasure(target, args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.train_drafter", description=__doc__.splitlines()[0])
+    from spotref.argtypes import plain
+    p = argparse.ArgumentParser(prog="python -m spotref.train_drafter", description=plain(__doc__))
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    from spotref.cli import guarded
+    return guarded(p.prog, lambda: run(args))
 
 
 if __name__ == "__main__":

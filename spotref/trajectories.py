@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from spotref.draft import Draft
+from spotref.files import atomic_save
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
 FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "temp", "prompt")
@@ -100,13 +101,25 @@ class Trajectories:
         return Trajectories({k: v[idx] for k, v in self.arrays.items()}, self.mask_id, self.block_size)
 
     def save(self, path) -> None:
-        torch.save({"arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.arrays.items()},
+        """Written atomically: a kill mid-write leaves no truncated cache behind."""
+        atomic_save({"arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.arrays.items()},
                     "mask_id": self.mask_id, "block_size": self.block_size}, path)
 
     @classmethod
     def load(cls, path) -> "Trajectories":
-        blob = torch.load(path, weights_only=True)
-        return cls({k: v.numpy() for k, v in blob["arrays"].items()}, blob["mask_id"], blob["block_size"])
+        """``ValueError`` naming the file when it is truncated, corrupt or not a trajectory file."""
+        try:
+            blob = torch.load(path, weights_only=True)
+            arrays = {k: v.numpy() for k, v in blob["arrays"].items()}
+            missing = [k for k in FIELDS if k not in arrays]
+            if missing:
+                raise KeyError(f"no {', '.join(missing)}")
+            return cls(arrays, int(blob["mask_id"]), int(blob["block_size"]))
+        except FileNotFoundError:
+            raise
+        except Exception as e:                       # zip / pickle / key errors of a broken file
+            raise ValueError(f"the trajectory file {path} is corrupt or truncated: "
+                             f"{type(e).__name__}: {e}") from None
 
     @classmethod
     def concat(cls, parts: list) -> "Trajectories":

@@ -78,7 +78,6 @@ def test_generate_prompt_ids_without_tokenizer(capsys, tmp_path):
     (["--mask-id", 300], "mask_token_id 300 is outside the vocabulary"),
     (["--max-new-tokens", 10 ** 6], "exceeds the model's max_position_embeddings"),
     (["--dtype", "int8"], "unsupported dtype 'int8'"),
-    (["--block-length", 0], "block_size must be a positive int"),
     (["--prompt-ids", "1,x"], "--prompt-ids must be comma-separated integers"),
     (["--prompt-ids", "1,3"], "is the MASK token"),
     (["--temperature", -1], "temperature must be in"),

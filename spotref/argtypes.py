@@ -1,0 +1,103 @@
+"""argparse ``type=`` validators for the command-line tools (no heavy imports: ``--help`` stays fast).
+
+Each raises ``argparse.ArgumentTypeError``, so a bad value is an argparse error (exit status 2)
+that names the option: ``spotref audit: error: argument --batch-rows: must be an integer in
+[0, 4096], got '100000'``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+SEED_MAX = 2 ** 64 - 1          # the noise generator's key is 64 bits (spotref.noise)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def int_range(lo: int | None = None, hi: int | None = None, what: str = "an integer"):
+    """A validator for integers in [lo, hi] (either bound may be None)."""
+    def parse(text: str) -> int:
+        v = _int(text)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            if hi is None:
+                raise argparse.ArgumentTypeError(f"must be {what} >= {lo}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {what} in [{lo}, {hi}], got {text!r}")
+        return v
+    parse.__name__ = what
+    return parse
+
+
+positive_int = int_range(1)
+nonneg_int = int_range(0)
+seed_int = int_range(0, SEED_MAX, "a seed (an integer)")
+
+
+def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool = False):
+    """A validator for finite floats in [lo, hi] ((lo, hi] with ``open_lo``)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        bad = not math.isfinite(v) or (lo is not None and (v <= lo if open_lo else v < lo)) \
+            or (hi is not None and v > hi)
+        if bad:
+            lb = "(" if open_lo else "["
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {lb}{lo}, {'inf)' if hi is None else f'{hi}]'}, got {text!r}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+positive_real = real_range(0.0, open_lo=True)
+nonneg_real = real_range(0.0)
+
+
+def int_list(lo: int = 1):
+    """A validator for a comma-separated list of integers >= lo (at least one)."""
+    one = int_range(lo)
+
+    def parse(text: str) -> list[int]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"must be a comma-separated list of integers, got {text!r}")
+        return [one(t) for t in items]
+    parse.__name__ = "list"
+    return parse
+
+
+def real_list(lo: float = 0.0):
+    """A validator for a comma-separated list of finite floats >= lo (at least one)."""
+    one = real_range(lo)
+
+    def parse(text: str) -> list[float]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"must be a comma-separated list of numbers, got {text!r}")
+        return [one(t) for t in items]
+    parse.__name__ = "list"
+    return parse
+
+
+def choice_list(choices):
+    """A validator for a comma-separated list drawn from ``choices`` (at least one)."""
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) or repr(text)}: choose from "
+                                             f"{', '.join(choices)} (comma-separated)")
+        return items
+    parse.__name__ = "list"
+    return parse
+
+
+def plain(doc: str) -> str:
+    """A docstring's first line as help text: without the RST ``literal`` markup."""
+    return doc.strip().splitlines()[0].replace("``", "")
