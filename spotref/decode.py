@@ -109,9 +109,11 @@ def spot_block(rule, drafter, core, budget, depth, target, block, state):
     B = len(state)
     max_set = 1 if rule.threshold is None else B
     step, stale = 0, None
+    drafter_rule = rule.copy()       # the drafter's own: nothing it does to it reaches a decision
     while (state == rule.mask_id).any():
         t = time.perf_counter()
-        draft = Draft.root() if stale is None else drafter(View(state, step, block, stale, rule, budget, depth))
+        draft = Draft.root() if stale is None else drafter(View.of(state, step, block, stale, drafter_rule,
+                                                                   budget, depth))
         if not isinstance(draft, Draft):
             raise TypeError(f"the drafter returned {type(draft).__name__}, not spotref.Draft")
         t2 = time.perf_counter()

@@ -67,7 +67,10 @@ def _pairs(i, c):
 
 @dataclass
 class View:
-    """What a drafter may read at the current state (one per round)."""
+    """What a drafter may read at the current state (one per round).
+
+    A drafter cannot change the output through its view: ``View.of`` hands it copies (the state
+    read-only) and the decoder gives it its own copy of the rule, with its own noise cache."""
 
     tokens: np.ndarray             # (B,) int64, MASK where uncommitted
     step: int                      # decisions already taken in this block
@@ -76,6 +79,13 @@ class View:
     rule: DecisionRule
     budget: int                    # node budget N (root included)
     depth: int                     # depth cap D
+
+    @classmethod
+    def of(cls, state, step, block, stale_logits, rule, budget, depth) -> "View":
+        """A view over copies of the decoder's state (read-only) and stale logits."""
+        tokens = state.copy()
+        tokens.flags.writeable = False
+        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth))
 
     @property
     def temperature(self) -> float:

@@ -16,6 +16,7 @@ sorted by position: the form of ``Draft.commits`` and of the state-equality chec
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +40,10 @@ class DecisionRule:
     top_p: float | None = None
     threshold: float | None = None
     _noise: dict = field(default_factory=dict, repr=False)
+
+    def copy(self) -> "DecisionRule":
+        """The same parameters with a noise cache of its own."""
+        return dataclasses.replace(self, _noise={})
 
     def noise(self, block: int, step: int, device) -> torch.Tensor:
         """g_k: (B, V) float64, cached for the current block only."""
