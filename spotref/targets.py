@@ -147,9 +147,11 @@ def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
         raise ValueError(f"the weights hold non-finite values (NaN or inf) in {', '.join(bad[:6])}")
     want = model.state_dict()
     wrong = [f"{k} {tuple(v.shape)} (config wants {tuple(want[k].shape)})"
-             for k, v in state_dict.items() if k in want and v.shape != want[k].shape]
+             for k, v in sorted(state_dict.items()) if k in want and v.shape != want[k].shape]
     if wrong:
-        raise ValueError(f"the weights do not match the config: wrong-shaped {', '.join(wrong[:6])}")
+        more = f" and {len(wrong) - 4} more" if len(wrong) > 4 else ""
+        raise ValueError(f"the weights do not match the config: {len(wrong)} wrong-shaped tensor(s): "
+                         f"{', '.join(wrong[:4])}{more}")
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in state_dict.items()}, strict=False)
     if missing or unexpected:
         raise ValueError(f"the weights do not match the config: missing {missing}, unexpected {unexpected}")
