@@ -132,7 +132,8 @@ def load(path, block_size: int | None = None) -> tuple[OrderModel, dict]:
     except FileNotFoundError:
         raise ValueError(f"no drafter checkpoint at {path}") from None
     except Exception as e:                                      # pickle / zip errors
-        raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {e}") from None
+        first = (str(e).strip().splitlines() or [""])[0]                          # one line
+        raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {first}") from None
     header = blob.get("header") if isinstance(blob, dict) else None
     if not isinstance(header, dict) or header.get("format") != "spotref-order-model":
         raise ValueError(f"{path} is not a spotref drafter checkpoint (no spotref-order-model header)")

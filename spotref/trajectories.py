@@ -118,8 +118,9 @@ class Trajectories:
         except FileNotFoundError:
             raise
         except Exception as e:                       # zip / pickle / key errors of a broken file
+            first = (str(e).strip().splitlines() or [""])[0]                      # one line
             raise ValueError(f"the trajectory file {path} is corrupt or truncated: "
-                             f"{type(e).__name__}: {e}") from None
+                             f"{type(e).__name__}: {first}") from None
 
     @classmethod
     def concat(cls, parts: list) -> "Trajectories":

@@ -295,7 +295,7 @@ def test_truncated_or_garbage_drafter_checkpoints(tmp_path, data):
     path = tmp_path / "d.pt"
     path.write_bytes(SHIPPED.read_bytes()[:1000] if data is None else data)
     msg = drafter_error(path)
-    assert "is corrupt" in msg and str(path) in msg
+    assert "is corrupt" in msg and str(path) in msg and "\n" not in msg
 
 
 def test_missing_drafter_checkpoint(tmp_path):
