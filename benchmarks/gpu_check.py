@@ -263,8 +263,8 @@ def main(argv=None) -> int:
     res["targets"] = target_speed(args.device, dtype) if not args.smoke else {"skipped": "smoke run"}
     res["wall_s"] = time.perf_counter() - t0
     out = Path(args.out) if args.out else default_out(args.smoke)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    from spotref.files import atomic_write_text
+    atomic_write_text(out, json.dumps(res, indent=1, default=str) + "\n")      # directories created
     print(summary(res))
     print(f"results: {out} ({res['wall_s']:.1f} s)")
     return 0
