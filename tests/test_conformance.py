@@ -37,6 +37,14 @@ def test_spot_is_identical_to_exact_decoding(core):
         assert seen[key] > 0, (key, seen)
 
 
+def test_near_tie_models_at_odd_block_sizes():
+    """Tiny weights: logits within a few ulps of each other, so any row whose logits depended on
+    its batch would flip a decision here first."""
+    near_ties = cases(block_sizes=(1, 3, 5, 7, 9), init_ranges=(1e-4, 1e-3))
+    seen = run_conformance(spotref.generate, max_examples=max(EXAMPLES // 4, 10), strategy=near_ties)
+    assert seen["cases"] >= 0.9 * max(EXAMPLES // 4, 10), seen
+
+
 class LossyCore:
     """Accepts the first child of every node without checking it: a plausible bug."""
     build_tree = staticmethod(pure_core.build_tree)
@@ -52,7 +60,9 @@ class LossyCore:
 
 
 def test_the_suite_catches_a_lossy_decoder():
-    with pytest.raises(AssertionError, match=r"block \d+, step \d+, position \d+: exact \d+, got"):
+    # Either check may fire first (tokens differ, or the oracle's round accepted too few); both
+    # name the block and step. One AssertionError, not an ExceptionGroup, on every seed.
+    with pytest.raises(AssertionError, match=r"block \d+, step \d+"):
         run_conformance(partial(spotref.generate, core=LossyCore), max_examples=200)
 
 
