@@ -93,8 +93,8 @@ def read_meta(path: Path) -> dict:
         if value is None:
             raise ValueError(f"the target metadata {path} has no {field!r} field")
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"the target metadata {path}: {field!r} must be a {kind.__name__}, "
-                             f"got {value!r}")
+            json_type = {dict: "an object", str: "a string", int: "an integer"}[kind]
+            raise ValueError(f"the target metadata {path}: {field!r} must be {json_type}, got {value!r}")
     return meta
 
 

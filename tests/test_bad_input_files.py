@@ -199,7 +199,7 @@ def test_metadata_field_of_the_wrong_type(target_dir, field, value):
     _, meta = target_dir
     head, _, key = field.partition(".")
     edit_json(meta, lambda d: d[head].__setitem__(key, value) if key else d.__setitem__(head, value))
-    assert f"{field!r} must be a" in target_error(meta)
+    assert f"{field!r} must be a" in target_error(meta)              # "a string", "an integer", ...
 
 
 def test_config_and_weights_of_different_sizes(target_dir):
