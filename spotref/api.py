@@ -14,13 +14,13 @@ import torch
 
 from spotref import drafters as _drafters
 from spotref.decode import Result, Stats, decode, exact_block, spot_block
-from spotref.rules import DecisionRule
+from spotref.rules import CONFIDENCES, DecisionRule
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
              threshold: float | None = None, drafter=None, budget: int = 16, depth: int = 8,
              top_k: int | None = None, top_p: float | None = None, stop_ids=None,
-             fused_store: bool = False, core=None) -> Result:
+             fused_store: bool = False, core=None, confidence: str = "filtered") -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
     drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
@@ -39,8 +39,11 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     float64 overflow (at T = 1e-320 it is inf) and the Gumbel noise (|g| < 37) can only reorder
     logits within 4e-5 of each other, float32 rounding of the logits: use ``temperature=0``.
     seed: an integer in [0, 2**64 - 1] (the noise generator's 64-bit key). core: None, "py",
-    "c" or a core module (``spotref.core_module``). Every argument is checked before the first
-    forward; a bad one raises ``ValueError`` naming it.
+    "c" or a core module (``spotref.core_module``). confidence: "filtered" (default: the sampled
+    token's probability under the top-k / top-p filtered, renormalised distribution, as SDAR's
+    generate.py) or "unfiltered" (under softmax(L / T), as lmdeploy and SGLang); the same without
+    top-k / top-p. Every argument is checked before the first forward; a bad one raises
+    ``ValueError`` naming it.
     """
     model = resolve_model(model)
     cfg = model.config
@@ -65,8 +68,10 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     if not isinstance(fused_store, (bool, np.bool_)):
         raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
     core = resolve_core(core)
+    if confidence not in CONFIDENCES:
+        raise ValueError(f"confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
     rule = DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
-                        None if threshold is None else float(threshold))
+                        None if threshold is None else float(threshold), confidence)
     stats = Stats()
     if drafter is None:
         fill = partial(exact_block, rule)

@@ -27,8 +27,11 @@ def add_model_args(p, drafter_default: str) -> None:
     p.add_argument("--block-length", type=positive_int, default=None, help="block size B (default: the config's)")
     p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
-    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens (T > 0)")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1] (T > 0)")
+    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1]")
+    p.add_argument("--confidence", choices=("filtered", "unfiltered"), default="filtered",
+                   help="the sampled token's probability under the top-k/top-p filtered distribution "
+                        "(SDAR's generate.py, default) or under softmax(L / T) (lmdeploy, SGLang)")
     p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
     p.add_argument("--drafter", default=drafter_default,
@@ -153,7 +156,8 @@ def setup(args):
     ids = prompt_ids(args, tok)
     stops = [] if args.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
     kw = dict(temperature=args.temperature, seed=args.seed, threshold=args.threshold, top_k=args.top_k,
-              top_p=args.top_p, budget=args.budget, depth=args.depth, stop_ids=stops)
+              top_p=args.top_p, budget=args.budget, depth=args.depth, stop_ids=stops,
+              confidence=args.confidence)
     return model, tok, ids, drafter, kw
 
 
@@ -177,8 +181,9 @@ def generate_command(args) -> int:
 
 def audit_command(args) -> int:
     """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
-    from spotref.audit import audit, batch_invariance
+    from spotref.audit import audit, batch_invariance, kernel_path
     model, tok, ids, drafter, kw = setup(args)
+    print(f"kernels: {kernel_path(model.lm_head.weight.device)}")
     if drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
     if args.batch_rows:

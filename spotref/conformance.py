@@ -26,6 +26,7 @@ import torch
 
 from spotref.draft import Draft
 from spotref.models import SDARConfig, SDARModel
+from spotref.rules import CONFIDENCES
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)      # 1e-4 gives near-tie models: every flipped last bit shows
@@ -210,6 +211,7 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
             temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(st.integers(0, 2**32)),
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
             top_k=draw(st.none() | st.integers(1, V)), top_p=draw(st.none() | st.floats(0.05, 1.0)),
+            confidence=draw(st.sampled_from(CONFIDENCES)),
             budget=draw(st.integers(1, 64)), depth=draw(st.integers(0, B)),
             stop_ids=draw(st.none() | st.lists(token, min_size=1, max_size=2)))
         return Case(cfg, draw(st.integers(0, 2**16)), prompt, draw(st.integers(0, 2 * B + 5)),
@@ -273,4 +275,5 @@ def coverage(case: Case) -> list[str]:
     return ["cases", f"drafter={case.drafter}", f"T={kw['temperature']}",
             "threshold" if kw["threshold"] is not None else "one-position",
             "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
-            "top-k/top-p" if kw["top_k"] or kw["top_p"] else "unfiltered"]
+            "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",
+            f"confidence={kw['confidence']}"]

@@ -8,7 +8,6 @@ itself would have decided, so a drafter can cost passes but never change the out
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -118,10 +117,6 @@ class View:
         return cache[step]
 
     def stale_confidence(self) -> np.ndarray:
-        """(B,) float64: softmax(L / T)[x] of the stale tokens x at the current step."""
-        z = self.rule.scaled(self.stale_logits)
-        x = torch.as_tensor(self.coupled_tokens(self.step), device=z.device)
-        return torch.exp(z.gather(1, x[:, None])[:, 0] - torch.logsumexp(z, -1)).cpu().numpy()
-
-
-Drafter = Callable[[View], Draft]
+        """(B,) float64: the rule's confidence of the stale tokens at the current step."""
+        x = torch.as_tensor(self.coupled_tokens(self.step), device=self.stale_logits.device)
+        return self.rule.confidences(self.stale_logits, x).cpu().numpy()

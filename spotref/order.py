@@ -3,8 +3,9 @@
 Input per block position (``FEATURE_WIDTH`` numbers, no token ids, so the model is
 vocabulary-agnostic by construction):
 
-* the top-32 probabilities of the stale distribution, sorted (``softmax(L / T)``; ``softmax(L)``
-  at T = 0; MASK excluded);
+* the top-32 probabilities of the stale distribution, sorted (the distribution the decision rule
+  takes confidences from, ``DecisionRule.probs``: ``softmax(L / T)``, top-k / top-p applied when
+  set; MASK excluded);
 * structure: masked or not; committed in this draft (and at which depth / B); relative
   position j / B; step / B; the stale probability of the coupled-noise token at the node's step
   (the confidence the target would see if its logits had not changed), also as log / 5; the
@@ -77,11 +78,6 @@ def temperature_key(T: float) -> str:
 
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def stale_probs(scaled: torch.Tensor) -> torch.Tensor:
-    """scaled: (B, V) float64 L / T with MASK at -inf -> (B, V) float32 probabilities."""
-    return torch.softmax(scaled, -1).float()
 
 
 def top_probs(probs: torch.Tensor, k: int = TOP_K) -> torch.Tensor:

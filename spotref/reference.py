@@ -20,7 +20,8 @@ from spotref.noise import gumbel
 
 
 def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, vocab_size,
-             temperature=0.0, seed=0, threshold=None, top_k=None, top_p=None, stop_ids=None):
+             temperature=0.0, seed=0, threshold=None, top_k=None, top_p=None, stop_ids=None,
+             confidence="filtered"):
     """Exact decoding by full recomputation; returns the generated tokens (a list)."""
     B, P = block_size, len(prompt_ids)
     if max_new_tokens == 0:
@@ -35,7 +36,8 @@ def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, voca
                 break
             logits = logits_fn(x[:, :(b + 1) * B])[0, b * B:].double().cpu().numpy()   # (B, V)
             noise = None if temperature == 0 else gumbel(seed, b, step, B, vocab_size).numpy()
-            for j, tok in naive_decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p):
+            for j, tok in naive_decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p,
+                                         confidence):
                 x[0, b * B + j] = tok
         if stop_ids and set(stop_ids) & set(x[0, P:(b + 1) * B].tolist()):
             break
@@ -46,21 +48,23 @@ def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, voca
     return [t for t in out if t != mask_id]
 
 
-def naive_decision(logits, cur, mask_id, T, noise, threshold, top_k, top_p):
-    """[(position, token)] committed at one step; logits: (B, V) float64 numpy."""
+def naive_decision(logits, cur, mask_id, T, noise, threshold, top_k, top_p, confidence="filtered"):
+    """[(position, token)] committed at one step; logits: (B, V) float64 numpy.
+
+    As SDAR's ``sample_with_temperature_topk_topp``: the token is drawn from the filtered,
+    renormalised distribution and its confidence ``x0_p`` is its probability there
+    (``confidence="unfiltered"``: its probability under softmax(L / T))."""
     x0, conf = {}, {}
     for j in np.flatnonzero(cur == mask_id):
         z = logits[j].copy()
         z[mask_id] = -np.inf
         if T > 0:
             z = z / T
-        p = np.exp(z - z.max())
-        p /= p.sum()                                     # unfiltered distribution
-        if T == 0:
-            tok = int(np.argmax(z))
-        else:
-            tok = int(np.argmax(naive_filter(z, top_k, top_p) + noise[j]))
-        x0[j], conf[j] = tok, p[tok]
+        zf = naive_filter(z, top_k, top_p)
+        tok = int(np.argmax(zf)) if T == 0 else int(np.argmax(zf + noise[j]))
+        scored = zf if confidence == "filtered" else z
+        p = np.exp(scored - scored.max())
+        x0[j], conf[j] = tok, p[tok] / p.sum()
     best = max(conf, key=lambda j: (conf[j], -j))        # most confident, lowest position on ties
     chosen = [j for j in conf if threshold is not None and conf[j] > threshold] or [best]
     return [(int(j), x0[j]) for j in sorted(chosen)]
@@ -76,7 +80,7 @@ def naive_filter(z, top_k, top_p):
         p /= p.sum()                                     # renormalised over the top-k
         mass, n = 0.0, 0
         for v in order[:keep]:
-            if n > 0 and mass >= top_p:
+            if n > 0 and mass > top_p:                       # kept while the mass before is <= p
                 break
             mass, n = mass + p[v], n + 1
         keep = n

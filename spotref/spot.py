@@ -43,7 +43,7 @@ class ViewInputs:
     def __init__(self, view):
         self.view, self.tokens, self.step, self.mask_id = view, view.tokens, view.step, view.mask_id
         self.temperature = view.temperature
-        self.probs = order.stale_probs(view.rule.scaled(view.stale_logits))    # (B, V)
+        self.probs = view.rule.probs(view.stale_logits).float()                # (B, V) what c is taken from
         self._coupled, self._second = {}, {}
 
     @functools.cached_property
@@ -72,21 +72,13 @@ class ViewInputs:
 
 
 def scaled_filtered(view) -> torch.Tensor:
-    """(B, V) float64: L / T with MASK at -inf, top-k / top-p applied (T > 0): what the noise is added to."""
-    from spotref.rules import filter_top_k_top_p
-    rule = view.rule
-    z = rule.scaled(view.stale_logits)
-    return filter_top_k_top_p(z, rule.top_k, rule.top_p) if rule.temperature > 0 else z
+    """(B, V) float64: the rule's scores of the stale logits, what the noise is added to."""
+    return view.rule.scores(view.stale_logits)
 
 
 def coupled_pair(view, z: torch.Tensor, m: int):
-    """(coupled tokens, runner-up tokens) (B,) at step m: ``ViewInputs.coupled``/``second``
-    in one pass over ``z = scaled_filtered(view)``."""
-    rule = view.rule
-    y = z + rule.noise(view.block, m, z.device) if rule.temperature > 0 else z.clone()
-    x = y.argmax(-1)
-    y[torch.arange(len(x)), x] = -torch.inf
-    return x, y.argmax(-1)
+    """(coupled tokens, runner-up tokens) (B,) at step m over ``z = scaled_filtered(view)``."""
+    return view.rule.runner_up(z, range(len(z)), view.block, m)
 
 
 class SpotDrafter(torch.nn.Module):

@@ -33,7 +33,8 @@ def test_spot_is_identical_to_exact_decoding(core):
     # The suite must really have covered what it claims (a suite that ran nothing passes too).
     assert seen["cases"] >= 0.9 * EXAMPLES, seen
     for key in ["drafter=oracle", "drafter=wrong", "drafter=random", "drafter=confidence", "threshold",
-                "one-position", "T=0.0", "T=2.0", "partial-prompt-block", "top-k/top-p"]:
+                "one-position", "T=0.0", "T=2.0", "partial-prompt-block", "top-k/top-p",
+                "confidence=filtered", "confidence=unfiltered"]:
         assert seen[key] > 0, (key, seen)
 
 

@@ -38,10 +38,40 @@ def test_threshold_rule_commits_every_position_over_tau_else_the_best():
     assert r.decide(L, np.array([1, 2, 5, 5]), 0, 1) == ((2, 3),)    # none over tau: the best
 
 
-def test_confidence_comes_from_the_unfiltered_distribution():
+def test_confidence_comes_from_the_filtered_distribution_by_default():
     L = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)  # top-1 keeps one token of five
-    d = rule(temperature=1.0, top_k=1, threshold=0.5).decide(L, np.full(4, 5), 0, 0)
-    assert len(d) == 1                                      # c = 0.2 everywhere: not over 0.5
+    for T in (0.0, 1.0):
+        filtered = rule(temperature=T, top_k=1, threshold=0.5).decide(L, np.full(4, 5), 0, 0)
+        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered").decide(
+            L, np.full(4, 5), 0, 0)
+        assert len(filtered) == 4                       # c = 1 under the filtered top-1: all over 0.5
+        assert len(unfiltered) == 1                     # c = 0.2 under softmax(L / T): none, the best
+
+
+def test_the_two_confidence_sources_commit_different_positions():
+    """Position 0: one sure token among a long flat tail; position 1: two tokens 0.6 / 0.4. Under
+    softmax(L) position 1 is more confident; with top-k = 2 position 0's token keeps (nearly) all
+    the filtered mass, so the filtered rule commits position 0 (SDAR's generate.py would too)."""
+    V = 40
+    L = torch.full((2, V), 0.0)
+    L[0, 0] = 3.0                                           # p = e^3 / (e^3 + 38) ~ 0.35 unfiltered
+    L[1, 1], L[1, 2] = 10.0, 10.0 + np.log(0.4 / 0.6)      # p ~ 0.6 unfiltered, 0.6 filtered
+    state = np.full(2, V - 1)
+    r = lambda c: DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, top_k=2, confidence=c)
+    assert r("unfiltered").decide(L, state, 0, 0) == ((1, 1),)
+    assert r("filtered").decide(L, state, 0, 0) == ((0, 0),)
+
+
+def test_an_unknown_confidence_source_is_refused():
+    with pytest.raises(ValueError, match="confidence"):
+        rule(confidence="raw")
+
+
+def test_top_p_keeps_an_entry_whose_mass_before_is_exactly_p():
+    """SDAR's top_p_logits removes an entry only when the mass before it exceeds p."""
+    z = torch.log(torch.tensor([[0.5, 0.25, 0.25]], dtype=torch.float64))
+    kept = torch.isfinite(filter_top_k_top_p(z, None, 0.5))[0].tolist()
+    assert kept == [True, True, False]
 
 
 @given(st.integers(0, 2**32), st.sampled_from([0.5, 1.0, 2.0]))
@@ -77,3 +107,18 @@ def test_noise_cache_keeps_only_the_current_block():
     r = rule(temperature=1.0)
     r.noise(0, 0, "cpu"), r.noise(0, 1, "cpu"), r.noise(1, 0, "cpu")
     assert set(r._noise) == {(1, 0)}
+
+
+@pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
+@pytest.mark.parametrize("T", [0.0, 0.5, 1.0, 2.0])
+def test_the_naive_oracle_follows_the_same_confidence_source(confidence, T):
+    from spotref.reference import naive_decision
+    V = 40
+    L = torch.zeros(2, V, dtype=torch.float64)
+    L[0, 0], L[1, 1], L[1, 2] = 3.0, 10.0, 10.0 + np.log(0.4 / 0.6)
+    state = np.full(2, V - 1)
+    noise = DecisionRule(V - 1, V, 2, T, seed=3).noise(0, 0, "cpu").numpy() if T > 0 else None
+    r = DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, temperature=T, seed=3, top_k=2,
+                     confidence=confidence)
+    naive = naive_decision(L.numpy() * 1.0, state, V - 1, T, noise, None, 2, None, confidence)
+    assert tuple(naive) == r.decide(L, state, 0, 0)
