@@ -57,17 +57,24 @@ class SDARConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"SDARConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("rms_norm_eps", "rope_theta", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"SDARConfig.{name} must be a positive finite number, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
                              f"multiple of num_key_value_heads ({self.num_key_value_heads})")
-        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(f"SDARConfig.mask_token_id {self.mask_token_id} is outside the "
-                             f"vocabulary [0, {self.vocab_size})")
-        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
-            raise ValueError(f"SDARConfig.block_size must be a positive int, got {self.block_size!r}")
+        if self.mask_token_id is not None:
+            _check_int("mask_token_id", self.mask_token_id, 0)
+            if self.mask_token_id >= self.vocab_size:
+                raise ValueError(f"SDARConfig.mask_token_id {self.mask_token_id} is outside the "
+                                 f"vocabulary [0, {self.vocab_size})")
+        if self.block_size is not None:
+            _check_int("block_size", self.block_size, 1)
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(f"SDARConfig.tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "SDARConfig":
@@ -83,6 +90,11 @@ class SDARConfig:
     @classmethod
     def from_json(cls, path) -> "SDARConfig":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _check_int(name: str, value, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"SDARConfig.{name} must be an int >= {lo}, got {value!r}")
 
 
 class RMSNorm(nn.Module):
@@ -209,7 +221,8 @@ class KVCache:
 
 
 class SDARModel(nn.Module):
-    """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range)."""
+    """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range);
+    a new model is in eval mode, ready to decode (training code calls ``.train()`` itself)."""
 
     def __init__(self, config: SDARConfig):
         super().__init__()
@@ -219,6 +232,7 @@ class SDARModel(nn.Module):
         self._init_weights()
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.eval()
 
     def _init_weights(self):
         for name, p in self.named_parameters():

@@ -297,7 +297,6 @@ def test_module_docstring_examples(module):
     assert result.failed == 0, f"spotref.{module}: {result.failed} of {result.attempted} examples failed"
 
 
-@pytest.mark.xfail(strict=True, reason="SDARModel(cfg) returns train mode: issue 10")
 def test_a_new_model_comes_back_ready_to_decode():
     """The README's ``model = SDARModel(cfg)`` is in eval mode, as ``from_pretrained`` and
     ``load_target`` models are (decoding never trains)."""

@@ -84,3 +84,12 @@ def test_config_reads_the_real_sdar_config():
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SDARConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [("block_size", True), ("mask_token_id", 60.0), ("mask_token_id", "60"),
+                                          ("rms_norm_eps", "1e-6"), ("rms_norm_eps", 0.0), ("rope_theta", float("inf")),
+                                          ("max_position_embeddings", 1.5), ("head_dim", True),
+                                          ("tie_word_embeddings", "yes"), ("initializer_range", -0.1)])
+def test_config_fields_of_the_wrong_type_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"SDARConfig.{field}"):
+        SDARConfig(**{field: value})
