@@ -12,7 +12,7 @@ One prepared script, sized to finish in about 8 minutes on one H200 (docs/gpu.md
    (``F.linear`` over the flattened rows, the usual fast path, batch invariance not promised).
 3. Batch-invariance audit: row i of a batched denoise vs the same state alone (torch.equal),
    for both variants, and ``spotref.audit`` (exact vs SPOT tokens) on the random model.
-4. Exact vs SPOT tokens/s on a bundled target, once ``spotref.targets`` exists.
+4. Exact vs SPOT tokens/s on a bundled target, once ``spotref.load.targets`` exists.
 
 Results go to ``--out`` (JSON; default ``$OUT/gpu_check.json`` when $OUT is set, else
 benchmarks/results/gpu_check.json) and a summary to stdout. ``--budget-s`` stops the timing
@@ -34,13 +34,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))              # run from a checkout, installed or not
 
-import torch                                # noqa: E402
-import torch.nn.functional as F             # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-import spotref.models as models             # noqa: E402
-from spotref.audit import audit, batch_invariance   # noqa: E402
-from spotref.checkpoint import build_on_meta, config_from_dict   # noqa: E402
-from spotref.models import SDARConfig, SDARModel     # noqa: E402
+import spotref  # noqa: E402
+import spotref.models as models  # noqa: E402
+from spotref.audit import audit, batch_invariance  # noqa: E402
+from spotref.checkpoint import build_on_meta, config_fields  # noqa: E402
+from spotref.load.files import atomic_write_text  # noqa: E402
+from spotref.load.targets import list_targets, load_target  # noqa: E402
+from spotref.models import SDARConfig, SDARModel  # noqa: E402
 
 REAL_CONFIG = ROOT.parent / "shared" / "sdar-8b-chat" / "config.json"
 FULL = dict(nodes=(1, 2, 4, 8, 16, 32, 64), blocks=(4, 16, 32), prefixes=(512, 2048),
@@ -189,21 +192,15 @@ def exactness(model, grid: dict, seed: int) -> dict:
 
 
 def target_speed(device, dtype) -> dict:
-    """Exact vs SPOT tokens/s on the first bundled target (when spotref.targets exists)."""
-    try:
-        from spotref.targets import list_targets, load_target
-    except ImportError:
-        return {"skipped": "no bundled targets in this checkout (spotref.targets is absent)"}
-    import spotref
-    from spotref.drafters import DRAFTERS
+    """Exact vs SPOT tokens/s on the first bundled target."""
     names = list(list_targets())
     if not names:
-        return {"skipped": "spotref.targets lists no target"}
+        return {"skipped": "spotref.load.targets lists no target"}
     target = load_target(names[0])
     model = getattr(target, "model", target).to(device=device, dtype=dtype).eval()
     prompt = target.tokenizer.encode("def fibonacci(n):\n    ")
     res = {"target": names[0]}
-    for label, drafter in [("exact", None)] + [(d, d) for d in ("confidence", "spot") if d in DRAFTERS]:
+    for label, drafter in [("exact", None), ("confidence", "confidence"), ("spot", "spot")]:
         spotref.generate(model, prompt, 16, drafter=drafter)             # warm-up
         r = spotref.generate(model, prompt, 128, drafter=drafter)
         res[label] = {"tokens": len(r.tokens), "passes": r.passes, "wall_s": r.stats["wall_s"],
@@ -250,7 +247,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     grid = SMOKE if args.smoke else FULL
     dtype = getattr(torch, args.dtype or ("float32" if args.smoke else "bfloat16"))
-    cfg = SMOKE_CONFIG if args.smoke else config_from_dict(json.loads(Path(args.config).read_text()))
+    cfg = SMOKE_CONFIG if args.smoke else SDARConfig.from_dict(config_fields(json.loads(Path(args.config).read_text())))
     torch.manual_seed(args.seed)
     g = torch.Generator().manual_seed(args.seed)
     model = build_model(dataclasses.replace(cfg), args.device, dtype, args.seed)
@@ -263,7 +260,7 @@ def main(argv=None) -> int:
     res["targets"] = target_speed(args.device, dtype) if not args.smoke else {"skipped": "smoke run"}
     res["wall_s"] = time.perf_counter() - t0
     out = Path(args.out) if args.out else default_out(args.smoke)
-    from spotref.files import atomic_write_text
+
     atomic_write_text(out, json.dumps(res, indent=1, default=str) + "\n")      # directories created
     print(summary(res))
     print(f"results: {out} ({res['wall_s']:.1f} s)")

@@ -15,8 +15,8 @@ import os
 from spotref import core as _pure_core
 
 _LAZY = {"generate": "spotref.api", "Result": "spotref.decode", "Draft": "spotref.draft",
-         "View": "spotref.draft", "ConfidenceDrafter": "spotref.drafters", "load_drafter": "spotref.spot",
-         "list_targets": "spotref.targets", "load_target": "spotref.targets"}
+         "View": "spotref.draft", "ConfidenceDrafter": "spotref.drafters.confidence", "load_drafter": "spotref.load.drafters",
+         "list_targets": "spotref.load.targets", "load_target": "spotref.load.targets"}
 
 
 def __getattr__(name: str):

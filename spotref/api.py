@@ -7,13 +7,17 @@ from __future__ import annotations
 import math
 import numbers
 import time
+import weakref
 from functools import partial
 
 import numpy as np
 import torch
 
-from spotref import drafters as _drafters
+import spotref
 from spotref.decode import Result, Stats, decode, exact_block, spot_block
+from spotref.drafters.budget import resolve_budget
+from spotref.load.drafters import resolve_drafter
+from spotref.load.targets import load_target
 from spotref.rules import CONFIDENCES, DecisionRule
 
 
@@ -85,17 +89,17 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
 
 
-_AUTO_BUDGETS = {}
+_AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): N}
 
 
 def auto_budget(model, drafter, depth: int, temperature: float) -> int:
     """budget="auto": the cost model's N for this model and drafter on this machine (measured
-    once per process, see ``spotref.costmodel``)."""
-    from spotref.costmodel import resolve_budget
-    key = (id(model), id(drafter), depth, temperature > 0)
-    if key not in _AUTO_BUDGETS:
-        _AUTO_BUDGETS[key] = resolve_budget("auto", model, drafter, depth, temperature)
-    return _AUTO_BUDGETS[key]
+    once per process and model, see ``spotref.drafters.budget``)."""
+    known = _AUTO_BUDGETS.setdefault(model, {})
+    key = (drafter, depth, temperature > 0)
+    if key not in known:
+        known[key] = resolve_budget("auto", model, drafter, depth, temperature)
+    return known[key]
 
 
 MIN_TEMPERATURE = 1e-6
@@ -120,7 +124,6 @@ _NAMED: dict = {}
 def _named_target(name: str):
     """``spotref.load_target(name)``, loaded once per process (ValueError naming it if unknown)."""
     if name not in _NAMED:
-        from spotref.targets import load_target
         try:
             _NAMED[name] = load_target(name)
         except ValueError as e:
@@ -130,7 +133,6 @@ def _named_target(name: str):
 
 def resolve_core(core):
     """None (the active core), "py", "c" or a core module -> the module."""
-    import spotref
     if core is None or isinstance(core, str):
         try:
             return spotref.core_module(core)
@@ -141,21 +143,6 @@ def resolve_core(core):
         raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), "
                          f"got {core!r}")
     return core
-
-
-def resolve_drafter(drafter, model):
-    """A drafter name or object -> a callable ``view -> Draft``."""
-    if isinstance(drafter, str):
-        from spotref.spot import MODEL_DRAFTERS          # "spot", "calibrated": the target's own
-        if drafter in MODEL_DRAFTERS:
-            return MODEL_DRAFTERS[drafter](model)
-        if drafter not in _drafters.DRAFTERS:
-            known = sorted([*_drafters.DRAFTERS, *MODEL_DRAFTERS])
-            raise ValueError(f"drafter {drafter!r} is unknown; known: {', '.join(known)}")
-        return _drafters.DRAFTERS[drafter]()
-    if not callable(drafter):
-        raise ValueError(f"drafter must be None, a name or a callable, got {type(drafter).__name__}")
-    return drafter
 
 
 def check_temperature(temperature) -> float:

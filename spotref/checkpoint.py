@@ -1,4 +1,5 @@
-"""Real SDAR checkpoints: load a Hugging Face directory into ``SDARModel``, and write one.
+"""Real SDAR checkpoints: the format (SPEC section 1) and ``SDARModel.from_pretrained``'s reader
+(``spotref.load.export.save_pretrained`` writes one).
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
@@ -23,9 +24,6 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from spotref.files import atomic_path, atomic_write_text
-from spotref.models import SDARConfig
-
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -38,7 +36,7 @@ def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, 
     """``cls`` (SDARModel) with the weights of the checkpoint directory ``path``."""
     root = checkpoint_dir(path)
     raw = read_json(root / CONFIG, "the model config")
-    cfg = config_from_dict(raw, block_size, mask_token_id)
+    cfg = make_config(cls.config_class, config_fields(raw, block_size, mask_token_id))
     dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
     files = weight_files(root)                          # {name: shard path}
     shapes = stored_shapes(files)                       # {name: (shape, stored dtype)}
@@ -91,8 +89,17 @@ def read_json(path: Path, what: str) -> dict:
     return d
 
 
-def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConfig:
-    """An ``SDARConfig`` from a config.json; arguments override the config's fields."""
+def make_config(config_class, fields: dict):
+    """``config_class.from_dict(fields)`` (an ``SDARConfig``), its errors named as the checkpoint's."""
+    try:
+        return config_class.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"checkpoint config: {e}") from None
+
+
+def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
+    """The checked fields of a config.json for ``SDARConfig.from_dict``; arguments override the
+    config's fields."""
     check_field_types(raw)
     check_supported(raw)
     d = dict(raw)
@@ -106,12 +113,7 @@ def config_from_dict(raw: dict, block_size=None, mask_token_id=None) -> SDARConf
             d[name] = value
         if d.get(name) is None:
             raise ValueError(f"config.json has no {name}: pass {flag}")
-    try:
-        return SDARConfig.from_dict(d)
-    except TypeError as e:
-        raise ValueError(f"checkpoint config: {e}") from None
-    except ValueError as e:
-        raise ValueError(f"checkpoint config: {e}") from None
+    return d
 
 
 # The type of each config.json field spotref reads: a wrong one fails here, naming the field,
@@ -305,58 +307,3 @@ def listing(items, n: int = 6) -> str:
     items = [str(i) for i in items]
     more = f" and {len(items) - n} more" if len(items) > n else ""
     return ", ".join(items[:n]) + more
-
-
-def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
-                    shard_of=None) -> Path:
-    """Write ``model`` as a checkpoint directory in the official layout; returns the path.
-
-    dtype: the stored dtype (default: the model's). One ``model.safetensors``, or shards with
-    ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
-    or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
-    head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
-    """
-    from safetensors.torch import save_file
-    root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
-    state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
-        state.pop("lm_head.weight")
-    cfg = {**model.config.to_dict(), "torch_dtype": str(dtype).removeprefix("torch."),
-           "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
-    atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
-    groups = shard_groups(state, max_shard_bytes, shard_of)
-    if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
-        with atomic_path(root / SINGLE) as tmp:
-            save_file(state, str(tmp), metadata={"format": "pt"})
-        return root
-    wmap, total = {}, sum(t.numel() * t.element_size() for t in state.values())
-    for i, names in enumerate(groups):
-        fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
-        with atomic_path(root / fname) as tmp:
-            save_file({n: state[n] for n in names}, str(tmp), metadata={"format": "pt"})
-        wmap.update({n: fname for n in names})
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
-    atomic_write_text(root / INDEX, json.dumps(index, indent=2) + "\n")
-    return root
-
-
-def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:
-    """Tensor names grouped into shards (non-empty groups, in order)."""
-    if shard_of is not None:
-        groups = {}
-        for n in state:
-            groups.setdefault(int(shard_of(n)), []).append(n)
-        return [groups[k] for k in sorted(groups)]
-    if max_shard_bytes is None:
-        return [list(state)]
-    groups, size = [[]], 0
-    for n, t in state.items():
-        b = t.numel() * t.element_size()
-        if groups[-1] and size + b > max_shard_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(n)
-        size += b
-    return groups

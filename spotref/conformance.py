@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from spotref.api import generate
 from spotref.draft import Draft
 from spotref.models import SDARConfig, SDARModel
 from spotref.rules import CONFIDENCES
@@ -150,11 +151,10 @@ def make_drafter(kind: str, exact, case: Case):
 
 def check_case(case: Case, generate_fn) -> dict:
     """Run exact decoding and ``generate_fn`` on one case; assert the contract. Returns stats."""
-    from spotref.api import generate as spotref_generate
     model = case.model()
     kw = dict(case.kwargs)
     budget, depth = kw.pop("budget"), kw.pop("depth")
-    exact = spotref_generate(model, case.prompt, case.max_new_tokens, **kw)
+    exact = generate(model, case.prompt, case.max_new_tokens, **kw)
     drafter = make_drafter(case.drafter, exact, case)
     got = generate_fn(model, case.prompt, case.max_new_tokens, drafter=drafter, budget=budget, depth=depth, **kw)
     B = case.config.block_size
@@ -181,7 +181,7 @@ def hypothesis():
     """The ``hypothesis`` package, or a ``ModuleNotFoundError`` saying how to install it."""
     try:
         import hypothesis
-        import hypothesis.strategies                     # noqa: F401  (hypothesis.strategies.*)
+        import hypothesis.strategies  # noqa: F401  (hypothesis.strategies.*)
     except ModuleNotFoundError as e:
         if e.name != "hypothesis":
             raise

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from spotref.draft import Draft, View
+from spotref.draft import Draft, View, apply
 from spotref.rules import DecisionRule
 
 
@@ -49,14 +49,6 @@ class Stats:
         self.accepted.append(len(decisions))
         self.committed.append(sum(len(d) for d in decisions))
         self.draft_nodes.append(rows)
-
-
-def apply(state: np.ndarray, commits) -> np.ndarray:
-    """The state with ``commits`` applied (a copy)."""
-    state = state.copy()
-    for pos, tok in commits:
-        state[pos] = tok
-    return state
 
 
 class BoundTarget:

@@ -53,6 +53,14 @@ class Draft:
         return len(self.parents)
 
 
+def apply(state: np.ndarray, commits) -> np.ndarray:
+    """The state with ``commits`` applied (a copy)."""
+    state = state.copy()
+    for pos, tok in commits:
+        state[pos] = tok
+    return state
+
+
 def _pairs(i, c):
     try:
         pairs = tuple((p, t) for p, t in c)

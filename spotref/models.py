@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from spotref.checkpoint import load_pretrained
+
 
 @dataclass
 class SDARConfig:
@@ -224,6 +226,8 @@ class SDARModel(nn.Module):
     """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range);
     a new model is in eval mode, ready to decode (training code calls ``.train()`` itself)."""
 
+    config_class = SDARConfig          # what ``from_pretrained`` builds the config with
+
     def __init__(self, config: SDARConfig):
         super().__init__()
         self.config = config
@@ -245,7 +249,6 @@ class SDARModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
         """Load a local SDAR checkpoint directory (config.json + safetensors)."""
-        from spotref.checkpoint import load_pretrained
         return load_pretrained(cls, path, block_size=block_size, mask_token_id=mask_token_id,
                                dtype=dtype, device=device)
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_model
 
 import spotref
 from spotref import Draft
-from helpers import tiny_model
 
 
 @pytest.fixture

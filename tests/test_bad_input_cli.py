@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from spotref import bench, cli, train_drafter
-from spotref.cli import main
-from spotref.targets import DEFAULT_TARGET, TARGETS_DIR
+from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
+from spotref.tools import bench, cli, train_drafter
+from spotref.tools.cli import main
 
 pytest.importorskip("safetensors")
 MODEL = ["--model", DEFAULT_TARGET, "--prompt", "def f(x):"]
@@ -129,8 +129,9 @@ def test_bad_input_found_later_is_one_line(capsys, argv, message):
 
 
 def test_drafter_option_takes_what_load_drafter_takes(capsys):
-    from spotref.cli_models import drafter_arg
-    from spotref.spot import ORDER_DIR, SpotDrafter
+    from spotref.drafters.spot import SpotDrafter
+    from spotref.load.drafters import ORDER_DIR
+    from spotref.tools.cli_models import drafter_arg
     assert isinstance(drafter_arg("stdlib-b16"), SpotDrafter)
     assert isinstance(drafter_arg(str(ORDER_DIR / "stdlib-b16.pt")), SpotDrafter)
     rc = main(["generate", "--model", "stdlib-b16", "--prompt", "def f(x):", "--max-new-tokens", "8",
@@ -145,10 +146,10 @@ def interrupt(*args, **kwargs):
 
 
 @pytest.mark.parametrize("target, argv, prog", [
-    ("spotref.demo.demo", ["demo", "--model", "random"], "spotref demo"),
-    ("spotref.cli_models.generate_command", ["generate", *MODEL], "spotref generate"),
-    ("spotref.bench.run", ["bench"], "spotref bench"),
-    ("spotref.train.run", ["train-target", "--name", "t"], "spotref train-target"),
+    ("spotref.tools.demo.run", ["demo", "--model", "random"], "spotref demo"),
+    ("spotref.tools.cli_models.run_generate", ["generate", *MODEL], "spotref generate"),
+    ("spotref.tools.bench.run", ["bench"], "spotref bench"),
+    ("spotref.tools.train.run", ["train-target", "--name", "t"], "spotref train-target"),
 ])
 def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch, target, argv, prog):
     monkeypatch.setattr(target, interrupt)
@@ -161,8 +162,8 @@ def test_ctrl_c_in_the_module_entry_points(capsys, monkeypatch):
     monkeypatch.setattr(bench, "run", interrupt)
     monkeypatch.setattr(train_drafter, "run", interrupt)
     assert bench.main([]) == 130 and train_drafter.main([DEFAULT_TARGET]) == 130
-    assert capsys.readouterr().err.splitlines() == ["python -m spotref.bench: interrupted",
-                                                    "python -m spotref.train_drafter: interrupted"]
+    assert capsys.readouterr().err.splitlines() == ["python -m spotref.tools.bench: interrupted",
+                                                    "python -m spotref.tools.train_drafter: interrupted"]
 
 
 # ---- help ---------------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_every_option_has_plain_help(name):
 
 
 def test_top_level_help_is_plain_and_does_not_import_torch():
-    code = ("import sys; from spotref.cli import main\n"
+    code = ("import sys; from spotref.tools.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "assert 'torch' not in sys.modules, 'spotref --help imported torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -215,7 +216,7 @@ def test_bench_out_into_a_missing_directory_is_created(tmp_path, capsys):
 
 
 def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
-    from spotref.spot import ORDER_DIR
+    from spotref.load.drafters import ORDER_DIR
     monkeypatch.chdir(tmp_path)
     args = Namespace(target="t", out=None, update_shipped=False)
     path = train_drafter.out_path(args)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from spotref.audit import batch_invariance, kernel_path
-from helpers import tiny_model
 
 HERE = Path(__file__).parent
 

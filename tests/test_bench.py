@@ -1,14 +1,14 @@
 """``spotref bench --quick``: the CI smoke test of the benchmark (random model, tiny grid)."""
 import pytest
 
-from spotref import bench
+from spotref.tools import bench
 
 
 def test_quick_bench_writes_the_report(tmp_path):
     out = tmp_path / "results.md"
     assert bench.main(["--quick", "--targets", "random", "--out", str(out), "--plot", str(tmp_path / "r.png")]) == 0
     text = out.read_text()
-    assert "python -m spotref.bench --quick" in text and "## Goals" in text
+    assert "python -m spotref.tools.bench --quick" in text and "## Goals" in text
     for name in ("exact", "confidence", "calibrated", "spot", "oracle-order", "oracle", "auto="):
         assert f" {name}" in text
     assert "asserted identical to exact decoding" in text
@@ -35,7 +35,8 @@ def fake_row(tgt, T, name, N, fewer, speed=1.0):
 
 def test_headline_judges_each_goal_on_its_own_target():
     from types import SimpleNamespace as NS
-    from spotref.targets import DEFAULT_TARGET
+
+    from spotref.load.targets import DEFAULT_TARGET
     setups = [NS(name=DEFAULT_TARGET, model=NS(block_size=32)), NS(name="b16", model=NS(block_size=16))]
     rows = [fake_row(DEFAULT_TARGET, "0", "spot", 64, 7.0), fake_row("b16", "0", "spot", 64, 9.0),
             fake_row(DEFAULT_TARGET, "0", "spot", "auto=4", 2.0, speed=1.6),
@@ -63,7 +64,7 @@ def test_report_table_parses_back(tmp_path):
 
 
 def test_costmodel_table(capsys):
-    from spotref import costmodel
+    from spotref.tools import costmodel
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out

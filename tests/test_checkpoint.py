@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotref.checkpoint import save_pretrained
+from spotref.load.export import save_pretrained
 from spotref.models import SDARConfig, SDARModel
 
 pytest.importorskip("safetensors")
@@ -146,9 +146,9 @@ def test_unsupported_qwen3_options(ckpt):
 @pytest.mark.skipif(not (REAL / "config.json").is_file(), reason="../shared/sdar-8b-chat is absent")
 def test_real_index_names_are_the_models_names():
     """Every name of the real SDAR-8B index, with the shape the real config gives it."""
-    from spotref.checkpoint import build_on_meta, config_from_dict
+    from spotref.checkpoint import build_on_meta, config_fields
     raw = json.loads((REAL / "config.json").read_text())
-    cfg = config_from_dict(raw)
+    cfg = SDARConfig.from_dict(config_fields(raw))
     assert (cfg.block_size, cfg.mask_token_id, cfg.vocab_size) == (4, 151669, 151936)
     model = build_on_meta(SDARModel, cfg)
     names = set(json.loads((REAL / "model.safetensors.index.json").read_text())["weight_map"])

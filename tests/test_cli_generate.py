@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import spotref
-from spotref.checkpoint import save_pretrained
-from spotref.cli import main
+from spotref.load.export import save_pretrained
+from spotref.load.tokenizer import load_tokenizer
 from spotref.models import SDARConfig, SDARModel
-from spotref.tokenizer import load_tokenizer
+from spotref.tools.cli import main
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -113,10 +113,10 @@ def test_audit_command(capsys, ckpt):
 
 
 def test_bundled_target_by_name(capsys, monkeypatch):
-    """--model NAME falls back to spotref.targets.load_target when no such directory exists."""
-    import sys
+    """--model NAME falls back to spotref.load_target when no such directory exists."""
     import types
-    from spotref.bpe import ByteTokenizer
+
+    from spotref.load.bpe import ByteTokenizer
     torch.manual_seed(0)
     model = SDARModel(SDARConfig(vocab_size=258, mask_token_id=257, block_size=4, initializer_range=0.3))
 
@@ -124,7 +124,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
         if name != "tiny-bytes":
             raise KeyError(f"unknown target {name!r}")
         return types.SimpleNamespace(model=model, tokenizer=ByteTokenizer())
-    monkeypatch.setitem(sys.modules, "spotref.targets", types.SimpleNamespace(load_target=load_target))
+    monkeypatch.setattr("spotref.tools.cli_models.load_target", load_target)
     rc, out, _ = run(capsys, "generate", "--model", "tiny-bytes", "--prompt", "ab", "--max-new-tokens", 6)
     res = spotref.generate(model, list(b"ab"), 6, stop_ids=[256])
     toks = res.tokens[:-1] if res.tokens and res.tokens[-1] == 256 else res.tokens
@@ -135,7 +135,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
 
 def test_real_bundled_target(capsys):
     """With a bundled target shipped, both drafters print the same text (skipped before)."""
-    targets = pytest.importorskip("spotref.targets")
+    targets = pytest.importorskip("spotref.load.targets")
     names = targets.list_targets()
     if not names:
         pytest.skip("no bundled target yet")

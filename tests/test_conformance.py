@@ -8,13 +8,17 @@ import os
 from functools import partial
 
 import pytest
-import torch
 from hypothesis import given, settings
 
 import spotref
 from spotref import core as pure_core
 from spotref import reference
-from spotref.conformance import Case, cases, check_case, first_divergence, run_conformance
+from spotref.conformance import (
+    Case,
+    cases,
+    first_divergence,
+    run_conformance,
+)
 
 CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_model
 
 import spotref
 from spotref import Draft
 from spotref.conformance import assert_identical, oracle_drafter
-from helpers import tiny_model
 
 
 def test_exact_passes_follow_the_reference_loop():

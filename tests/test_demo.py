@@ -1,4 +1,4 @@
-from spotref.cli import main
+from spotref.tools.cli import main
 
 
 def test_demo_prints_exact_and_spot_side_by_side(capsys):

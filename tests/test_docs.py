@@ -18,7 +18,7 @@ reviewed change to this file.
 
 Placeholders are replaced per block by ``SUBS`` (explicit and minimal; each must still occur in
 its block). ``<tiny_sdar>`` is a tiny random SDAR model written in the official checkpoint layout
-by ``spotref.checkpoint.save_pretrained`` (SDAR-8B's vocabulary size, MASK id and bf16 storage);
+by ``spotref.load.export.save_pretrained`` (SDAR-8B's vocabulary size, MASK id and bf16 storage);
 ``<tiny_sdar_tok>`` is the same directory with the real SDAR tokenizer files from
 ../shared/sdar-8b-chat added (the tests that need it skip when those files are absent).
 """
@@ -98,7 +98,7 @@ CODE = [key for key, b in BLOCKS.items() if b["lang"] in ("python", "bash")]
 @pytest.fixture(scope="module")
 def tiny_sdar(tmp_path_factory) -> Path:
     """A tiny random SDAR checkpoint in the official layout, SDAR-8B's vocabulary and MASK id."""
-    from spotref.checkpoint import save_pretrained
+    from spotref.load.export import save_pretrained
     from spotref.models import SDARConfig, SDARModel
     cfg = SDARConfig(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                      num_attention_heads=2, num_key_value_heads=1, head_dim=8,
@@ -172,7 +172,7 @@ def entry(argv: list[str]):
     """A callable that runs ``argv`` in this process as the shell would; its exit status."""
     prog, args = argv[0], argv[1:]
     if prog == "spotref":
-        from spotref.cli import main
+        from spotref.tools.cli import main
         return lambda: main(args)
     assert prog == "python", f"unknown command {' '.join(argv)!r}: add it to tests/test_docs.py"
     if args[0] == "-m":

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing overwritten: atomic writes (``spotref.files``), a corrupt trajectory
+"""Nothing lost, nothing overwritten: atomic writes (``spotref.load.files``), a corrupt trajectory
 cache treated as a cache miss, and the conformance suite's Hypothesis extra and database."""
 import os
 import stat
@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from spotref import files, order, train_drafter
-from spotref import trajectories as tj
 from helpers import tiny_model
+
+from spotref.drafters import order
+from spotref.load import files
+from spotref.load.drafters import load_order_model, save_order_model
+from spotref.tools import train_drafter
+from spotref.tools import trajectories as tj
 
 
 class Crash(Exception):
@@ -92,20 +95,20 @@ def test_run_dirs_are_new_each_time(tmp_path):
 
 def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     """order.save and save_pretrained die half-way: the files already there survive."""
-    from spotref.checkpoint import save_pretrained
+    from spotref.load.export import save_pretrained
     path = tmp_path / "d.pt"
-    order.save(path, order.OrderModel(8), {"note": "old"})
+    save_order_model(path, order.OrderModel(8), {"note": "old"})
     root = save_pretrained(tiny_model(), tmp_path / "ckpt")
     before = {p.name: p.read_bytes() for p in root.iterdir()}
     monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
-        order.save(path, order.OrderModel(8), {"note": "new"})
+        save_order_model(path, order.OrderModel(8), {"note": "new"})
     import safetensors.torch
     monkeypatch.setattr(safetensors.torch, "save_file", lambda *a, **k: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         save_pretrained(tiny_model(seed=1), root)
     monkeypatch.undo()
-    assert order.load(path)[1]["note"] == "old" and leftovers(tmp_path) == []
+    assert load_order_model(path)[1]["note"] == "old" and leftovers(tmp_path) == []
     assert {p.name: p.read_bytes() for p in root.iterdir()} == before
 
 

@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
+from spotref.load.tokenizer import chat_format
 from spotref.tools import gsm
-from spotref.tokenizer import chat_format
 
 
 def test_same_seed_same_problems_and_prefix_stable():

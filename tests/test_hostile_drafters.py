@@ -2,11 +2,10 @@
 the stale logits, the rule and its noise are copies or read-only, whatever the drafter does."""
 import numpy as np
 import pytest
-import torch
+from helpers import tiny_model
 
 import spotref
 from spotref import Draft
-from helpers import tiny_model
 
 PROMPT = [3, 1, 4, 1, 5]
 

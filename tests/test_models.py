@@ -3,10 +3,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from helpers import tiny_model
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotref.models import SDARConfig, SDARModel
-from helpers import tiny_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat"
 

@@ -2,7 +2,8 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotref.noise import GOLDEN, MASK64, gumbel, mix, noise_key, uniform
 

@@ -5,11 +5,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from spotref import order
 from spotref.draft import Draft
-from spotref.grow import grow, grow_levels
+from spotref.drafters import order
+from spotref.drafters.grow import grow, grow_levels
+from spotref.load.drafters import load_order_model, save_order_model
 
 
 def test_parameter_count_is_the_papers():
@@ -43,8 +45,8 @@ def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
 
 def test_checkpoint_round_trip(tmp_path):
     m = order.OrderModel(8).eval()
-    order.save(tmp_path / "d.pt", m, {"target": {"name": "t", "fingerprint": "f"}})
-    m2, header = order.load(tmp_path / "d.pt", block_size=8)
+    save_order_model(tmp_path / "d.pt", m, {"target": {"name": "t", "fingerprint": "f"}})
+    m2, header = load_order_model(tmp_path / "d.pt", block_size=8)
     x, masked = random_inputs()
     with torch.no_grad():                                    # float16 weights on disk
         assert torch.allclose(m(x, masked)[0], m2(x, masked)[0], atol=5e-2, equal_nan=True)
@@ -52,33 +54,33 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_bad_checkpoints_fail_clearly(tmp_path):
-    order.save(tmp_path / "d.pt", order.OrderModel(8), {})
+    save_order_model(tmp_path / "d.pt", order.OrderModel(8), {})
     with pytest.raises(ValueError, match="block size 8, the target's block size is 32"):
-        order.load(tmp_path / "d.pt", block_size=32)
+        load_order_model(tmp_path / "d.pt", block_size=32)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint" * 10)
     with pytest.raises(ValueError, match="corrupt"):
-        order.load(tmp_path / "junk.pt")
+        load_order_model(tmp_path / "junk.pt")
     raw = (tmp_path / "d.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ValueError, match="corrupt"):
-        order.load(tmp_path / "cut.pt")
+        load_order_model(tmp_path / "cut.pt")
     with pytest.raises(ValueError, match="no drafter checkpoint"):
-        order.load(tmp_path / "missing.pt")
+        load_order_model(tmp_path / "missing.pt")
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a spotref drafter checkpoint"):
-        order.load(tmp_path / "other.pt")
+        load_order_model(tmp_path / "other.pt")
 
 
 def test_wrong_feature_width_or_weights_fail_clearly(tmp_path):
     m = order.OrderModel(8, feature_width=40)
-    order.save(tmp_path / "w.pt", m, {})
+    save_order_model(tmp_path / "w.pt", m, {})
     with pytest.raises(ValueError, match="feature width 40"):
-        order.load(tmp_path / "w.pt")
+        load_order_model(tmp_path / "w.pt")
     blob = torch.load(tmp_path / "w.pt", weights_only=True)
     blob["header"]["config"]["feature_width"] = order.FEATURE_WIDTH
     torch.save(blob, tmp_path / "w2.pt")
     with pytest.raises(ValueError, match="does not match its config"):
-        order.load(tmp_path / "w2.pt")
+        load_order_model(tmp_path / "w2.pt")
 
 
 # --- growth ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotref.rules import DecisionRule, filter_top_k_top_p
 

@@ -6,17 +6,20 @@ from argparse import Namespace
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from helpers import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import spotref
-from spotref import spot, train_drafter
-from spotref.calibrated import CalibratedDrafter, calibrate
 from spotref.conformance import assert_identical, cases, check_case
-from spotref.costmodel import choose_budget, expected_commits, resolve_budget
-from spotref.order import OrderModel, save
-from spotref.spot import SpotDrafter, ViewInputs
-from spotref.trajectories import Recorder, accepted, record
-from helpers import tiny_model
+from spotref.drafters.budget import choose_budget, expected_commits, resolve_budget
+from spotref.drafters.calibrated import CalibratedDrafter
+from spotref.drafters.inputs import ViewInputs
+from spotref.drafters.order import OrderModel
+from spotref.drafters.spot import SpotDrafter
+from spotref.load import drafters as loaded
+from spotref.tools import train_drafter
+from spotref.tools.trajectories import Recorder, accepted, record
 
 
 def spot_for(model, seed=0, second=0.5):
@@ -71,7 +74,7 @@ def trained(tmp_path_factory):
                                    "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data,
                                   budgets=(1, 4), depth=4, limit=20)
     path = tmp_path_factory.mktemp("order") / "tiny.pt"
-    save(path, om, {"target": {"name": "tiny", "fingerprint": spot.model_fingerprint(model)},
+    loaded.save_order_model(path, om, {"target": {"name": "tiny", "fingerprint": loaded.model_fingerprint(model)},
                     "calibrated": cal.to_header(), "curves": curves})
     return model, prompts, data, path
 
@@ -79,7 +82,7 @@ def trained(tmp_path_factory):
 @pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.5, 0.3), (2.0, None)])
 def test_trained_drafters_are_exact(trained, T, threshold):
     model, prompts, _, path = trained
-    for d in (spot.load_drafter(str(path)), CalibratedDrafter.from_header(torch.load(path)["header"])):
+    for d in (loaded.load_drafter(str(path)), CalibratedDrafter.from_header(torch.load(path)["header"])):
         for p in prompts:
             kw = dict(temperature=T, seed=5, threshold=threshold)
             exact = spotref.generate(model, p, 24, **kw)
@@ -90,7 +93,7 @@ def test_trained_drafters_are_exact(trained, T, threshold):
 
 def test_accuracy_and_offline_acceptance(trained):
     _, _, data, path = trained
-    model, header = spot.order.load(path)
+    model, header = loaded.load_order_model(path)
     acc = train_drafter.accuracy(model, data[0.0])
     assert 0.0 <= acc <= 1.0
     assert set(header["curves"]) == {"spot", "calibrated"}
@@ -132,9 +135,9 @@ def Draft_chain(row, n):
 def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
     model, prompts, _, path = trained
     (tmp_path / "tiny.pt").write_bytes(path.read_bytes())
-    monkeypatch.setattr(spot, "ORDER_DIR", tmp_path)
-    assert spot.list_checkpoints() == ["tiny"]
-    assert isinstance(spot.load_drafter("tiny"), SpotDrafter)
+    monkeypatch.setattr(loaded, "ORDER_DIR", tmp_path)
+    assert loaded.list_checkpoints() == ["tiny"]
+    assert isinstance(loaded.load_drafter("tiny"), SpotDrafter)
     exact = spotref.generate(model, prompts[0], 16)
     for name in ("spot", "calibrated"):
         got = spotref.generate(model, prompts[0], 16, drafter=name, budget=8)
@@ -143,7 +146,7 @@ def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="no shipped drafter checkpoint matches"):
         spotref.generate(other, prompts[0], 16, drafter="spot")
     with pytest.raises(ValueError, match="no SPOT drafter named 'nope'"):
-        spot.load_drafter("nope")
+        loaded.load_drafter("nope")
 
 
 def test_block_size_mismatch_is_a_clear_error():
@@ -165,7 +168,7 @@ def test_cost_model_choice():
 
 def test_spot_drafter_is_a_module_and_a_callable(trained):
     _, _, _, path = trained
-    d = spot.load_drafter(str(path))
+    d = loaded.load_drafter(str(path))
     assert isinstance(d, torch.nn.Module) and callable(d)
     assert 0.60e6 <= sum(p.numel() for p in d.parameters()) <= 0.64e6        # no block-size-bound table
 
@@ -173,9 +176,9 @@ def test_spot_drafter_is_a_module_and_a_callable(trained):
 def test_same_config_other_weights_falls_back_with_a_warning(trained, tmp_path, monkeypatch):
     model, prompts, _, path = trained
     blob = torch.load(path, weights_only=True)
-    blob["header"]["target"] = {"fingerprint": "0" * 16, "config_fingerprint": spot.model_fingerprint(model, weights=False)}
+    blob["header"]["target"] = {"fingerprint": "0" * 16, "config_fingerprint": loaded.model_fingerprint(model, weights=False)}
     torch.save(blob, tmp_path / "old.pt")
-    monkeypatch.setattr(spot, "ORDER_DIR", tmp_path)
+    monkeypatch.setattr(loaded, "ORDER_DIR", tmp_path)
     with pytest.warns(UserWarning, match="another version of this target"):
         got = spotref.generate(model, prompts[0], 16, drafter="spot", budget=8)
     assert got.tokens == spotref.generate(model, prompts[0], 16).tokens
@@ -212,13 +215,13 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     ck = tmp_path / "d.pt"
     ck.write_bytes(path.read_bytes())
     for T, ds in data.items():                       # the held-out trajectory cache remeasure reads
-        ds.save(tmp_path / f"tiny-{spot.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128.pt")
+        ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128.pt")
     args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompt_tokens=64, new_tokens=128, seeds=1)
     assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
     before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)
     assert before["state_dict"].keys() == after["state_dict"].keys()
     assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
-    sd, cal = spot.load_drafter(str(path)), CalibratedDrafter.from_header(before["header"])
+    sd, cal = loaded.load_drafter(str(path)), CalibratedDrafter.from_header(before["header"])
     want = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
                                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
     assert after["header"]["curves"] == want and "curves_command" in after["header"]

@@ -1,12 +1,12 @@
-"""Token stability rates (``spotref.stability``) agree with reading the recorded rows one by one."""
+"""Token stability rates (``spotref.tools.stability``) agree with reading the recorded rows one by one."""
 import re
 
 import numpy as np
 import pytest
-
-from spotref import stability
-from spotref.trajectories import record
 from helpers import tiny_model
+
+from spotref.tools import stability
+from spotref.tools.trajectories import record
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import spotref
-from spotref.bpe import ByteTokenizer
+from spotref.load.bpe import ByteTokenizer
+from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARModel
-from spotref.targets import DEFAULT_TARGET, list_targets, load_target
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -103,7 +103,7 @@ def test_byte_tokenizer_round_trip_and_specials():
 
 
 def test_quality_report_runs_on_the_default_target():
-    from spotref.quality import heldout_prompts, passes_bar, report
+    from spotref.tools.quality import heldout_prompts, passes_bar, report
     target = load_target(DEFAULT_TARGET)
     r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)
     assert r["blocks"] == 4 and 0 <= r["repeat_blocks"] <= r["one_char_blocks"] + 1

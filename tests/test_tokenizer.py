@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spotref.tokenizer import chat_format, load_tokenizer
+from spotref.load.tokenizer import chat_format, load_tokenizer
 
 pytest.importorskip("tokenizers")
 REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"

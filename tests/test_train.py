@@ -5,9 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.models import SDARConfig, SDARModel
-from spotref.train import add_arguments, batch_at, bd3_logits, bd3_mask, noise_blocks, train
+from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
+from spotref.tools.train import (
+    add_arguments,
+    batch_at,
+    bd3_logits,
+    bd3_mask,
+    noise_blocks,
+    train,
+)
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -102,7 +109,7 @@ def tiny_run(tmp_path_factory):
 
 
 def test_tiny_training_exports_a_loadable_target(tiny_run):
-    from spotref.targets import list_targets, load_target
+    from spotref.load.targets import list_targets, load_target
     tmp, state = tiny_run
     assert state["step"] == 20 and state["history"][-1]["heldout_loss"] < state["history"][0]["heldout_loss"] + 1
     assert list_targets(tmp / "targets") == ["tiny"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 

@@ -1,9 +1,8 @@
-"""What ``spotref generate`` and ``spotref audit`` share: model, tokenizer, prompt and drafter
-from the command line, each bad value turned into one ``ValueError`` that names it.
+"""``spotref generate`` and ``spotref audit``: model, tokenizer, prompt and drafter from the
+command line, each bad value turned into one ``ValueError`` that names it.
 
 ``--model`` is a checkpoint directory (``SDARModel.from_pretrained`` + ``load_tokenizer``) or,
-when no such directory exists, the name of a bundled target (``spotref.targets.load_target``,
-once that module exists).
+when no such directory exists, the name of a bundled target (``spotref.load_target``).
 """
 from __future__ import annotations
 
@@ -11,10 +10,36 @@ import sys
 import time
 from pathlib import Path
 
+import spotref
+from spotref.audit import audit, batch_invariance, kernel_path
+from spotref.checkpoint import resolve_device, resolve_dtype
+from spotref.load.drafters import (
+    DRAFTERS,
+    is_checkpoint_name,
+    known_names,
+    load_drafter,
+)
+from spotref.load.targets import load_target
+from spotref.load.tokenizer import chat_format, load_tokenizer
+from spotref.models import SDARModel
+from spotref.tools.argtypes import int_range, nonneg_int, positive_int, seed_int
+
+MAX_BATCH_ROWS = 4096           # a batched denoise of R rows holds R full activations
+
+
+def add_generate(p) -> None:
+    add_model_args(p, drafter_default="confidence")
+
+
+def add_audit(p) -> None:
+    add_model_args(p, drafter_default="confidence")
+    p.set_defaults(max_new_tokens=64)
+    p.add_argument("--batch-rows", type=int_range(0, MAX_BATCH_ROWS), default=8,
+                   help=f"batch-invariance check rows, at most {MAX_BATCH_ROWS} (0: skip the check)")
+
 
 def add_model_args(p, drafter_default: str) -> None:
     """The arguments of both sub-commands (generate and audit)."""
-    from spotref.argtypes import nonneg_int, positive_int, seed_int
     p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
@@ -48,7 +73,6 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
     """(model, tokenizer or None): a checkpoint directory first, then a bundled target."""
     path = Path(spec)
     if path.is_dir():
-        from spotref.models import SDARModel
         model = SDARModel.from_pretrained(path, block_size=block_size, mask_token_id=mask_token_id,
                                           dtype=dtype, device=device)
         return model, directory_tokenizer(path)
@@ -56,11 +80,6 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
         raise ValueError(f"--model {spec!r} is a file, not a checkpoint directory")
     if "/" in spec or "\\" in spec or spec.startswith((".", "~")):
         raise ValueError(f"--model {spec!r}: no such checkpoint directory")
-    try:
-        from spotref.targets import load_target
-    except ImportError:
-        raise ValueError(f"--model {spec!r}: no such checkpoint directory "
-                         f"(and this install has no bundled targets)") from None
     try:
         target = load_target(spec)
     except (KeyError, ValueError, FileNotFoundError) as e:
@@ -70,13 +89,11 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
 
 
 def directory_tokenizer(path: Path):
-    from spotref.tokenizer import load_tokenizer
     has = any((path / f).is_file() for f in ("tokenizer.json", "vocab.json"))
     return load_tokenizer(path) if has else None
 
 
 def target_model(target, block_size, mask_token_id, dtype, device):
-    from spotref.checkpoint import resolve_device, resolve_dtype
     model = getattr(target, "model", target)
     model = model.to(device=resolve_device(device), dtype=resolve_dtype(dtype) if dtype else None)
     if block_size is not None:
@@ -112,29 +129,24 @@ def prompt_ids(args, tok) -> list:
                          f"trained on plain text): leave out --chat")
     if not args.chat:
         return tok.encode(args.prompt)
-    from spotref.tokenizer import chat_format
     msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": args.prompt}]
     return tok.encode(chat_format(msgs, enable_thinking=False if args.no_think else None))
 
 
 def drafter_arg(name: str):
-    """None for exact decoding, a drafter name ``spotref.generate`` knows, or what
-    ``spotref.load_drafter`` accepts: a bundled drafter's name or a ``.pt`` checkpoint path."""
-    from spotref import drafters
-    from spotref.spot import MODEL_DRAFTERS, list_checkpoints, load_drafter
+    """None for exact decoding ("none", "exact"), a registered drafter name (resolved for the
+    model later), or what ``spotref.load_drafter`` accepts: a bundled drafter's name or a path."""
     if name in ("none", "exact"):
         return None
-    if name in drafters.DRAFTERS or name in MODEL_DRAFTERS:
+    if name in DRAFTERS:
         return name
-    if name.endswith(".pt") or name in list_checkpoints() or Path(name).is_file():
+    if is_checkpoint_name(name):
         try:
             return load_drafter(name)
         except ValueError as e:
             raise ValueError(f"--drafter {name!r}: {e}") from None
-    known = ", ".join(sorted([*drafters.DRAFTERS, *MODEL_DRAFTERS]))
-    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known}, a bundled drafter "
-                     f"({', '.join(list_checkpoints()) or 'none'}) or a drafter .pt path")
+    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known_names()}")
 
 
 def check_chat_args(args) -> None:
@@ -167,8 +179,7 @@ def show(tok, tokens, stops) -> str:
     return tok.decode(tokens) if tok is not None else " ".join(map(str, tokens))
 
 
-def generate_command(args) -> int:
-    import spotref
+def run_generate(args) -> int:
     model, tok, ids, drafter, kw = setup(args)
     t = time.perf_counter()
     res = spotref.generate(model, ids, args.max_new_tokens, drafter=drafter, **kw)
@@ -179,9 +190,8 @@ def generate_command(args) -> int:
     return 0
 
 
-def audit_command(args) -> int:
+def run_audit(args) -> int:
     """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
-    from spotref.audit import audit, batch_invariance, kernel_path
     model, tok, ids, drafter, kw = setup(args)
     print(f"kernels: {kernel_path(model.lm_head.weight.device)}")
     if drafter is None:

@@ -1,8 +1,8 @@
-"""Train a SPOT drafter for a target: ``python -m spotref.train_drafter stdlib-b32``.
+"""Train a SPOT drafter for a target: ``python -m spotref.tools.train_drafter stdlib-b32``.
 
-1. Record exact-decoding trajectories (``spotref.trajectories``) at T = 0 and T = 1 on
+1. Record exact-decoding trajectories (``spotref.tools.trajectories``) at T = 0 and T = 1 on
    ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
-2. Train the order model (``spotref.order``) on CPU: cross-entropy on the next commit position
+2. Train the order model (``spotref.drafters.order``) on CPU: cross-entropy on the next commit position
    over the masked positions, teacher-forced deeper levels (from a recorded state, also the
    states after its first d true commits, d = floor(u^2 (--tf-depth + 1)), u uniform (shallow levels more often), with the same stale
    features and "committed in draft at depth i" marks; shallow levels drawn more often), plus a binary cross-entropy on whether
@@ -27,13 +27,30 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spotref import order, trajectories as tj
-from spotref.calibrated import CalibratedDrafter, calibrate
-from spotref.files import run_dir
+from spotref.drafters import order
+from spotref.drafters.calibrated import CalibratedDrafter, calibrate
+from spotref.drafters.spot import SpotDrafter
+from spotref.load.drafters import (
+    ORDER_DIR,
+    load_order_model,
+    model_fingerprint,
+    save_order_model,
+)
+from spotref.load.files import run_dir
+from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.tools import trajectories as tj
+from spotref.tools.argtypes import (
+    guarded,
+    nonneg_int,
+    plain,
+    positive_int,
+    positive_real,
+    seed_int,
+)
+from spotref.tools.report import progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from spotref.argtypes import nonneg_int, positive_int, positive_real, seed_int
     p.add_argument("target", help="bundled target name (spotref.list_targets())")
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
@@ -122,7 +139,6 @@ def confidence_accuracy(ds: tj.Trajectories) -> float:
 
 
 def train(model, ds: tj.Trajectories, args, log=print):
-    from spotref.demo import progress
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     rng = np.random.default_rng(args.seed)
     bar = progress(range(args.steps), "train order model")
@@ -154,7 +170,6 @@ def prompts_for(target, n: int, split: str, tokens: int) -> list:
 def recorded(target, args, split: str, T: float) -> tj.Trajectories:
     """Trajectories of ``split`` at temperature T, cached under --data-dir."""
     n = args.prompts if split == "train" else args.test_prompts
-    from spotref.spot import model_fingerprint
     path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}-n{n}"
                                f"-p{args.prompt_tokens}-g{args.new_tokens}.pt")
     if path.exists():
@@ -226,11 +241,10 @@ def shipped_curves(spot, cal, test_sets: dict) -> dict:
 
 
 def command(args) -> str:
-    return " ".join(["python -m spotref.train_drafter"] + getattr(args, "argv", sys.argv[1:]))
+    return " ".join(["python -m spotref.tools.train_drafter"] + getattr(args, "argv", sys.argv[1:]))
 
 
 def shipped_path(args) -> Path:
-    from spotref.spot import ORDER_DIR
     return ORDER_DIR / f"{args.target}.pt"
 
 
@@ -244,8 +258,6 @@ def out_path(args) -> Path:
 
 
 def run(args) -> int:
-    from spotref.spot import SpotDrafter, model_fingerprint
-    from spotref.targets import TARGETS_DIR, load_target
     torch.manual_seed(args.seed)
     t0 = time.time()
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
@@ -259,7 +271,7 @@ def run(args) -> int:
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
     model = order.OrderModel(target.model.block_size)
     if args.init:
-        model.load_state_dict(order.load(args.init)[0].state_dict())      # block-relative features
+        model.load_state_dict(load_order_model(args.init)[0].state_dict())      # block-relative features
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {order.temperature_key(T): accuracy(model, ds) for T, ds in test_sets.items()}
@@ -269,7 +281,7 @@ def run(args) -> int:
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     curve = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
-    order.save(out, model, dict(
+    save_order_model(out, model, dict(
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
         heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
@@ -283,26 +295,23 @@ def run(args) -> int:
 def remeasure(target, args) -> int:
     """``--curves-only``: the checkpoint's curves re-measured, everything else kept. Reads --out
     (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
-    from spotref.spot import SpotDrafter
     src = Path(args.out) if args.out else shipped_path(args)
     out = out_path(args)
-    model, header = order.load(src, target.model.block_size)
+    model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
     header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
-    order.save(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
     return 0
 
 
 def main(argv=None) -> int:
-    from spotref.argtypes import plain
-    p = argparse.ArgumentParser(prog="python -m spotref.train_drafter", description=plain(__doc__))
+    p = argparse.ArgumentParser(prog="python -m spotref.tools.train_drafter", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    from spotref.cli import guarded
     return guarded(p.prog, lambda: run(args))
 
 

@@ -13,8 +13,7 @@ import heapq
 
 import numpy as np
 
-from spotref.decode import apply
-from spotref.draft import Draft
+from spotref.draft import Draft, apply
 
 
 def grow(view, options) -> Draft:

@@ -1,4 +1,4 @@
-"""``spotref bench`` (``python -m spotref.bench``): every drafter side by side, in one process.
+"""``spotref bench`` (``python -m spotref.tools.bench``): every drafter side by side, in one process.
 
 For every bundled target, T in {0, 1} and node budget N in {1, 4, 8, 16, 32, 64} (and
 ``auto``, the cost model's choice), every drafter decodes the same held-out prompts with the
@@ -13,7 +13,7 @@ in this run, and the bookkeeping share of the wall time (drafter + tree + accept
 report (command, date, machine, the tables, the goals checked) and a plot (skipped, with a note,
 when matplotlib is not installed) into a new run directory ``runs/bench-TIME/`` (or ``--out``);
 only ``--update-shipped`` replaces the committed ``docs/results.md`` and ``docs/results.png``.
-Every file is written atomically (``spotref.files``). ``--quick`` is a CI smoke test.
+Every file is written atomically (``spotref.load.files``). ``--quick`` is a CI smoke test.
 """
 from __future__ import annotations
 
@@ -29,9 +29,28 @@ import torch
 
 import spotref
 from spotref.conformance import first_divergence, oracle_drafter
-from spotref.demo import progress, table
 from spotref.draft import Draft
-from spotref.files import atomic_write, atomic_write_text, run_dir
+from spotref.drafters.budget import resolve_budget
+from spotref.drafters.calibrated import CalibratedDrafter, calibrate
+from spotref.drafters.order import OrderModel, temperature_key
+from spotref.drafters.spot import SpotDrafter
+from spotref.load.drafters import drafter_for, resolve_drafter
+from spotref.load.files import atomic_write, atomic_write_text, run_dir
+from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets, load_target
+from spotref.models import SDARConfig, SDARModel
+from spotref.tools.argtypes import (
+    choice_list,
+    guarded,
+    int_list,
+    nonneg_int,
+    plain,
+    positive_int,
+    real_list,
+    seed_int,
+)
+from spotref.tools.report import progress, table
+from spotref.tools.train_drafter import prompts_for
+from spotref.tools.trajectories import record
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
 COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
@@ -44,7 +63,6 @@ QUICK = dict(temperatures=[0.0, 1.0], budgets=[1, 4], prompts=2, new_tokens=24)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from spotref.argtypes import choice_list, int_list, nonneg_int, positive_int, real_list, seed_int
     p.add_argument("--targets", default="all",
                    help="comma-separated bundled targets (default: all; 'random': a random tiny model)")
     p.add_argument("--temperatures", type=real_list(0.0), default=None,
@@ -89,9 +107,6 @@ class Setup:
 
 
 def target_setup(name: str, args) -> Setup:
-    from spotref.spot import drafter_for
-    from spotref.targets import TARGETS_DIR, load_target
-    from spotref.train_drafter import prompts_for
     t = load_target(name, args.targets_dir or TARGETS_DIR)
     s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
     try:
@@ -104,11 +119,6 @@ def target_setup(name: str, args) -> Setup:
 
 def random_setup(args) -> Setup:
     """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
-    from spotref.calibrated import CalibratedDrafter, calibrate
-    from spotref.models import SDARConfig, SDARModel
-    from spotref.order import OrderModel, temperature_key
-    from spotref.spot import SpotDrafter
-    from spotref.trajectories import record
     torch.manual_seed(args.seed)
     cfg = SDARConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, mask_token_id=96,
@@ -205,8 +215,6 @@ def bench_target(setup: Setup, args, rows: list, bar) -> None:
 
 
 def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> list:
-    from spotref.api import resolve_drafter
-    from spotref.costmodel import resolve_budget
     d = resolve_drafter(make_drafter(name, setup, None), setup.model)
     N = resolve_budget("auto", setup.model, d, args.depth, T)
     fresh = metrics([gen(setup, p, T, args) for p in setup.prompts])      # exact, timed next to it
@@ -217,7 +225,6 @@ def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> list:
 def transfer_rows(setups: list, args, N: int = 16) -> list:
     """Each target's SPOT drafter on every target (block-size mismatch allowed: features are
     block-relative), T = 0: fewer passes than exact."""
-    from spotref.spot import SpotDrafter
     out = []
     for src in setups:
         if src.spot is None:
@@ -275,7 +282,6 @@ def ceiling_rows(rows: list) -> list:
 def headline(rows: list, setups: list) -> list[str]:
     """The two single-number goals: N = 64 on the block-32 targets at T = 0; auto wall clock on
     the default target (other targets' auto rows are listed without a verdict)."""
-    from spotref.targets import DEFAULT_TARGET
     blocks = {s.name: s.model.block_size for s in setups}
     lines = []
     for r in rows:
@@ -339,7 +345,7 @@ def rows_from_report(text: str) -> list:
 
 
 def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: float) -> str:
-    cmd = " ".join(["python -m spotref.bench"] + getattr(args, "argv", sys.argv[1:]))
+    cmd = " ".join(["python -m spotref.tools.bench"] + getattr(args, "argv", sys.argv[1:]))
     lines = [
         "# Benchmark: SPOT vs the baselines (generated by `spotref bench`)", "",
         f"Command: `{cmd}`  ", f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -377,7 +383,6 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
 
 
 def setups_for(args) -> list:
-    from spotref.targets import TARGETS_DIR, list_targets
     if args.targets == "random":
         return [lambda: random_setup(args)]
     known = list_targets(args.targets_dir or TARGETS_DIR)
@@ -390,7 +395,7 @@ def setups_for(args) -> list:
         names = names[:1]
     if not names:
         return [lambda: random_setup(args)]
-    from spotref.targets import DEFAULT_TARGET                     # the default target first
+    from spotref.load.targets import DEFAULT_TARGET  # the default target first
     names = sorted(names, key=lambda n: n != DEFAULT_TARGET)
     return [lambda n=n: target_setup(n, args) for n in names]     # loaded when its turn comes
 
@@ -460,12 +465,10 @@ def write(args, rows, transfer, setups, seconds: float, partial: bool = False) -
 
 
 def main(argv=None) -> int:
-    from spotref.argtypes import plain
-    p = argparse.ArgumentParser(prog="python -m spotref.bench", description=plain(__doc__))
+    p = argparse.ArgumentParser(prog="python -m spotref.tools.bench", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    from spotref.cli import guarded
     return guarded(p.prog, lambda: run(args))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spotref.grow import grow
+from spotref.drafters.grow import grow
 
 SET_PROBS = (0.8, 0.1, 0.1)  # threshold rule: predicted set, one fewer, one more
 

@@ -12,25 +12,31 @@ import random
 import torch
 
 import spotref
+from spotref.api import auto_budget
+from spotref.load.drafters import find_checkpoint, resolve_drafter
+from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
+from spotref.tools.argtypes import int_list, nonneg_int, positive_int, seed_int
+from spotref.tools.quality import heldout_prompts
+from spotref.tools.report import progress, table
 
 
-def progress(iterable, desc: str, total: int | None = None):
-    """A tqdm bar when tqdm is installed, else the iterable itself (no progress shown)."""
-    try:
-        from tqdm.auto import tqdm
-        return tqdm(iterable, desc=desc, total=total, leave=False)
-    except ImportError:
-        return iterable
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    """A plain-text table (markdown pipe syntax, so it pastes into docs)."""
-    cells = [header] + [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |"
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                     + [line(r) for r in cells[1:]])
+def add_arguments(p):
+    p.add_argument("--prompts", type=positive_int, default=4, help="number of held-out prompts (>= 1)")
+    p.add_argument("--gen-length", type=positive_int, default=64, help="new tokens per prompt")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
+    p.add_argument("--budgets", type=int_list(1), default=[16],
+                   help="comma list of node budgets N (default 16)")
+    p.add_argument("--no-auto", dest="budget_auto", action="store_false",
+                   help="skip the budget='auto' row (the cost model's N for this machine)")
+    p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
+    p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
+    p.add_argument("--drafter", default=None,
+                   help="drafter name (default: spot when the target ships one, else confidence)")
+    p.add_argument("--fused-store", action="store_true",
+                   help="store each finished block inside the next block's first pass (one pass fewer per block)")
+    p.add_argument("--model", default="default",
+                   help="bundled target name, 'default' (the default target, else random) or 'random'")
 
 
 def random_setup(n_prompts: int, seed: int):
@@ -45,27 +51,20 @@ def random_setup(n_prompts: int, seed: int):
 
 
 def target_setup(name: str, n_prompts: int):
-    from spotref.targets import load_target
     target = load_target(name)
-    from spotref.quality import heldout_prompts
     return name, target.model, [target.encode(t) for t in heldout_prompts(n_prompts)], target.stop_ids
 
 
 def setup(args):
-    try:
-        from spotref.targets import DEFAULT_TARGET, list_targets
-        if args.model == "default" and DEFAULT_TARGET in list_targets():
-            return target_setup(DEFAULT_TARGET, args.prompts)
-        if args.model not in ("default", "random"):
-            return target_setup(args.model, args.prompts)
-    except ImportError:
-        pass
+    if args.model == "default" and DEFAULT_TARGET in list_targets():
+        return target_setup(DEFAULT_TARGET, args.prompts)
+    if args.model not in ("default", "random"):
+        return target_setup(args.model, args.prompts)
     return random_setup(args.prompts, args.seed)
 
 
 def best_drafter(model) -> str:
     """"spot" when a trained order model matches this target, else "confidence"."""
-    from spotref.spot import find_checkpoint
     return "spot" if find_checkpoint(model) is not None else "confidence"
 
 
@@ -74,9 +73,9 @@ def demo(args) -> int:
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
     budgets = {f"{drafter} N={b}": b for b in args.budgets}
-    name_of, drafter = drafter, spotref.api.resolve_drafter(drafter, model)        # looked up once
+    name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
     if args.budget_auto:
-        n = spotref.api.auto_budget(model, drafter, args.depth, args.temperature)
+        n = auto_budget(model, drafter, args.depth, args.temperature)
         budgets[f"{name_of} auto (N={n})"] = n
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
@@ -109,3 +108,6 @@ def summary_rows(runs: dict) -> list[list]:
                      tokens / max(secs, 1e-9)])
     base = rows[0]
     return [r + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9)] for r in rows]
+
+
+run = demo          # the `spotref demo` entry point

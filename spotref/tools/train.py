@@ -18,7 +18,7 @@ a partially masked current block over a clean prefix.
 
 Usage (background, resumable; checkpoints in ``runs/NAME/``)::
 
-    nice -n 19 python -m spotref.train --name stdlib-b32 --block-size 32 --minutes 40
+    nice -n 19 python -m spotref.tools.train --name stdlib-b32 --block-size 32 --minutes 40
 
 A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes first; the same
 command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
@@ -39,9 +39,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spotref.files import atomic_path, atomic_save, atomic_write_text
+from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
+from spotref.load.files import atomic_path, atomic_save, atomic_write_text
+from spotref.load.targets import TARGETS_DIR
 from spotref.models import SDARConfig, SDARModel, rope
-
+from spotref.tools.argtypes import (
+    guarded,
+    int_list,
+    nonneg_int,
+    nonneg_real,
+    plain,
+    positive_int,
+    positive_real,
+    seed_int,
+)
+from spotref.tools.corpus import build_corpus
 
 # --- the objective ------------------------------------------------------------------------
 
@@ -147,8 +159,7 @@ def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> 
 # --- setup ----------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref train-target`` / ``python -m spotref.train``."""
-    from spotref.argtypes import int_list, nonneg_int, nonneg_real, positive_int, positive_real, seed_int
+    """The options of ``spotref train-target`` / ``python -m spotref.tools.train``."""
     p.add_argument("--name", required=True, help="run and target name, e.g. stdlib-b32")
     p.add_argument("--runs", default="runs", help="directory of run checkpoints")
     p.add_argument("--tokenizer", default="bpe2048",
@@ -193,7 +204,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def make_tokenizer(spec: str, train_docs, run_dir: Path):
     """The run's tokenizer; a trained BPE is saved in the run so that a resume reuses it."""
-    from spotref.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
     saved = run_dir / "tokenizer.json"
     if saved.exists():
         return tokenizer_from_json(saved.read_text())
@@ -245,7 +255,6 @@ def save_checkpoint(path: Path, state: dict) -> None:
 
 def train(args) -> dict:
     """Train (or resume) the run ``args.name``; returns its final state dict."""
-    from spotref.corpus import build_corpus
     torch.set_num_threads(args.threads)
     run_dir = Path(args.runs, args.name)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -373,8 +382,6 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     """Export a run's last checkpoint without training further, at ``block_size`` (default:
     the run's ``--block-size``; a ``--mix-blocks`` run may be exported at any of its sizes).
     The held-out loss is measured afresh at the exported block size."""
-    from spotref.bpe import tokenizer_from_json
-    from spotref.corpus import build_corpus
     ck = torch.load(Path(run_dir) / "ckpt.pt", weights_only=False)
     state, args = ck["state"], argparse.Namespace(**ck["state"]["args"])
     args.block_size = block_size or args.block_size
@@ -393,17 +400,14 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
 
 
 def main(argv=None) -> int:
-    from spotref.argtypes import plain
-    p = argparse.ArgumentParser(prog="python -m spotref.train", description=plain(__doc__))
+    p = argparse.ArgumentParser(prog="python -m spotref.tools.train", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
-    from spotref.cli import guarded
     return guarded(p.prog, lambda: run(args))
 
 
 def check_export(args) -> None:
     """--export into the bundled targets directory replaces shipped files: only when asked."""
-    from spotref.targets import TARGETS_DIR
     if args.export and Path(args.export).resolve() == TARGETS_DIR.resolve() \
             and not getattr(args, "update_shipped", False):
         raise ValueError(f"--export {args.export!r} is the bundled targets directory: pass "

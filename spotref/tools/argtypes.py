@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 SEED_MAX = 2 ** 64 - 1          # the noise generator's key is 64 bits (spotref.noise)
 
@@ -101,3 +102,19 @@ def choice_list(choices):
 def plain(doc: str) -> str:
     """A docstring's first line as help text: without the RST ``literal`` markup."""
     return doc.strip().splitlines()[0].replace("``", "")
+
+
+def guarded(prog: str, run) -> int:
+    """``run()``'s exit status; bad input (ValueError) is one line and status 2, a missing
+    optional package or an unwritable file one line and status 1, Ctrl-C one line and 130."""
+    try:
+        return run()
+    except KeyboardInterrupt:          # Ctrl-C: one line, the shell's status for SIGINT
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except ValueError as e:            # bad input: one clear line, no traceback
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except (ImportError, OSError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1

@@ -28,8 +28,6 @@ import math
 import torch
 from torch import nn
 
-from spotref.files import atomic_save
-
 TOP_K = 32          # stale probabilities per position
 N_FREQ = 4          # sin/cos position frequencies
 N_STRUCT = 8        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5, T/(1+T)
@@ -112,28 +110,6 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
                           (step.float() / B)[:, None].expand(N, B), pc, pc.clamp_min(1e-9).log() / 5,
                           (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, 7)
     return torch.cat([top.float(), struct, pos], -1)
-
-
-def save(path, model: OrderModel, meta: dict) -> None:
-    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature width...)."""
-    header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
-    sd = {k: v.detach().half() for k, v in model.state_dict().items()}
-    atomic_save({"header": header, "state_dict": sd}, path)       # a kill leaves the old file
-
-
-def load(path, block_size: int | None = None) -> tuple[OrderModel, dict]:
-    """(model in eval mode, header); ``ValueError`` for a corrupt or mismatched checkpoint."""
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ValueError(f"no drafter checkpoint at {path}") from None
-    except Exception as e:                                      # pickle / zip errors
-        first = (str(e).strip().splitlines() or [""])[0]                          # one line
-        raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {first}") from None
-    header = blob.get("header") if isinstance(blob, dict) else None
-    if not isinstance(header, dict) or header.get("format") != "spotref-order-model":
-        raise ValueError(f"{path} is not a spotref drafter checkpoint (no spotref-order-model header)")
-    return build(header, blob.get("state_dict"), path, block_size), header
 
 
 CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k")

@@ -16,8 +16,9 @@ from collections import Counter
 import numpy as np
 
 from spotref.draft import Draft
-from spotref.drafters import ConfidenceDrafter
-from spotref.order import temperature_key
+from spotref.drafters.confidence import ConfidenceDrafter
+from spotref.drafters.inputs import ViewInputs
+from spotref.drafters.order import temperature_key
 
 MAX_PREFIXES = 4000     # kept in a checkpoint
 
@@ -47,7 +48,6 @@ class CalibratedDrafter:
     def __call__(self, view) -> Draft:
         if view.threshold is not None:
             return ConfidenceDrafter()(view)
-        from spotref.spot import ViewInputs
         return self.draft(ViewInputs(view), view.budget, view.depth, view.temperature)
 
     def shape(self, budget: int, depth: int, temperature: float) -> list:

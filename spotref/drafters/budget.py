@@ -6,31 +6,32 @@ drafter's own time on N nodes (measured on a real view). It commits ``E(N)`` dec
 average: the drafter's offline acceptance curve, measured on held-out trajectories when the
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
-almost linearly past a few rows (see docs/prototype notes), so the answer is a small tree; on a
-GPU with an 8B target, t(N) is nearly flat and the answer is large.
-
-Where to call it: ``spotref.generate`` resolves ``budget == "auto"`` with ``resolve_budget``
-before checking ``budget`` as an int.
+almost linearly past a few rows, so the answer is a small tree; on a GPU with an 8B target,
+t(N) is nearly flat and the answer is large. ``spotref.generate`` calls ``resolve_budget`` for
+``budget="auto"``; ``python -m spotref.tools.costmodel`` prints the table behind the choice.
 """
 from __future__ import annotations
 
 import math
 import time
+import weakref
 
 import numpy as np
 import torch
 
-from spotref import order
+from spotref.draft import View
+from spotref.drafters import order
+from spotref.rules import DecisionRule
 
 BUDGETS = (1, 2, 4, 8, 16, 32, 64)
 PRIOR = {1: 1.0, 64: 2.5}          # E(N) for a drafter without a measured curve (log-interpolated)
-_TIMES: dict = {}
+_TIMES = weakref.WeakKeyDictionary()     # model -> {(budgets, context): {N: seconds}}
 
 
 def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3) -> dict:
     """{N: seconds} of one target forward over N states of a block after ``context`` tokens."""
-    key = (id(model), tuple(budgets), context)
-    if key not in _TIMES:
+    known, key = _TIMES.setdefault(model, {}), (tuple(budgets), context)
+    if key not in known:
         B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
         g = torch.Generator().manual_seed(0)
         cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
@@ -39,8 +40,8 @@ def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3) -
             states = torch.full((N, B), mask_id, dtype=torch.long)
             states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)       # half committed
             out[N] = _median_time(lambda: model.denoise(cache, states), repeats)
-        _TIMES[key] = out
-    return _TIMES[key]
+        known[key] = out
+    return known[key]
 
 
 def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
@@ -52,15 +53,13 @@ def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
 def draft_times(drafter, model, budgets=BUDGETS, depth: int = 8, temperature: float = 0.0,
                 repeats: int = 2) -> dict:
     """{N: seconds} of one drafter call at a realistic state (stale logits from the model)."""
-    from spotref.draft import View
-    from spotref.rules import DecisionRule
     B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
     cache = model.prefill(torch.zeros(0, dtype=torch.long))
     state = np.full(B, mask_id, dtype=np.int64)
     stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()          # (B, V)
     state[0] = 0 if mask_id != 0 else 1
     rule = DecisionRule(mask_id, V, B, float(temperature), 0)
-    return {N: _median_time(lambda: drafter(View(state, 1, 0, stale, rule, N, depth)), repeats)
+    return {N: _median_time(lambda: drafter(View.of(state, 1, 0, stale, rule, N, depth)), repeats)
             for N in budgets}
 
 
@@ -99,33 +98,3 @@ def resolve_budget(budget, model, drafter, depth: int, temperature: float) -> in
     td = draft_times(drafter, model, depth=depth, temperature=temperature)
     t = {N: tv[N] + td[N] for N in BUDGETS}
     return choose_budget(t, {N: expected_commits(drafter, N, temperature) for N in BUDGETS})
-
-
-def main(argv=None) -> int:
-    """``python -m spotref.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
-    the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
-    import argparse
-    from spotref.api import resolve_drafter
-    from spotref.demo import table
-    from spotref.targets import DEFAULT_TARGET, load_target
-    p = argparse.ArgumentParser(prog="python -m spotref.costmodel", description=main.__doc__.splitlines()[0])
-    p.add_argument("target", nargs="?", default=DEFAULT_TARGET)
-    p.add_argument("--drafter", default="spot")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--depth", type=int, default=32)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    model = load_target(args.target).model
-    drafter = resolve_drafter(args.drafter, model)
-    tv = verify_times(model, repeats=5)
-    td = draft_times(drafter, model, depth=args.depth, temperature=args.temperature)
-    e = {N: expected_commits(drafter, N, args.temperature) for N in BUDGETS}
-    rows = [[N, 1e3 * tv[N], 1e3 * td[N], e[N], e[N] / (tv[N] + td[N]), e[N] / tv[N]] for N in BUDGETS]
-    print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))
-    print(f"budget='auto' picks N = {choose_budget({N: tv[N] + td[N] for N in BUDGETS}, e)}; "
-          f"exact decoding: {1 / tv[1]:.0f} commits/s (one verify of N = 1 per commit)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Quality report of a target at T = 0 on held-out prompts (issue 3's quality bar).
 
-``python -m spotref.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
+``python -m spotref.tools.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
 
 Prompts: ``--prompts`` held-out documents' text from a random line start (seed 0, the same
 text for every target), cut to ``--prompt-tokens`` tokens. Decoding: ``spotref.generate`` at
@@ -34,8 +34,10 @@ import numpy as np
 import torch
 
 import spotref
-from spotref.corpus import build_corpus, whitespace_share
 from spotref.draft import Draft
+from spotref.load.files import atomic_write_text
+from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.tools.corpus import build_corpus, whitespace_share
 
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:
@@ -139,7 +141,7 @@ def passes_bar(r: dict) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref target-quality`` / ``python -m spotref.quality``."""
+    """The options of ``spotref target-quality`` / ``python -m spotref.tools.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=64, help="a multiple of the block size")
@@ -151,7 +153,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
     from pathlib import Path
-    from spotref.targets import TARGETS_DIR, load_target
     torch.set_num_threads(args.threads)
     target = load_target(args.target)
     r = report(target, heldout_prompts(args.prompts), args.prompt_tokens, args.new_tokens)
@@ -162,13 +163,12 @@ def run(args) -> int:
         meta = json.loads(path.read_text())
         meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
         meta["quality_samples"] = r["samples"]
-        from spotref.files import atomic_write_text
         atomic_write_text(path, json.dumps(meta, indent=1) + "\n")
     return 0 if r["meets_bar"] else 1
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.quality", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m spotref.tools.quality", description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv))
 

@@ -6,7 +6,7 @@ what a drafter can read: the state, its step, the top-32 stale probabilities, an
 ``DEPTH + 1`` steps the coupled-noise stale tokens (and runner-up tokens) with their stale
 probabilities. The run's trajectory then gives the true commits from each state to the end of
 its block. Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
-``Trajectories.row(i)`` reads like ``spot.ViewInputs`` so drafters can be evaluated offline
+``Trajectories.row(i)`` reads like ``drafters.inputs.ViewInputs`` so drafters can be evaluated offline
 (``accepted``): acceptance by state equality needs only the true commits.
 
 Prompts: held-out corpus code documents (never seen by the target's training), split by a hash
@@ -21,8 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import spotref
 from spotref.draft import Draft
-from spotref.files import atomic_save
+from spotref.drafters.inputs import ViewInputs
+from spotref.load.files import atomic_save
+from spotref.tools.corpus import build_corpus
+from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
 FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "temp", "prompt")
@@ -30,7 +34,6 @@ FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut
 
 def prompt_texts(n: int, split: str, seed: int = 0, chars: int = 2000) -> list[str]:
     """``n`` code snippets (from random line starts) of held-out corpus documents in ``split``."""
-    from spotref.corpus import build_corpus
     assert split in ("train", "test"), split
     docs = sorted((d for d in build_corpus().heldout if d.name.startswith("code:")), key=lambda d: d.name)
     docs = [d for d in docs if (zlib.crc32(d.name.encode()) % 4 == 0) == (split == "test")]
@@ -50,12 +53,11 @@ class Recorder:
         self.rows = []
 
     def __call__(self, view) -> Draft:
-        from spotref.spot import ViewInputs, coupled_pair
         inp = ViewInputs(view)
         n = min(DEPTH + 1, int((view.tokens == view.mask_id).sum()))
         steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
             else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
-        c = {m: coupled_pair(view, inp.filtered, m) for m in set(steps)}
+        c = {m: inp.pair(m) for m in set(steps)}
         prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].half().numpy()
         self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), top=inp.top.half().numpy(),
                               ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
@@ -67,7 +69,6 @@ class Recorder:
 
 def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None) -> list[dict]:
     """The rows of one exact generation, each with its true future commits and temperature."""
-    import spotref
     rec = Recorder()
     res = spotref.generate(model, prompt, new_tokens, temperature=temperature, seed=seed, drafter=rec,
                            budget=1, depth=0, stop_ids=stop_ids)
@@ -131,7 +132,6 @@ class Trajectories:
 def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,), stop_ids=None,
            desc: str = "record") -> Trajectories:
     """Trajectories of exact decoding on every prompt and seed."""
-    from spotref.demo import progress
     rows = []
     jobs = [(i, p, s) for i, p in enumerate(prompts) for s in seeds]
     for i, p, s in progress(jobs, desc):
@@ -142,7 +142,7 @@ def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,)
 
 
 class Row:
-    """One recorded state, read like ``spot.ViewInputs`` (plus the truth)."""
+    """One recorded state, read like ``ViewInputs`` (``DrafterInputs``) (plus the truth)."""
 
     def __init__(self, ds: Trajectories, i: int):
         a = ds.arrays

@@ -1,4 +1,4 @@
-"""Bundled targets: small real SDAR models trained on Python's own text (``spotref.train``).
+"""Bundled targets: small real SDAR models trained on Python's own text (``spotref.tools.train``).
 
 Each target is three files in ``spotref/targets/``: ``NAME.safetensors`` (float16 weights with
 the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,
@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from spotref.checkpoint import check_field_types
+from spotref.load.bpe import tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -99,7 +101,6 @@ def read_meta(path: Path) -> dict:
 
 
 def _load_tokenizer(path: Path):
-    from spotref.bpe import tokenizer_from_json
     try:
         return tokenizer_from_json(path.read_text())
     except (OSError, ValueError, Exception) as e:          # tokenizers raises its own Exception
@@ -109,7 +110,7 @@ def _load_tokenizer(path: Path):
 def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARModel:
     """Weights checked against the metadata's size and SHA-256 before they are parsed."""
     try:
-        from safetensors.torch import load
+        from safetensors.torch import load  # optional dependency (the [cli] extra)
     except ImportError:
         raise ImportError("loading a target needs 'safetensors': pip install 'spotref[cli]'") from None
     if not path.is_file():
@@ -129,7 +130,6 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARMo
 
 def target_config(raw: dict, path: Path) -> SDARConfig:
     """The metadata's ``config``, its field types checked as a checkpoint's config.json."""
-    from spotref.checkpoint import check_field_types
     try:
         check_field_types(raw)
         return SDARConfig.from_dict(raw)

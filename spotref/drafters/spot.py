@@ -1,0 +1,99 @@
+"""The SPOT drafter: a trained order model (``spotref.drafters.order``) turned into draft trees.
+
+``SpotDrafter(order_model)(view) -> Draft``. From the stale distributions it builds the order
+model's features at the root, scores the masked positions (the next-commit distribution) and
+grows a best-first tree by cumulative path probability under the node budget N and depth cap D
+(``grow_levels``): deeper levels re-run the order model on the hypothetical child states (same
+stale distributions, updated masked / committed-in-draft / step features), one batched forward
+per tree level over its ceil(N / D) + 1 best nodes. An edge's probability is P(position next) x P(coupled token right); where
+the token is uncertain a second edge carries the runner-up token (``second``). Equal states are
+merged by the growth. Tokens are coupled-noise matched (``view.coupled_tokens(step)``).
+
+Under the threshold rule (SPOT-Sets) this first version drafts the confidence drafter's commit
+sets (``spotref.drafters.threshold_options``); the learned order serves the one-position rule.
+
+Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``, ``drafter_for``).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from spotref.draft import Draft
+from spotref.drafters import order
+from spotref.drafters.confidence import ConfidenceDrafter
+from spotref.drafters.grow import grow_levels
+from spotref.drafters.inputs import ViewInputs
+
+SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
+
+
+class SpotDrafter(torch.nn.Module):
+    """``drafter(view) -> Draft`` from a trained ``OrderModel`` (a ``torch.nn.Module`` holding it).
+
+    second: add a runner-up token edge where P(coupled token right) < second (0: never);
+    strict: refuse a target whose block size is not the order model's (False: allow transfer).
+    """
+
+    name = "spot"
+
+    def __init__(self, model: order.OrderModel, header: dict | None = None, second: float = SECOND,
+                 strict: bool = True):
+        super().__init__()
+        self.model, self.header = model.eval(), header or {}
+        self.second, self.strict = second, strict
+
+    @property
+    def curves(self) -> dict:
+        """Offline commits per round vs budget ({"0"|"1": {N: commits}}), for the cost model."""
+        return self.header.get("curves", {}).get("spot", {})
+
+    def forward(self, view) -> Draft:
+        B = len(view.tokens)
+        if self.strict and B != self.model.block_size:
+            raise ValueError(f"the SPOT drafter was trained for block size {self.model.block_size}, "
+                             f"the target's block size is {B}")
+        if view.budget < 2 or view.depth == 0:
+            return Draft.root()
+        if view.threshold is not None:
+            return ConfidenceDrafter()(view)
+        return self.draft(ViewInputs(view), view.budget, view.depth)
+
+    def draft(self, inp, budget: int, depth: int) -> Draft:
+        """The tree over ``inp`` (ViewInputs, or recorded inputs for offline evaluation)."""
+        root = SimpleNamespace(tokens=inp.tokens, step=inp.step, budget=budget, depth=depth)
+        width = min(budget, -(-budget // max(depth, 1)) + 1)          # ceil(N / D) + 1 nodes per level
+        return grow_levels(root, lambda s, k, m: self.options(inp, s, k, m, budget), width)
+
+    @torch.no_grad()
+    def scores(self, inp, states, steps, marks):
+        """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+        masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
+        pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
+        x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
+                           torch.tensor(steps), inp.temperature)                    # (N, B, F)
+        s, t = self.model(x, masked)
+        return torch.softmax(s, -1), torch.sigmoid(t)
+
+    def options(self, inp, states, steps, marks, limit: int):
+        p, q = self.scores(inp, states, steps, marks)
+        out = []
+        for i, k in enumerate(steps):
+            x = inp.coupled(k)[0]
+            masked = np.flatnonzero(states[i] == inp.mask_id)
+            best = masked[np.argsort(-p[i, masked].numpy(), kind="stable")][:limit]
+            pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
+            opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
+            if self.second:
+                opts += self.runner_up(inp, k, best, p[i], q[i])
+            out.append(opts)
+        return out
+
+    def runner_up(self, inp, k, best, p, q):
+        """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)."""
+        x2, p2 = inp.second(k)
+        p1 = inp.coupled(k)[1]
+        return [(float(p[j] * (1 - q[j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
+                for j in best if q[j] < self.second and p2[j] > 0]
