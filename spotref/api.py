@@ -30,8 +30,9 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
     "spot"), a trained order model (``spotref.load_drafter``) or any callable
     ``drafter(view) -> spotref.Draft``. budget: tree node budget N (root included), or "auto"
-    (the N that maximises expected commits per second on this machine); depth: depth cap D. core: the tree/verification implementation (default: the
-    compiled one when built, see ``spotref.EXTENSION``). fused_store: compute each finished
+    (the N that maximises expected commits per second on this machine); depth: depth cap D.
+    core: the tree/verification implementation (default: the compiled one when built, see
+    ``spotref.EXTENSION``). fused_store: compute each finished
     block's K/V inside the next block's first pass instead of a store pass of its own (identical
     tokens, one pass fewer per block).
 
@@ -50,13 +51,26 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     ``ValueError`` naming it.
     """
     model = resolve_model(model)
-    cfg = model.config
-    V, B, mask_id = cfg.vocab_size, model.block_size, model.mask_id
-    prompt = check_prompt(prompt_ids, V, mask_id)
-    check_int("max_new_tokens", max_new_tokens, 0)
-    if len(prompt) + max_new_tokens > cfg.max_position_embeddings:
-        raise ValueError(f"prompt_ids ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the "
-                         f"model's max_position_embeddings ({cfg.max_position_embeddings})")
+    V, B = model.config.vocab_size, model.block_size
+    prompt = check_prompt(prompt_ids, V, model.mask_id)
+    check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
+    rule = decision_rule(V, B, model.mask_id, temperature, seed, threshold, top_k, top_p, confidence)
+    if budget != "auto":
+        check_int("budget", budget, 1)
+    check_int("depth", depth, 0)
+    stops = check_stop_ids(stop_ids, V)
+    if not isinstance(fused_store, (bool, np.bool_)):
+        raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
+    fill = block_filler(rule, model, drafter, resolve_core(core), budget, int(depth))
+    stats, t = Stats(), time.perf_counter()
+    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
+    wall = time.perf_counter() - t
+    return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
+
+
+def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, top_k, top_p,
+                  confidence) -> DecisionRule:
+    """The checked decision parameters of one generation (each bad one named)."""
     check_temperature(temperature)
     check_int("seed", seed, 0, 2 ** 64 - 1)
     if threshold is not None:
@@ -65,28 +79,26 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
         check_int("top_k", top_k, 1)
     if top_p is not None:
         check_real("top_p", top_p, lo=0.0, hi=1.0, open_lo=True)
-    if budget != "auto":
-        check_int("budget", budget, 1)
-    check_int("depth", depth, 0)
-    stops = check_stop_ids(stop_ids, V)
-    if not isinstance(fused_store, (bool, np.bool_)):
-        raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
-    core = resolve_core(core)
     if confidence not in CONFIDENCES:
         raise ValueError(f"confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
-    rule = DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
+    return DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
                         None if threshold is None else float(threshold), confidence)
-    stats = Stats()
+
+
+def block_filler(rule, model, drafter, core, budget, depth: int):
+    """How a block is filled: exact decoding, or SPOT rounds with the resolved drafter and budget."""
     if drafter is None:
-        fill = partial(exact_block, rule)
-    else:
-        drafter = resolve_drafter(drafter, model)
-        budget = auto_budget(model, drafter, int(depth), float(temperature)) if budget == "auto" else budget
-        fill = partial(spot_block, rule, drafter, core, int(budget), int(depth))
-    t = time.perf_counter()
-    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
-    wall = time.perf_counter() - t
-    return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
+        return partial(exact_block, rule)
+    drafter = resolve_drafter(drafter, model)
+    budget = auto_budget(model, drafter, depth, rule.temperature) if budget == "auto" else int(budget)
+    return partial(spot_block, rule, drafter, core, budget, depth)
+
+
+def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:
+    check_int("max_new_tokens", max_new_tokens, 0)
+    if prompt_len + max_new_tokens > max_positions:
+        raise ValueError(f"prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the "
+                         f"model's max_position_embeddings ({max_positions})")
 
 
 _AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): N}

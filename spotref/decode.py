@@ -13,6 +13,7 @@ generate.py, JetEngine, lmdeploy and sglang count them). They differ in how a bl
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -41,6 +42,15 @@ class Stats:
     model_s: float = 0.0
     draft_s: float = 0.0
     book_s: float = 0.0                              # tree building, decisions, acceptance
+
+    @contextlib.contextmanager
+    def timed(self, field_name: str):
+        """Add the time spent inside the ``with`` block to the float field ``field_name``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, field_name, getattr(self, field_name) + time.perf_counter() - t)
 
     def record(self, block, step, decisions, rows):
         self.starts.append((block, step))
@@ -96,38 +106,48 @@ def exact_block(rule: DecisionRule, target: BoundTarget, block: int, state: np.n
 
 
 def spot_block(rule, drafter, core, budget, depth, target, block, state):
-    """Fill one block with SPOT rounds: draft, one batched verify, accept by state equality."""
-    stats = target.stats
-    B = len(state)
-    max_set = 1 if rule.threshold is None else B
-    step, stale = 0, None
+    """Fill one block with SPOT rounds (SPEC section 3): draft, build, verify, walk."""
+    stats, step, stale = target.stats, 0, None
     drafter_rule = rule.copy()       # the drafter's own: nothing it does to it reaches a decision
+    max_set = 1 if rule.threshold is None else len(state)
     while (state == rule.mask_id).any():
-        t = time.perf_counter()
-        draft = Draft.root() if stale is None else drafter(View.of(state, step, block, stale, drafter_rule,
-                                                                   budget, depth))
-        if not isinstance(draft, Draft):
-            raise TypeError(f"the drafter returned {type(draft).__name__}, not spotref.Draft")
-        t2 = time.perf_counter()
-        tree = core.build_tree(state, step, draft.parents, draft.commits, rule.mask_id,
-                               rule.vocab_size, max_set, budget, depth)
-        stats.draft_s += t2 - t
-        stats.book_s += time.perf_counter() - t2
-        logits = target.denoise(tree.states)                        # (U, B, V)
-        t = time.perf_counter()
-        decided = {}
-
-        def decide(row):
-            decided[row] = rule.decide(logits[row], tree.states[row], block, int(tree.steps[row]))
-            return decided[row]
-
-        path, bonus = core.walk(tree, decide)
-        last = path[-1]
-        stats.record(block, int(tree.steps[0]), [decided[r] for r in path if decided[r]], len(tree))
-        state, step = apply(tree.states[last], bonus), int(tree.steps[last]) + 1
-        stale = logits[last].float()
-        stats.book_s += time.perf_counter() - t
+        with stats.timed("draft_s"):                                          # 1. draft
+            view = None if stale is None else View.of(state, step, block, stale, drafter_rule, budget, depth)
+            draft = propose(drafter, view)
+        with stats.timed("book_s"):                                           # 2. build
+            tree = core.build_tree(state, step, draft.parents, draft.commits, rule.mask_id,
+                                   rule.vocab_size, max_set, budget, depth)
+        logits = target.denoise(tree.states)                                  # 3. verify: (U, B, V)
+        with stats.timed("book_s"):                                           # 4. walk
+            state, step, stale = accept(rule, core, tree, logits, block, stats)
     return state
+
+
+def propose(drafter, view) -> Draft:
+    """The drafter's tree at ``view`` (the root alone at a block's first state: nothing is stale)."""
+    if view is None:
+        return Draft.root()
+    draft = drafter(view)
+    if not isinstance(draft, Draft):
+        raise TypeError(f"the drafter returned {type(draft).__name__}, not spotref.Draft")
+    return draft
+
+
+def accept(rule, core, tree, logits, block: int, stats: Stats):
+    """Walk the verified tree by state equality; the bonus decision at the deepest accepted state.
+
+    logits: (U, B, V), one row per tree state. Returns the new state, its step and the stale
+    logits for the next round (those of the deepest accepted state)."""
+    decided = {}
+
+    def decide(row):
+        decided[row] = rule.decide(logits[row], tree.states[row], block, int(tree.steps[row]))
+        return decided[row]
+
+    path, bonus = core.walk(tree, decide)
+    last = path[-1]
+    stats.record(block, int(tree.steps[0]), [decided[r] for r in path if decided[r]], len(tree))
+    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float()
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,

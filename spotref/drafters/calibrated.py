@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 
 from spotref.draft import Draft
-from spotref.drafters.confidence import ConfidenceDrafter
+from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import temperature_key
 
@@ -67,8 +67,7 @@ class CalibratedDrafter:
     def draft(self, inp, budget: int, depth: int, temperature: float) -> Draft:
         masked = np.flatnonzero(inp.tokens == inp.mask_id)
         conf = inp.coupled(inp.step)[1].numpy()
-        ranked = masked[np.argsort(-conf[masked], kind="stable")]       # most confident first
-        parents, commits, index = [-1], [()], {(): (0, list(ranked))}
+        parents, commits, index = [-1], [()], {(): (0, list(ranked(masked, conf)))}
         for r in self.shape(budget, depth, temperature):
             if r[:-1] not in index or r[-1] >= len(index[r[:-1]][1]):
                 continue                                  # fewer masked positions than ranks
@@ -82,7 +81,7 @@ class CalibratedDrafter:
 
 def true_ranks(conf: np.ndarray, masked: np.ndarray, future: list) -> tuple:
     """Rank sequence of the true future commit positions among the remaining masked positions."""
-    remaining = list(masked[np.argsort(-conf[masked], kind="stable")])
+    remaining = list(ranked(masked, conf))
     ranks = []
     for j in future:
         r = remaining.index(j)

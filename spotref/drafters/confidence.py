@@ -28,8 +28,7 @@ class ConfidenceDrafter:
         conf = view.stale_confidence()                      # (B,) float64
 
         def options(state, step):
-            masked = np.flatnonzero(state == view.mask_id)
-            masked = masked[np.argsort(-conf[masked], kind="stable")]   # most confident first
+            masked = ranked(np.flatnonzero(state == view.mask_id), conf)
             tokens = view.coupled_tokens(step)
             if view.threshold is None:
                 opts = one_position_options(masked, conf, tokens)
@@ -38,6 +37,12 @@ class ConfidenceDrafter:
             return opts[:1] if self.chain else opts
 
         return grow(view, options)
+
+
+def ranked(masked: np.ndarray, score) -> np.ndarray:
+    """The positions ``masked`` by descending ``score`` (B,) (ties: the lower position first):
+    the training-free commit order, and the order every drafter ranks candidates in."""
+    return masked[np.argsort(-np.asarray(score)[masked], kind="stable")]
 
 
 def one_position_options(masked, conf, tokens):
@@ -53,5 +58,3 @@ def threshold_options(masked, conf, tokens, tau):
     return [(prob, tuple(sorted((int(j), int(tokens[j])) for j in masked[:k])))
             for prob, k in zip(SET_PROBS, sizes) if 1 <= k <= len(masked)]
 
-
-DRAFTERS = {"confidence": ConfidenceDrafter, "confidence-chain": lambda: ConfidenceDrafter(chain=True)}

@@ -23,7 +23,7 @@ import torch
 
 from spotref.draft import Draft
 from spotref.drafters import order
-from spotref.drafters.confidence import ConfidenceDrafter
+from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.grow import grow_levels
 from spotref.drafters.inputs import ViewInputs
 
@@ -83,7 +83,7 @@ class SpotDrafter(torch.nn.Module):
         for i, k in enumerate(steps):
             x = inp.coupled(k)[0]
             masked = np.flatnonzero(states[i] == inp.mask_id)
-            best = masked[np.argsort(-p[i, masked].numpy(), kind="stable")][:limit]
+            best = ranked(masked, p[i].numpy())[:limit]
             pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
             opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
             if self.second:
