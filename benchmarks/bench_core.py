@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
 import spotref  # noqa: E402
+from spotref.draft import DraftBuilder  # noqa: E402
 
 B, N, DEPTH, ACCEPT, STEP = 32, 64, 8, 6, 8
 V, MASK = 151_936, 151_669        # SDAR's vocabulary and MASK id
@@ -38,37 +39,33 @@ def random_draft(rng: np.random.Generator):
     root[rng.choice(B, B - 24, replace=False)] = rng.integers(0, 1000, B - 24)
     stale = rng.integers(0, 1000, B)                     # the stale token of each position
     rank = rng.permutation(B)                            # the drafter's position preference
-    parents, commits, states, depths, edges = [-1], [()], [root], [0], set()
+    t, edges = DraftBuilder(root, STEP), set()
 
     def add(p, pos, tok):
-        if (p, pos, tok) in edges:
-            return
-        edges.add((p, pos, tok))
-        state = states[p].copy()
-        state[pos] = tok
-        parents.append(p), commits.append(((pos, tok),))
-        states.append(state), depths.append(depths[p] + 1)
+        if (p, pos, tok) not in edges:                   # equal states stay: the core merges them
+            edges.add((p, pos, tok))
+            t.add(p, ((pos, tok),))
 
     def ranked_masked(p):
-        masked = np.flatnonzero(states[p] == MASK)
+        masked = np.flatnonzero(t.states[p] == MASK)
         return masked[np.argsort(rank[masked])]
 
     for k in range(DEPTH):                               # the main chain: nodes 0 .. 8
         pos = int(ranked_masked(k)[0])
         add(k, pos, int(stale[pos]))
-    while len(parents) < N:                              # branches
-        open_ = [i for i in range(len(parents)) if depths[i] < DEPTH]
-        w = np.array([1.0 / (1 + depths[i]) ** 2 for i in open_])
+    while len(t) < N:                                    # branches
+        open_ = [i for i in range(len(t)) if t.depths[i] < DEPTH]
+        w = np.array([1.0 / (1 + t.depths[i]) ** 2 for i in open_])
         p = open_[rng.choice(len(open_), p=w / w.sum())]
         masked = ranked_masked(p)
         pos = int(masked[min(rng.geometric(0.4) - 1, len(masked) - 1)])
         add(p, pos, int(stale[pos]) if rng.random() < 0.9 else int(rng.integers(0, V - 1000)))
-    tree = spotref.core_module("py").build_tree(root, STEP, parents, commits, MASK, V, 1, N, DEPTH)
+    tree = spotref.core_module("py").build_tree(root, STEP, t.parents, t.commits, MASK, V, 1, N, DEPTH)
     rows = [int(tree.node_of[k]) for k in range(ACCEPT + 1)]
-    decisions = {rows[k]: commits[k + 1] for k in range(ACCEPT)}
+    decisions = {rows[k]: t.commits[k + 1] for k in range(ACCEPT)}
     free = int(np.flatnonzero(tree.states[rows[ACCEPT]] == MASK)[0])
     decisions[rows[ACCEPT]] = ((free, V - 2),)            # off-tree: the bonus commit
-    return root, tuple(parents), tuple(commits), decisions
+    return root, tuple(t.parents), tuple(t.commits), decisions
 
 
 def build(core, draft):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from spotref.api import generate
-from spotref.draft import Draft
+from spotref.draft import Draft, DraftBuilder
 from spotref.models import SDARConfig, SDARModel
 from spotref.rules import CONFIDENCES
 
@@ -113,19 +113,15 @@ def random_drafter(seed: int):
 
     def draft(view):
         V, B = view.rule.vocab_size, len(view.tokens)
-        parents, commits, states, depths = [-1], [()], [view.tokens.copy()], [0]
+        t = DraftBuilder(view.tokens, view.step)
         for _ in range(rng.randrange(view.budget)):
-            p = rng.randrange(len(parents))
-            masked = [j for j in range(B) if states[p][j] == view.mask_id]
-            if not masked or depths[p] >= view.depth:
+            p = rng.randrange(len(t))
+            masked = [j for j in range(B) if t.states[p][j] == view.mask_id]
+            if not masked or t.depths[p] >= view.depth:
                 continue
             k = 1 if view.threshold is None else rng.randint(1, len(masked))
-            cs = tuple(sorted((j, random_token(rng, view, j, depths[p], V)) for j in rng.sample(masked, k)))
-            s = states[p].copy()
-            for j, t in cs:
-                s[j] = t
-            parents.append(p), commits.append(cs), states.append(s), depths.append(depths[p] + 1)
-        return Draft(parents, commits)
+            t.add(p, tuple(sorted((j, random_token(rng, view, j, t.depths[p], V)) for j in rng.sample(masked, k))))
+        return t.draft()
     return draft
 
 

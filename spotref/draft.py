@@ -128,3 +128,61 @@ class View:
         """(B,) float64: the rule's confidence of the stale tokens at the current step."""
         x = torch.as_tensor(self.coupled_tokens(self.step), device=self.stale_logits.device)
         return self.rule.confidences(self.stale_logits, x).cpu().numpy()
+
+
+class DraftBuilder:
+    """A draft tree grown node by node from a root state, in topological order (a node is
+    added after its parent): each node's parent, commits, state, step and depth below the root.
+    ``draft()`` is the ``Draft``; the states, steps and depths are there for the drafter to read
+    while it grows. ``add`` keeps equal states apart (the core merges them); ``merge`` adds a
+    node only when no node holds its state at its step yet.
+
+    >>> b = DraftBuilder(np.array([-1, -1, 7]), step=2)
+    >>> b.add(0, ((0, 5),)), b.add(1, ((1, 6),)), b.merge(0, ((0, 5),))
+    (1, 2, (1, False))
+    >>> b.states[2].tolist(), b.steps, b.depths
+    ([5, 6, 7], [2, 3, 4], [0, 1, 2])
+    >>> b.draft()
+    Draft(parents=(-1, 0, 1), commits=((), ((0, 5),), ((1, 6),)))
+    """
+
+    def __init__(self, root: np.ndarray, step: int = 0):
+        self.parents, self.commits = [-1], [()]
+        self.states, self.steps, self.depths = [root], [step], [0]
+        self.nodes = {(root.tobytes(), step): 0}         # (state, step) -> the first node holding it
+
+    @classmethod
+    def replay(cls, draft: Draft, root: np.ndarray, step: int = 0) -> "DraftBuilder":
+        """``draft`` grown again from ``root``: its nodes' states, steps and depths."""
+        b = cls(root, step)
+        for p, cs in zip(draft.parents[1:], draft.commits[1:]):
+            b.add(p, cs)
+        return b
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def add(self, parent: int, commits) -> int:
+        """Add the node ``parent`` + ``commits`` (one step below ``parent``); returns its index."""
+        return self._append(parent, commits, apply(self.states[parent], commits))
+
+    def merge(self, parent: int, commits) -> tuple[int, bool]:
+        """(node, added): ``add``, unless a node already holds that state at that step; then
+        that node, and nothing is added."""
+        state = apply(self.states[parent], commits)
+        node = self.nodes.get((state.tobytes(), self.steps[parent] + 1))
+        return (node, False) if node is not None else (self._append(parent, commits, state), True)
+
+    def reparent(self, node: int, parent: int, commits) -> None:
+        """Reach ``node`` from ``parent`` + ``commits`` instead (the same state, one step below)."""
+        self.parents[node], self.commits[node] = parent, commits
+
+    def draft(self) -> Draft:
+        return Draft(self.parents, self.commits)
+
+    def _append(self, parent: int, commits, state: np.ndarray) -> int:
+        i, step = len(self.parents), self.steps[parent] + 1
+        self.parents.append(parent), self.commits.append(commits)
+        self.states.append(state), self.steps.append(step), self.depths.append(self.depths[parent] + 1)
+        self.nodes.setdefault((state.tobytes(), step), i)
+        return i

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotref.draft import Draft
+from spotref.draft import Draft, DraftBuilder
 from spotref.drafters import order
 from spotref.drafters.grow import grow, grow_levels
 from spotref.load.drafters import load_order_model, save_order_model
@@ -98,13 +98,7 @@ def hashed_options(B, max_opts=4):
 
 
 def node_states(draft, root):
-    states = [root]
-    for p, cs in zip(draft.parents[1:], draft.commits[1:]):
-        s = states[p].copy()
-        for j, t in cs:
-            s[j] = t
-        states.append(s)
-    return states
+    return DraftBuilder.replay(draft, root).states
 
 
 @given(B=st.integers(1, 6), budget=st.integers(1, 40), depth=st.integers(0, 6), n=st.integers(0, 6))

@@ -13,39 +13,29 @@ import heapq
 
 import numpy as np
 
-from spotref.draft import Draft, apply
+from spotref.draft import Draft, DraftBuilder
 
 
 def grow(view, options) -> Draft:
     """The best-first tree over ``options`` within ``view.budget`` and ``view.depth``."""
-    parents, commits = [-1], [()]
-    states, steps, depths = [view.tokens], [view.step], [0]
-    seen = {(view.tokens.tobytes(), view.step)}
+    t = DraftBuilder(view.tokens, view.step)
     heap, tick = [], 0
 
     def expand(node, cum):
         nonlocal tick
-        if depths[node] >= view.depth:
+        if t.depths[node] >= view.depth:
             return
-        for prob, cs in options(states[node], steps[node]):
+        for prob, cs in options(t.states[node], t.steps[node]):
             heapq.heappush(heap, (-cum * prob, tick, node, cs))
             tick += 1
 
     expand(0, 1.0)
-    while heap and len(parents) < view.budget:
+    while heap and len(t) < view.budget:
         neg, _, node, cs = heapq.heappop(heap)
-        state = apply(states[node], cs)
-        key = (state.tobytes(), steps[node] + 1)
-        if key in seen:
-            continue
-        seen.add(key)
-        parents.append(node)
-        commits.append(cs)
-        states.append(state)
-        steps.append(steps[node] + 1)
-        depths.append(depths[node] + 1)
-        expand(len(parents) - 1, -neg)
-    return Draft(parents, commits)
+        i, added = t.merge(node, cs)              # a state already in the tree costs no budget
+        if added:
+            expand(i, -neg)
+    return t.draft()
 
 
 def grow_levels(view, options_batch, width: int) -> Draft:
@@ -72,40 +62,32 @@ def grow_levels(view, options_batch, width: int) -> Draft:
     return t.select(view.budget)
 
 
-class _Levels:
-    """Candidate nodes for ``grow_levels``: states, cumulative probabilities, draft marks."""
+class _Levels(DraftBuilder):
+    """Candidate nodes for ``grow_levels``: a tree with each node's cumulative probability and
+    draft marks."""
 
     def __init__(self, view):
-        self.parents, self.commits, self.cums = [-1], [()], [1.0]
-        self.states, self.steps = [view.tokens], [view.step]             # depth = step - root step
+        super().__init__(view.tokens, view.step)
+        self.cums = [1.0]
         self.marks = [np.zeros(len(view.tokens), dtype=np.int64)]
-        self.seen = {(view.tokens.tobytes(), view.step): 0}
 
     def add_children(self, node, opts) -> list:
         """Add ``node``'s children; an equal state already reached at this level keeps the more
         probable parent (neither has been expanded yet)."""
         new = []
         for prob, cs in opts:
-            state = apply(self.states[node], cs)
-            key, cum = (state.tobytes(), self.steps[node] + 1), self.cums[node] * prob
-            i = self.seen.get(key)
-            if i is not None and self.cums[i] >= cum:                     # same key: same step, same depth
+            cum = self.cums[node] * prob
+            i, added = self.merge(node, cs)
+            if not added and self.cums[i] >= cum:             # reached already, at least as probably
                 continue
             mark = self.marks[node].copy()
-            mark[[p for p, _ in cs]] = self.steps[node] + 1 - self.steps[0]
-            fields = (node, cs, cum, state, self.steps[node] + 1, mark)
-            if i is None:
-                i = self.seen[key] = len(self.parents)
-                for lst, v in zip(self._lists(), fields):
-                    lst.append(v)
-                new.append(i)
+            mark[[p for p, _ in cs]] = self.depths[i]
+            if added:
+                self.cums.append(cum), self.marks.append(mark), new.append(i)
             else:
-                for lst, v in zip(self._lists(), fields):
-                    lst[i] = v
+                self.reparent(i, node, cs)
+                self.cums[i], self.marks[i] = cum, mark
         return new
-
-    def _lists(self):
-        return self.parents, self.commits, self.cums, self.states, self.steps, self.marks
 
     def floor(self, k: int) -> float:
         """The k-th best cumulative probability among non-root candidates (0 if fewer)."""
