@@ -75,15 +75,21 @@ def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0):
 
 # --- drafters for the suite ------------------------------------------------------------------
 
-def oracle_drafter(exact):
-    """Proposes the true trajectory (a chain of the target's next decisions)."""
+def oracle_drafter(exact, stale_tokens: bool = False):
+    """Proposes the true trajectory: a chain of the target's next decisions, under budget and
+    depth. stale_tokens: the true positions with the stale coupled tokens instead of the true
+    ones (a perfect order drafter: the benchmark's order ceiling)."""
     truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
 
     def draft(view):
         n = min(view.depth, view.budget - 1)
         chain = []
         while len(chain) < n and (view.block, view.step + len(chain)) in truth:
-            chain.append(truth[(view.block, view.step + len(chain))])
+            step = view.step + len(chain)
+            commits = truth[(view.block, step)]
+            if stale_tokens:
+                commits = tuple((pos, view.coupled_token(pos, step)) for pos, _ in commits)
+            chain.append(commits)
         return Draft.chain(chain)
     return draft
 

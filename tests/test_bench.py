@@ -30,7 +30,12 @@ def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
 
 
 def fake_row(tgt, T, name, N, fewer, speed=1.0):
-    return [tgt, T, name, N, 1 / fewer, fewer, fewer, fewer, 100.0, speed, "0%"]
+    return bench.Row(tgt, T, name, N, passes_per_token=1 / fewer, fewer_passes=fewer, fewer_denoise=fewer,
+                     commits_per_round=fewer, tokens_per_s=100.0, speed_up=speed, bookkeeping="0%")
+
+
+def test_rows_have_a_field_per_column():
+    assert len(bench.Row._fields) == len(bench.COLUMNS)
 
 
 def test_headline_judges_each_goal_on_its_own_target():
@@ -60,7 +65,7 @@ def test_report_table_parses_back(tmp_path):
     text = "intro\n\n" + bench.table(bench.COLUMNS, rows) + "\n\n## Goals\n| x | y |\n"
     back = bench.rows_from_report(text)
     assert [r[:4] for r in back] == [r[:4] for r in rows]
-    assert [r[5] for r in back] == pytest.approx([r[5] for r in rows], rel=1e-3)
+    assert [r.fewer_passes for r in back] == pytest.approx([r.fewer_passes for r in rows], rel=1e-3)
 
 
 def test_costmodel_table(capsys):

@@ -23,13 +23,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 import spotref
 from spotref.conformance import first_divergence, oracle_drafter
-from spotref.draft import Draft
 from spotref.drafters.budget import resolve_budget
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
@@ -56,6 +56,30 @@ DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
 COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
            "commits/round", "tokens/s", "speed-up", "bookkeeping"]
 
+
+class Row(NamedTuple):
+    """One line of the main table, field by field as ``COLUMNS``."""
+
+    target: str
+    T: str                      # as printed: "0", "1"
+    drafter: str
+    N: int | str                # node budget; "-" for exact, "auto=N" for budget="auto"
+    passes_per_token: float
+    fewer_passes: float         # R = exact passes / passes
+    fewer_denoise: float        # the same, denoise/verify passes only
+    commits_per_round: float
+    tokens_per_s: float
+    speed_up: float             # exact wall time / wall time
+    bookkeeping: str            # drafter + tree + acceptance share of the wall time, "12%"
+
+
+GOALS = dict(                   # what SPOT should reach (the report checks each)
+    vs_calibrated=1.3,          # calibrated passes / SPOT passes, same N
+    vs_confidence=1.5,          # confidence passes / SPOT passes, same N
+    oracle_order_gain=0.75,     # (R_spot - 1) / (R_oracle-order - 1), same N
+    fewer_passes_n64=6.8,       # R at N = 64, T = 0, on the block-32 targets
+    auto_speed_up=1.5,          # wall-clock speed-up of budget="auto" on the default target
+)
 
 SHIPPED_REPORT, SHIPPED_PLOT = "docs/results.md", "docs/results.png"
 FULL = dict(temperatures=[0.0, 1.0], budgets=[1, 4, 8, 16, 32, 64], prompts=8, new_tokens=128)
@@ -133,26 +157,13 @@ def random_setup(args) -> Setup:
     return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
 
 
-def oracle_order_drafter(exact):
-    """The true next positions (a chain), with the stale coupled tokens: the order ceiling."""
-    truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
-
-    def draft(view):
-        chain = []
-        while len(chain) < min(view.depth, view.budget - 1) and (view.block, view.step + len(chain)) in truth:
-            (pos, _), = truth[(view.block, view.step + len(chain))]
-            chain.append(((pos, view.coupled_token(pos, view.step + len(chain))),))
-        return Draft.chain(chain)
-    return draft
-
-
 def make_drafter(name: str, setup: Setup, exact):
     if name == "confidence":
         return "confidence"
     if name == "oracle":
         return oracle_drafter(exact)
     if name == "oracle-order":
-        return oracle_order_drafter(exact)
+        return oracle_drafter(exact, stale_tokens=True)
     return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
 
 
@@ -193,10 +204,10 @@ def metrics(results: list) -> dict:
                 book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))
 
 
-def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> list:
-    return [setup.name, f"{T:g}", name, N, m["passes"] / max(m["tokens"], 1), ex["passes"] / max(m["passes"], 1),
-            ex["denoise"] / max(m["denoise"], 1), m["commits"], m["tokens"] / max(m["wall"], 1e-9),
-            ex["wall"] / max(m["wall"], 1e-9), f"{100 * m['book']:.0f}%"]
+def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
+    return Row(setup.name, f"{T:g}", name, N, m["passes"] / max(m["tokens"], 1), ex["passes"] / max(m["passes"], 1),
+               ex["denoise"] / max(m["denoise"], 1), m["commits"], m["tokens"] / max(m["wall"], 1e-9),
+               ex["wall"] / max(m["wall"], 1e-9), f"{100 * m['book']:.0f}%")
 
 
 def bench_target(setup: Setup, args, rows: list, bar) -> None:
@@ -214,7 +225,7 @@ def bench_target(setup: Setup, args, rows: list, bar) -> None:
                 bar.update(1)
 
 
-def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> list:
+def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> Row:
     d = resolve_drafter(make_drafter(name, setup, None), setup.model)
     N = resolve_budget("auto", setup.model, d, args.depth, T)
     fresh = metrics([gen(setup, p, T, args) for p in setup.prompts])      # exact, timed next to it
@@ -243,7 +254,7 @@ def transfer_rows(setups: list, args, N: int = 16) -> list:
 
 def by_key(rows: list) -> dict:
     """(target, T, drafter, N) -> row."""
-    return {(r[0], r[1], r[2], r[3]): r for r in rows}
+    return {(r.target, r.T, r.drafter, r.N): r for r in rows}
 
 
 def goal_rows(rows: list, args) -> list:
@@ -253,12 +264,16 @@ def goal_rows(rows: list, args) -> list:
     for (tgt, T, name, N), r in k.items():
         if name != "spot" or isinstance(N, str) or N < 2:
             continue
-        R = lambda d: k[(tgt, T, d, N)][5] if (tgt, T, d, N) in k else float("nan")
-        oo = (r[5] - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
-        vs_cal, vs_conf = r[5] / R("calibrated"), r[5] / R("confidence")
-        out.append([tgt, T, N, r[5], vs_cal, "yes" if vs_cal >= 1.3 else "no", vs_conf,
-                    "yes" if vs_conf >= 1.5 else "no", oo, "yes" if oo >= 0.75 else "no"])
+        R = lambda d: k[(tgt, T, d, N)].fewer_passes if (tgt, T, d, N) in k else float("nan")
+        oo = (r.fewer_passes - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
+        vs_cal, vs_conf = r.fewer_passes / R("calibrated"), r.fewer_passes / R("confidence")
+        out.append([tgt, T, N, r.fewer_passes, vs_cal, _yes(vs_cal, "vs_calibrated"), vs_conf,
+                    _yes(vs_conf, "vs_confidence"), oo, _yes(oo, "oracle_order_gain")])
     return out
+
+
+def _yes(value: float, goal: str) -> str:
+    return "yes" if value >= GOALS[goal] else "no"
 
 
 def ceiling_rows(rows: list) -> list:
@@ -266,16 +281,16 @@ def ceiling_rows(rows: list) -> list:
     over N of oracle-order's pass reduction to calibrated's and to confidence's, oracle-order's
     reduction at the largest N, and its best wall-clock speed-up (it drafts for free)."""
     k, out = by_key(rows), []
-    for tgt, T in dict.fromkeys((r[0], r[1]) for r in rows):
+    for tgt, T in dict.fromkeys((r.target, r.T) for r in rows):
         oo = {N: r for (t, tt, d, N), r in k.items() if (t, tt, d) == (tgt, T, "oracle-order") and isinstance(N, int)}
         if not oo:
             continue
-        best = lambda base: max(((oo[N][5] / k[(tgt, T, base, N)][5], N) for N in oo if (tgt, T, base, N) in k),
-                                default=(float("nan"), "-"))
+        best = lambda base: max(((oo[N].fewer_passes / k[(tgt, T, base, N)].fewer_passes, N)
+                                 for N in oo if (tgt, T, base, N) in k), default=(float("nan"), "-"))
         (cal, n_cal), (conf, n_conf), top = best("calibrated"), best("confidence"), max(oo)
-        speed, n_speed = max((oo[N][9], N) for N in oo)
-        out.append([tgt, T, f"{cal:.2f} (N={n_cal})", f"{conf:.2f} (N={n_conf})", f"{oo[top][5]:.2f} (N={top})",
-                    f"{speed:.2f} (N={n_speed})"])
+        speed, n_speed = max((oo[N].speed_up, N) for N in oo)
+        out.append([tgt, T, f"{cal:.2f} (N={n_cal})", f"{conf:.2f} (N={n_conf})",
+                    f"{oo[top].fewer_passes:.2f} (N={top})", f"{speed:.2f} (N={n_speed})"])
     return out
 
 
@@ -284,13 +299,15 @@ def headline(rows: list, setups: list) -> list[str]:
     the default target (other targets' auto rows are listed without a verdict)."""
     blocks = {s.name: s.model.block_size for s in setups}
     lines = []
+    goal, fast = GOALS["fewer_passes_n64"], GOALS["auto_speed_up"]
     for r in rows:
-        if r[2] == "spot" and r[3] == 64 and r[1] == "0" and blocks.get(r[0]) == 32:
-            lines.append(f"* {r[0]} (block 32), T = 0, N = 64: SPOT needs {r[5]:.2f}x fewer passes than exact "
-                         f"(goal >= 6.8x: {'met' if r[5] >= 6.8 else 'not met'})")
-        if r[2] == "spot" and str(r[3]).startswith("auto"):
-            verdict = f" (goal >= 1.5x: {'met' if r[9] >= 1.5 else 'not met'})" if r[0] == DEFAULT_TARGET else ""
-            lines.append(f"* {r[0]}, T = {r[1]}, budget {r[3]}: SPOT throughput {r[9]:.2f}x exact{verdict}")
+        if r.drafter == "spot" and r.N == 64 and r.T == "0" and blocks.get(r.target) == 32:
+            lines.append(f"* {r.target} (block 32), T = 0, N = 64: SPOT needs {r.fewer_passes:.2f}x fewer passes "
+                         f"than exact (goal >= {goal:g}x: {'met' if r.fewer_passes >= goal else 'not met'})")
+        if r.drafter == "spot" and str(r.N).startswith("auto"):
+            verdict = (f" (goal >= {fast:g}x: {'met' if r.speed_up >= fast else 'not met'})"
+                       if r.target == DEFAULT_TARGET else "")
+            lines.append(f"* {r.target}, T = {r.T}, budget {r.N}: SPOT throughput {r.speed_up:.2f}x exact{verdict}")
     return lines
 
 
@@ -298,11 +315,11 @@ def plot(rows: list, path: str) -> str | None:
     """Passes reduction vs N per drafter: a panel per target (columns) and T (rows), both axes
     log 2 so that the baselines and SPOT stay apart under the `oracle` line (PNG; None without
     matplotlib)."""
-    targets, temps = list(dict.fromkeys(r[0] for r in rows)), list(dict.fromkeys(r[1] for r in rows))
+    targets, temps = list(dict.fromkeys(r.target for r in rows)), list(dict.fromkeys(r.T for r in rows))
     series = {}
     for r in rows:
-        if r[2] != "exact" and not isinstance(r[3], str):
-            series.setdefault((r[0], r[1]), {}).setdefault(r[2], []).append((r[3], r[5]))
+        if r.drafter != "exact" and not isinstance(r.N, str):
+            series.setdefault((r.target, r.T), {}).setdefault(r.drafter, []).append((r.N, r.fewer_passes))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -340,7 +357,7 @@ def rows_from_report(text: str) -> list:
         if not line.startswith("|"):
             break
         c = cells(line)
-        rows.append(c[:3] + [int(c[3]) if c[3].isdigit() else c[3]] + [float(x) for x in c[4:10]] + [c[10]])
+        rows.append(Row(*c[:3], int(c[3]) if c[3].isdigit() else c[3], *map(float, c[4:10]), c[10]))
     return rows
 
 
@@ -364,13 +381,14 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         table(COLUMNS, rows), "", "## Goals", "",
         "SPOT vs the baselines at the same budget N (`vs calibrated` = calibrated passes / SPOT "
         "passes; `oracle-order gain` = (R_spot - 1) / (R_oracle-order - 1), R = fewer passes):", "",
-        table(["target", "T", "N", "SPOT fewer passes", "vs calibrated", ">= 1.3", "vs confidence",
-               ">= 1.5", "oracle-order gain", ">= 0.75"], goal_rows(rows, args)), "",
+        table(["target", "T", "N", "SPOT fewer passes", "vs calibrated", f">= {GOALS['vs_calibrated']:g}",
+               "vs confidence", f">= {GOALS['vs_confidence']:g}", "oracle-order gain",
+               f">= {GOALS['oracle_order_gain']:g}"], goal_rows(rows, args)), "",
         *headline(rows, setups), "",
         "Ceilings in this run: what a perfect order drafter (the `oracle-order` rows: true next "
         "positions, stale coupled tokens, no drafter cost) reaches. An order drafter can beat "
-        "`calibrated` by 1.3x only where the first column is >= 1.3 (runner-up token branches can "
-        "add a little on top).", "",
+        f"`calibrated` by {GOALS['vs_calibrated']:g}x only where the first column is >= "
+        f"{GOALS['vs_calibrated']:g} (runner-up token branches can add a little on top).", "",
         table(["target", "T", "oracle-order vs calibrated, best", "oracle-order vs confidence, best",
                "oracle-order fewer passes", "oracle-order speed-up, best"], ceiling_rows(rows)), ""]
     if transfer:
@@ -395,8 +413,7 @@ def setups_for(args) -> list:
         names = names[:1]
     if not names:
         return [lambda: random_setup(args)]
-    from spotref.load.targets import DEFAULT_TARGET  # the default target first
-    names = sorted(names, key=lambda n: n != DEFAULT_TARGET)
+    names = sorted(names, key=lambda n: n != DEFAULT_TARGET)      # the default target first
     return [lambda n=n: target_setup(n, args) for n in names]     # loaded when its turn comes
 
 
