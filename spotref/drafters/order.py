@@ -6,12 +6,14 @@ vocabulary-agnostic by construction):
 * the top-32 probabilities of the stale distribution, sorted (the distribution the decision rule
   takes confidences from, ``DecisionRule.probs``: ``softmax(L / T)``, top-k / top-p applied when
   set; MASK excluded);
-* structure: masked or not; committed in this draft (and at which depth / B); relative
-  position j / B; step / B; the stale probability of the coupled-noise token at the node's step
-  (the confidence the target would see if its logits had not changed), also as log / 5; the
+* structure (``STRUCT``): masked or not; committed in this draft (and at which depth / B);
+  step / B; the stale probability of the coupled-noise token at the node's step (the confidence
+  the target would see if its logits had not changed), also as its log / ``LOG_SCALE``; the
   temperature as T / (1 + T) (the order behaves differently when sampling);
-* sin / cos of the position at ``N_FREQ`` frequencies (2 pi f j / B), so attention can tell
-  neighbours apart without a learned, block-size-bound position table.
+* position (``POSITION`` numbers): j / B, and sin / cos at ``N_FREQ`` frequencies (2 pi f j / B),
+  so attention can tell neighbours apart without a learned, block-size-bound position table.
+
+In all ``TOP_K + len(STRUCT) + POSITION`` = 32 + 7 + 9 = 48 numbers (the shipped checkpoints').
 
 A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
 B positions gives two numbers per position: the next-commit score (non-masked positions get
@@ -30,10 +32,12 @@ from torch import nn
 
 TOP_K = 32          # stale probabilities per position
 N_FREQ = 4          # sin/cos position frequencies
-N_STRUCT = 8        # masked, in_draft, draft_depth/B, j/B, step/B, p_coupled, log(p_coupled)/5, T/(1+T)
-FEATURE_WIDTH = TOP_K + N_STRUCT + 2 * N_FREQ
-LOG_PC = TOP_K + 5   # index of log(p_coupled) / 5 in the features
-DEFAULT_CONFIG = dict(d_model=128, layers=3, heads=8, ff=512, feature_width=FEATURE_WIDTH, top_k=TOP_K)
+STRUCT = ("masked", "in_draft", "draft_depth / B", "step / B", "p_coupled",
+          "log(p_coupled) / LOG_SCALE", "T / (1 + T)")       # the structure features, in order
+POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
+FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION                # top, structure, position: 48
+LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
+LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
 
 
 class OrderModel(nn.Module):
@@ -53,7 +57,7 @@ class OrderModel(nn.Module):
         self.skip = nn.Linear(feature_width, 2, bias=False)             # starts at log(p_coupled)
         with torch.no_grad():                                          # untrained: the confidence order
             self.skip.weight.zero_()
-            self.skip.weight[0, LOG_PC] = 5.0
+            self.skip.weight[0, LOG_PC] = LOG_SCALE
             self.head.weight.zero_()
             self.head.bias.zero_()
 
@@ -85,7 +89,7 @@ def top_probs(probs: torch.Tensor, k: int = TOP_K) -> torch.Tensor:
 
 
 def position_features(B: int) -> torch.Tensor:
-    """(B, 1 + 2 * N_FREQ): j / B, then sin, cos of 2 pi f j / B for f = 1 .. N_FREQ."""
+    """(B, POSITION): j / B, then sin, cos of 2 pi f j / B for f = 1 .. N_FREQ."""
     j = torch.arange(B, dtype=torch.float32)
     ang = 2 * math.pi * j[:, None] * torch.arange(1, N_FREQ + 1)[None] / B   # (B, N_FREQ)
     return torch.cat([(j / B)[:, None], ang.sin(), ang.cos()], -1)
@@ -103,12 +107,13 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
     """
     N, B = masked.shape
     top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
-    pos = position_features(B).expand(N, B, 1 + 2 * N_FREQ)               # (N, B, 1 + 2F)
+    pos = position_features(B).expand(N, B, POSITION)                     # (N, B, POSITION)
     pc = p_coupled.float()
     T = torch.as_tensor(temperature, dtype=torch.float32).expand(N)                  # (N,)
     struct = torch.stack([masked.float(), (draft_depth > 0).float(), draft_depth.float() / B,
-                          (step.float() / B)[:, None].expand(N, B), pc, pc.clamp_min(1e-9).log() / 5,
-                          (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, 7)
+                          (step.float() / B)[:, None].expand(N, B), pc,
+                          pc.clamp_min(1e-9).log() / LOG_SCALE,
+                          (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, len(STRUCT))
     return torch.cat([top.float(), struct, pos], -1)
 
 
