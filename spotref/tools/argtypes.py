@@ -118,3 +118,13 @@ def guarded(prog: str, run) -> int:
     except (ImportError, OSError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
+
+
+def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
+    """A tool's ``main``: parse ``argv`` (default: the command line, kept as ``args.argv`` for
+    the tool's report) and ``run(args)`` ``guarded``."""
+    p = argparse.ArgumentParser(prog=prog, description=plain(doc))
+    add_arguments(p)
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return guarded(prog, lambda: run(args))

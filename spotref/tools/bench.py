@@ -40,13 +40,12 @@ from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets, load
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import (
     choice_list,
-    guarded,
     int_list,
     nonneg_int,
-    plain,
     positive_int,
     real_list,
     seed_int,
+    tool_main,
 )
 from spotref.tools.report import progress, table
 from spotref.tools.train_drafter import prompts_for
@@ -482,11 +481,7 @@ def write(args, rows, transfer, setups, seconds: float, partial: bool = False) -
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.bench", description=plain(__doc__))
-    add_arguments(p)
-    args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return guarded(p.prog, lambda: run(args))
+    return tool_main("python -m spotref.tools.bench", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ import hashlib
 import os
 import sys
 import sysconfig
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 EXCLUDED_DIRS = {"site-packages", "__pycache__", "test", "tests", "idle_test", "encodings",
                  "pydoc_data"}
@@ -90,3 +93,27 @@ def build_corpus(heldout_frac: float = 0.05, root: str | None = None, english: b
 def whitespace_share(text: str) -> float:
     """Fraction of characters that are whitespace (space, tab, newline, ...)."""
     return sum(c.isspace() for c in text) / max(len(text), 1)
+
+
+def heldout_code(n: int, seed: int = 0, split: str | None = None, chars: int = 2000,
+                 longer_than: int = 0) -> list[str]:
+    """``n`` prompts from held-out code documents (never seen by the targets' training), drawn
+    with replacement: a random document, from a random line start (one at least 2000 characters
+    before its end, or its first line), cut to ``chars`` characters.
+
+    split: None, every held-out code document; ``"train"`` (drafter training, calibration) or
+    ``"test"`` (drafter held-out accuracy, benchmark), split by a hash of the document name so
+    the two never share a document. longer_than: only documents of more characters than this.
+    """
+    assert split in (None, "train", "test"), split
+    docs = sorted((d for d in build_corpus().heldout if d.name.startswith("code:") and len(d.text) > longer_than),
+                  key=lambda d: d.name)
+    if split is not None:
+        docs = [d for d in docs if (zlib.crc32(d.name.encode()) % 4 == 0) == (split == "test")]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        text = docs[rng.integers(len(docs))].text
+        starts = [0] + [i + 1 for i, c in enumerate(text[:-2000]) if c == "\n"]
+        out.append(text[starts[rng.integers(len(starts))]:][:chars])
+    return out

@@ -1,14 +1,14 @@
-"""Quality report of a target at T = 0 on held-out prompts (issue 3's quality bar).
+"""Quality report of a target at T = 0 on held-out prompts: is it good enough to benchmark on?
 
 ``python -m spotref.tools.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
 
-Prompts: ``--prompts`` held-out documents' text from a random line start (seed 0, the same
-text for every target), cut to ``--prompt-tokens`` tokens. Decoding: ``spotref.generate`` at
-T = 0, one-position rule, EOS as stop id. Numbers, over all generated blocks (aligned at
-absolute positions; the prompt length is a multiple of every block size):
+Prompts (``heldout_prompts``): ``--prompts`` held-out code texts from a random line start
+(seed 0, the same text for every target), cut to ``--prompt-tokens`` tokens. Decoding:
+``spotref.generate`` at T = 0, one-position rule, EOS as stop id. Numbers, over all generated
+blocks (aligned at absolute positions; the prompt length is a multiple of every block size):
 
 * ``repeat_blocks``: share of blocks whose tokens are one token repeated (with a byte
-  tokenizer: one byte repeated), the issue's criterion;
+  tokenizer: one byte repeated);
 * ``one_char_blocks``: share of blocks whose text is >= 75% one character (the prototype's
   whitespace-collapse criterion, stricter for a BPE whose tokens are several characters);
 * ``loop_blocks`` (reported, not part of the bar): share of blocks in a loop of period 1 or 2
@@ -21,6 +21,9 @@ absolute positions; the prompt length is a multiple of every block size):
   Measured through ``spotref.generate`` with a recording drafter that proposes no node but the
   root: the drafter sees each round's stale logits, the run is exact decoding, and the
   trajectory (``stats["trajectory"]``) gives the commits.
+
+The bar (``passes_bar``): at most 10% ``repeat_blocks`` and at most 10% ``one_char_blocks``, and
+whitespace within 10 points of the corpus's.
 """
 from __future__ import annotations
 
@@ -29,27 +32,21 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
-import numpy as np
 import torch
 
 import spotref
 from spotref.draft import Draft
 from spotref.load.files import atomic_write_text
 from spotref.load.targets import TARGETS_DIR, load_target
-from spotref.tools.corpus import build_corpus, whitespace_share
+from spotref.tools.corpus import build_corpus, heldout_code, whitespace_share
 
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:
-    """``n`` held-out code texts, each from a random line start of a random held-out file."""
-    docs = [d for d in build_corpus().heldout if d.name.startswith("code:") and len(d.text) > 3000]
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        text = docs[rng.integers(len(docs))].text
-        starts = [0] + [i + 1 for i, c in enumerate(text[:-2000]) if c == "\n"]
-        out.append(text[starts[rng.integers(len(starts))]:][:4000])
-    return out
+    """The report's (and the demo's) prompts: ``n`` texts of 4000 characters from held-out code
+    documents of more than 3000 (``corpus.heldout_code``)."""
+    return heldout_code(n, seed, chars=4000, longer_than=3000)
 
 
 class StaleRecorder:
@@ -152,7 +149,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
-    from pathlib import Path
     torch.set_num_threads(args.threads)
     target = load_target(args.target)
     r = report(target, heldout_prompts(args.prompts), args.prompt_tokens, args.new_tokens)

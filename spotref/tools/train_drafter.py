@@ -40,13 +40,13 @@ from spotref.load.files import run_dir
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import (
-    guarded,
     nonneg_int,
-    plain,
     positive_int,
     positive_real,
     seed_int,
+    tool_main,
 )
+from spotref.tools.corpus import heldout_code
 from spotref.tools.report import progress
 
 
@@ -162,8 +162,8 @@ def train(model, ds: tj.Trajectories, args, log=print):
 # --- the pipeline -----------------------------------------------------------------------------
 
 def prompts_for(target, n: int, split: str, tokens: int) -> list:
-    """``n`` prompts of ``split`` (trajectories.prompt_texts), each cut to ``tokens`` tokens."""
-    out = [target.encode(t)[:tokens] for t in tj.prompt_texts(n, split, seed=1 if split == "test" else 0)]
+    """``n`` prompts of ``split`` (``corpus.heldout_code``), each cut to ``tokens`` tokens."""
+    out = [target.encode(t)[:tokens] for t in heldout_code(n, seed=1 if split == "test" else 0, split=split)]
     return [p for p in out if len(p) == tokens]
 
 
@@ -308,11 +308,7 @@ def remeasure(target, args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.train_drafter", description=plain(__doc__))
-    add_arguments(p)
-    args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return guarded(p.prog, lambda: run(args))
+    return tool_main("python -m spotref.tools.train_drafter", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,10 @@ its block. Everything is stacked into a ``Trajectories`` (numpy arrays, one row 
 ``Trajectories.row(i)`` reads like ``drafters.inputs.ViewInputs`` so drafters can be evaluated offline
 (``accepted``): acceptance by state equality needs only the true commits.
 
-Prompts: held-out corpus code documents (never seen by the target's training), split by a hash
-of the document name into ``train`` (drafter training, calibration) and ``test`` (drafter
-held-out accuracy, benchmark) so the two never share a document.
+Prompts: ``corpus.heldout_code`` of the ``train`` or ``test`` split.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,25 +22,10 @@ import spotref
 from spotref.draft import Draft
 from spotref.drafters.inputs import ViewInputs
 from spotref.load.files import atomic_save
-from spotref.tools.corpus import build_corpus
 from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
 FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "temp", "prompt")
-
-
-def prompt_texts(n: int, split: str, seed: int = 0, chars: int = 2000) -> list[str]:
-    """``n`` code snippets (from random line starts) of held-out corpus documents in ``split``."""
-    assert split in ("train", "test"), split
-    docs = sorted((d for d in build_corpus().heldout if d.name.startswith("code:")), key=lambda d: d.name)
-    docs = [d for d in docs if (zlib.crc32(d.name.encode()) % 4 == 0) == (split == "test")]
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        text = docs[rng.integers(len(docs))].text
-        starts = [0] + [i + 1 for i, c in enumerate(text[:-chars]) if c == "\n"]
-        out.append(text[starts[rng.integers(len(starts))]:][:chars])
-    return out
 
 
 class Recorder:
@@ -97,9 +79,6 @@ class Trajectories:
 
     def row(self, i: int) -> "Row":
         return Row(self, i)
-
-    def subset(self, idx) -> "Trajectories":
-        return Trajectories({k: v[idx] for k, v in self.arrays.items()}, self.mask_id, self.block_size)
 
     def save(self, path) -> None:
         """Written atomically: a kill mid-write leaves no truncated cache behind."""
