@@ -80,12 +80,13 @@ def checkpoint_dir(path) -> Path:
 
 
 def read_json(path: Path, what: str) -> dict:
+    """The JSON object in ``path``; a ValueError naming ``what`` and the file otherwise."""
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read {what} {str(path)!r}: {e}") from None
     if not isinstance(d, dict):
-        raise ValueError(f"{what} {str(path)!r} is not a JSON object")
+        raise ValueError(f"{what} {str(path)!r} is not a JSON object (got {type(d).__name__})")
     return d
 
 

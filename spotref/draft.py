@@ -8,6 +8,7 @@ itself would have decided, so a drafter can cost passes but never change the out
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -70,6 +71,12 @@ def _pairs(i, c):
         if not is_index(p) or not is_index(t):      # True is not position 1
             raise ValueError(f"draft node {i}: commit ({p!r}, {t!r}) is not a pair of ints")
     return pairs
+
+
+class Drafter(Protocol):
+    """The drafter contract (SPEC section 7): any callable from a view to a draft tree."""
+
+    def __call__(self, view: "View") -> Draft: ...
 
 
 @dataclass

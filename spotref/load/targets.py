@@ -15,14 +15,13 @@ True
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from spotref.checkpoint import check_field_types
+from spotref.checkpoint import check_field_types, read_json
 from spotref.load.bpe import tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
 
@@ -83,12 +82,7 @@ META_FIELDS = {"config": dict, "weights": dict, "tokenizer": dict, "weights.file
 
 def read_meta(path: Path) -> dict:
     """The target metadata ``NAME.json``: a JSON object with every field ``META_FIELDS`` lists."""
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read the target metadata {path}: {e}") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"the target metadata {path} is not a JSON object (got {type(meta).__name__})")
+    meta = read_json(path, "the target metadata")
     for field, kind in META_FIELDS.items():
         head, _, key = field.partition(".")
         value = meta.get(head) if not key else meta[head].get(key)
