@@ -1,25 +1,33 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Draft trees and their verification, compiled: the Cython twin of ``spotref/core.py``.
 
-``spotref/core.py`` is the specification: this module has the same public names, the same
-semantics and the same ``ValueError`` messages (a rejected node is re-checked by a verbatim copy
-of ``check_node``, so a message cannot drift). The distinct states live in one C int64 buffer,
-indexed by an open-addressing hash table on (incremental Zobrist hash of the tokens, step),
-with a full state and step comparison on every hash match.
+``spotref/core.py`` is the specification: this module has the same public names, semantics and
+contract (the checks are the specification's own functions, re-exported). Its fast path tests
+the contract in C; whatever it refuses it hands back to those checks (a rejected draft to the
+pure ``build_tree``), which raise the ``ValueError``, so a message cannot drift. The distinct
+states live in one C int64 buffer, indexed by an open-addressing hash table on (incremental
+Zobrist hash of the tokens, step), with a full state and step comparison on every hash match.
 """
 import numpy as np
 
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.buffer cimport PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.number cimport PyNumber_Index, PyNumber_Long
+from cpython.number cimport PyNumber_Index
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memcmp, memset
 
+from spotref import core as _spec
+from spotref.core import (LIMIT, SCALARS, check_args, check_commits, check_decision,  # noqa: F401
+                          check_int, check_node, check_shape, check_state, check_tree, is_index)
+
 cdef object _empty = np.empty
 cdef object _int64 = np.dtype(np.int64)
+cdef object _ndarray = np.ndarray
 cdef tuple _ints = (int, np.integer)
+cdef tuple _seqs = (tuple, list)
+cdef int64_t _LIMIT = LIMIT
 
 
 # ---- hashing -------------------------------------------------------------------------------
@@ -44,7 +52,7 @@ cdef inline size_t _slot_of(uint64_t zh, int64_t step) noexcept nogil:
     return <size_t>_mix(zh ^ (<uint64_t>step * 0xA24BAED4963EE407ULL))
 
 
-# ---- int conversion (the pure module's int/np.integer semantics) ---------------------------
+# ---- reading the contract's ints; refusing the rest ------------------------------------------
 
 cdef inline bint _as_i64(object x, int64_t *out) except -1:
     """``x`` into ``out`` when it is an int or numpy integer (not a bool) that fits in int64."""
@@ -57,13 +65,31 @@ cdef inline bint _as_i64(object x, int64_t *out) except -1:
     return ovf == 0
 
 
-cdef inline bint _int_i64(object x, int64_t *out) except -1:
-    """``int(x)`` into ``out``; False when it does not fit in int64 (errors of int() propagate)."""
-    cdef int ovf
-    if type(x) is not int:
-        x = PyNumber_Long(x)
-    out[0] = PyLong_AsLongLongAndOverflow(x, &ovf)
-    return ovf == 0
+cdef inline bint _small(object x, int64_t *out, int64_t lo) except -1:
+    """``x`` into ``out`` when it is an int in [lo, LIMIT)."""
+    return _as_i64(x, out) and lo <= out[0] < _LIMIT
+
+
+cdef inline bint _pair(object item, int64_t *pos, int64_t *tok) except -1:
+    """``item`` into ``pos``, ``tok`` when it is a tuple or list of two int64 ints."""
+    if type(item) is tuple:
+        return len(<tuple>item) == 2 and _as_i64((<tuple>item)[0], pos) \
+            and _as_i64((<tuple>item)[1], tok)
+    return isinstance(item, _seqs) and len(item) == 2 and _as_i64(item[0], pos) \
+        and _as_i64(item[1], tok)
+
+
+cdef inline tuple _seq(object x):
+    """``x`` as a tuple when it is a tuple or list, else None."""
+    if type(x) is tuple:
+        return <tuple>x
+    return tuple(x) if isinstance(x, _seqs) else None
+
+
+cdef int _refuse(object check, tuple args) except -1:
+    """Raise the specification's ValueError for input that the fast path refused."""
+    check(*args)
+    raise AssertionError(f"spotref._core refused what spotref.core.{check.__name__} accepts: {args!r}")
 
 
 cdef bint _get_i64_vector(object obj, Py_buffer *view) except -1:
@@ -79,6 +105,24 @@ cdef bint _get_i64_vector(object obj, Py_buffer *view) except -1:
         return True
     PyBuffer_Release(view)
     return False
+
+
+cdef list _tokens(object state, str what, Py_buffer *view, int64_t mask, int64_t V, Py_ssize_t B):
+    """A root (B < 0) or lookup state (B tokens) as ``check_state`` takes it: None with ``view``
+    acquired for a C-contiguous numpy int64 vector of valid tokens (the decoder's), else the
+    list ``check_state`` makes of it (or its ValueError)."""
+    cdef const int64_t *s
+    cdef Py_ssize_t k, n
+    if isinstance(state, _ndarray) and _get_i64_vector(state, view):
+        s, n = <const int64_t *>view.buf, view.shape[0]
+        if n >= 1 and (B < 0 or n == B):
+            for k in range(n):
+                if not (0 <= s[k] < V or s[k] == mask):
+                    break
+            else:
+                return None
+        PyBuffer_Release(view)
+    return check_state(what, state, mask, V, None if B < 0 else B)
 
 
 cdef object _array(object shape, const int64_t *src, Py_ssize_t n, int64_t sub):
@@ -101,15 +145,18 @@ cdef object _array(object shape, const int64_t *src, Py_ssize_t n, int64_t sub):
 # ---- the tree ------------------------------------------------------------------------------
 
 cdef class Tree:
-    """A validated draft, its distinct states flattened for one verify forward.
+    """A validated draft, its distinct states flattened for one verify forward (``build_tree``).
 
     Public attributes as in ``spotref.core.Tree``: states (U, B), steps (U,), depths (U,),
     node_of (N,), all numpy int64 copies of the C buffers (depths and node_of are made on first
-    use: the decoder never reads them); ``len``, ``lookup`` and ``child``. Made only by
-    ``build_tree``.
+    use: the decoder never reads them), mask_id, vocab_size, max_set; ``len``, ``lookup`` and
+    ``child``, with the same contract.
     """
     cdef readonly object states   # (U, B) int64 numpy: the distinct states, row 0 the root
     cdef readonly object steps    # (U,) int64 numpy: the step of each state
+    cdef readonly int64_t mask_id     # MASK
+    cdef readonly int64_t vocab_size  # a committed token is in [0, vocab_size), not MASK
+    cdef readonly int64_t max_set     # commits per node or decision, at most
     cdef object _depths           # (U,) int64 numpy: steps - steps[0]; None until read
     cdef object _node_of          # (N,) int64 numpy: the row of each draft node; None until read
     cdef Py_ssize_t B             # block length (tokens per state)
@@ -121,9 +168,6 @@ cdef class Tree:
     cdef int64_t *step            # (cap,) step of each row
     cdef uint64_t *zh             # (cap,) Zobrist hash of each row's tokens (step not mixed in)
     cdef int64_t *node            # (cap,) row of each draft node
-    cdef int32_t *seen            # (B,) last node that committed each position (duplicates)
-    cdef int32_t *ovf             # (B,) child(): 1 where the scratch holds a token past int64
-    cdef bint ovf_dirty           # child(): ovf may hold stale flags (an error interrupted it)
     cdef int32_t *slot            # (nslot,) open-addressing table: a row, or -1 when empty
     cdef size_t nslot             # table size, a power of two >= 2 cap
 
@@ -134,12 +178,11 @@ cdef class Tree:
         free(self.mem)
 
     cdef int _alloc(self, Py_ssize_t n, Py_ssize_t B) except -1:
-        cdef size_t nslot = 8, wide, narrow
+        cdef size_t nslot = 8, wide
         while nslot < <size_t>(2 * n):
             nslot <<= 1
         wide = (<size_t>((n + 1) * B) + 3 * <size_t>n) * sizeof(int64_t)
-        narrow = (2 * <size_t>B + nslot) * sizeof(int32_t)
-        self.mem = malloc(wide + narrow)
+        self.mem = malloc(wide + nslot * sizeof(int32_t))
         if self.mem == NULL:
             raise MemoryError()
         self.B, self.U, self.cap, self.nslot = B, 0, n, nslot
@@ -147,12 +190,13 @@ cdef class Tree:
         self.step = self.tok + (n + 1) * B
         self.zh = <uint64_t *>(self.step + n)
         self.node = <int64_t *>(self.zh + n)
-        self.seen = <int32_t *>(self.node + n)
-        self.ovf = self.seen + B
-        self.slot = self.ovf + B
-        memset(self.seen, 0xFF, B * sizeof(int32_t))
-        memset(self.ovf, 0, B * sizeof(int32_t))
+        self.slot = <int32_t *>(self.node + n)
         memset(self.slot, 0xFF, nslot * sizeof(int32_t))
+        return 0
+
+    cdef int _built(self) except -1:
+        if self.mem == NULL:
+            raise TypeError("Tree is built by build_tree")
         return 0
 
     cdef inline Py_ssize_t _find(self, const int64_t *s, uint64_t zh, int64_t step) noexcept:
@@ -176,6 +220,20 @@ cdef class Tree:
             h ^= _zob(k, s[k])
         return h
 
+    cdef bint _apply(self, tuple items, int64_t *s, uint64_t *zh) except -1:
+        """Commit the pairs ``items`` onto row ``s`` (hash ``zh``) in place; False at the first
+        that breaks the contract: not two ints, a position outside the block or not masked in
+        ``s`` (committed before, or earlier in ``items``), a token outside the vocabulary or MASK."""
+        cdef Py_ssize_t k
+        cdef int64_t pos = 0, tok = 0, mask = self.mask_id
+        for k in range(len(items)):
+            if not _pair(items[k], &pos, &tok) or not 0 <= pos < self.B or s[pos] != mask \
+                    or not 0 <= tok < self.vocab_size or tok == mask:
+                return False
+            s[pos] = tok
+            zh[0] ^= _zob(pos, mask) ^ _zob(pos, tok)
+        return True
+
     @property
     def depths(self):
         if self._depths is None and self.mem != NULL:
@@ -192,135 +250,100 @@ cdef class Tree:
         return self.U
 
     def lookup(self, state, step):
-        """Row of the verified state equal to (state, step), or -1."""
+        """Row of the verified state equal to (state, step), or -1 (as ``spotref.core``)."""
         cdef int64_t *s = self.tok + self.cap * self.B
-        cdef int64_t st
+        cdef int64_t st = 0
         cdef Py_buffer view
-        cdef bint ok = True
-        cdef Py_ssize_t k = 0
-        if self.mem == NULL:
-            raise TypeError("Tree is built by build_tree")
-        if _get_i64_vector(state, &view):
-            ok = view.shape[0] == self.B
-            if ok:
-                memcpy(s, view.buf, self.B * sizeof(int64_t))
+        cdef Py_ssize_t k
+        self._built()
+        tokens = _tokens(state, "lookup: state", &view, self.mask_id, self.vocab_size, self.B)
+        if tokens is None:
+            memcpy(s, view.buf, self.B * sizeof(int64_t))
             PyBuffer_Release(&view)
         else:
-            for t in state:                        # int() of every token, as the pure lookup
-                if not _int_i64(t, s + k if k < self.B else s) or k >= self.B:
-                    ok = False
-                k += 1
-            ok = ok and k == self.B
-        if not _int_i64(step, &st) or not ok:
-            return -1
+            for k in range(self.B):
+                s[k] = tokens[k]
+        if not _small(step, &st, 0):
+            _refuse(check_int, ("lookup: step", step))
         return max(self._find(s, self._hash(s), st), -1)
 
     def child(self, row, commits):
-        """Row of the state ``states[row]`` plus ``commits`` at the next step, or -1."""
-        cdef int64_t r
-        if self.mem == NULL:
-            raise TypeError("Tree is built by build_tree")
-        if not _as_i64(row, &r):
-            r = PyNumber_Index(row)                # TypeError, or OverflowError when huge
-        if r < 0:
-            r += self.U
-        if not 0 <= r < self.U:
-            raise IndexError(f"index {row} is out of bounds for axis 0 with size {self.U}")
+        """Row of ``states[row]`` plus the decision ``commits``, at the next step; or -1."""
+        cdef int64_t r = 0
+        self._built()
+        if not _as_i64(row, &r) or not 0 <= r < self.U:
+            _refuse(check_int, ("child: row", row, 0, self.U))
         return self._child(r, commits)
 
     cdef Py_ssize_t _child(self, Py_ssize_t r, object commits) except -2:
         """child() for a valid row: copy it to the scratch row, apply, look up."""
-        cdef Py_ssize_t B = self.B, npairs, k, nbad = 0
+        cdef Py_ssize_t B = self.B, k
+        cdef const int64_t *row = self.tok + r * B
         cdef int64_t *s = self.tok + self.cap * B
         cdef uint64_t zh = self.zh[r]
-        cdef int64_t pos, tok
-        cdef tuple items = commits if type(commits) is tuple else tuple(commits)
-        if self.ovf_dirty:
-            memset(self.ovf, 0, B * sizeof(int32_t))
-        self.ovf_dirty = False
-        memcpy(s, self.tok + r * B, B * sizeof(int64_t))
-        npairs = len(items)
-        for k in range(npairs):
-            item = items[k]
-            if type(item) is tuple and len(<tuple>item) == 2:
-                pos_o, tok_o = (<tuple>item)[0], (<tuple>item)[1]
-            else:
-                pos_o, tok_o = item
-            if not _as_i64(pos_o, &pos):
-                pos = PyNumber_Index(pos_o)        # TypeError for a non-index, as a list
-            if pos < 0:
-                pos += B
-            if not 0 <= pos < B:
-                raise IndexError("list assignment index out of range")
-            if _int_i64(tok_o, &tok):
-                if self.ovf[pos]:
-                    self.ovf[pos] = 0
-                    nbad -= 1
-            else:                                  # a token past int64 matches no state
-                tok = 0
-                if not self.ovf[pos]:
-                    self.ovf[pos] = 1
-                    self.ovf_dirty = True
-                    nbad += 1
-            zh ^= _zob(pos, s[pos]) ^ _zob(pos, tok)
-            s[pos] = tok
-        if nbad:
+        cdef tuple items = _seq(commits)
+        if items is not None and len(items) == 0:         # complete states only: nothing follows
+            for k in range(B):
+                if row[k] == self.mask_id:
+                    self._refuse_decision(r, commits)
             return -1
+        if items is None or len(items) > self.max_set:
+            self._refuse_decision(r, commits)
+        memcpy(s, row, B * sizeof(int64_t))
+        if not self._apply(items, s, &zh):
+            self._refuse_decision(r, commits)
         return max(self._find(s, zh, self.step[r] + 1), -1)
+
+    cdef int _refuse_decision(self, Py_ssize_t r, object commits) except -1:
+        return _refuse(check_decision, (r, commits, self.states[r].tolist(), self.mask_id,
+                                        self.vocab_size, self.max_set))
 
 
 # ---- building ------------------------------------------------------------------------------
 
 def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, budget, depth):
-    """Validate a draft and flatten it; a bad node raises ``ValueError`` naming it.
-
-    Arguments and result as ``spotref.core.build_tree``.
-    """
+    """Validate a draft and flatten it into a ``Tree``: contract and result as
+    ``spotref.core.build_tree``."""
+    cdef int64_t step0 = 0, mask = 0, V = 0, S = 0, N = 0, D = 0
     cdef Py_buffer view
-    cdef bint have_view = _get_i64_vector(root, &view)
-    cdef list root_list = None
+    if not (_small(root_step, &step0, 0) and _small(mask_id, &mask, 0) and _small(vocab_size, &V, 1)
+            and _small(max_set, &S, 1) and _small(budget, &N, 1) and _small(depth, &D, 0)
+            and step0 + D < _LIMIT):
+        _refuse(check_args, (root_step, mask_id, vocab_size, max_set, budget, depth))
+    tokens = _tokens(root, "draft root", &view, mask, V, -1)
     try:
-        if not have_view:
-            root_list = [int(t) for t in root]
         check_shape(parents, commits, budget)
-        return _build(root, root_list, &view, root_step, parents, commits,
-                      mask_id, vocab_size, max_set, budget, depth)
+        return _build(tokens, &view, step0, parents, commits, mask, V, S, D,
+                      (root, root_step, parents, commits, mask_id, vocab_size, max_set, budget, depth))
     finally:
-        if have_view:
+        if tokens is None:
             PyBuffer_Release(&view)
 
 
-cdef Tree _build(root, list root_list, Py_buffer *view, root_step, parents, commits,
-                 mask_id, vocab_size, max_set, budget, depth):
-    cdef tuple ps = parents if type(parents) is tuple else tuple(parents)
-    cdef tuple css = commits if type(commits) is tuple else tuple(commits)
-    cdef Py_ssize_t n = min(len(ps), len(css)), i, k, B, prow, r     # zip()'s length
-    cdef int64_t step0 = root_step, mask = mask_id, V = vocab_size, S = max_set, D = depth
-    cdef int64_t p = 0, d
+cdef Tree _build(list tokens, Py_buffer *view, int64_t step0, parents, commits, int64_t mask,
+                 int64_t V, int64_t S, int64_t D, tuple args):
+    """The checked root (``view``, or ``tokens``) and the shape-checked draft -> the Tree; the
+    first node that breaks the contract is handed to the pure build_tree for its message."""
+    cdef tuple ps = _seq(parents), css = _seq(commits)
+    cdef Py_ssize_t n = len(ps), i, k, B, r
+    cdef int64_t p = 0
     cdef Tree t = Tree.__new__(Tree)
-    cdef int64_t *row
-    B = view.shape[0] if root_list is None else len(root_list)
+    B = view.shape[0] if tokens is None else len(tokens)
     t._alloc(n, B)
-    row = t.tok
-    if root_list is None:
-        memcpy(row, view.buf, B * sizeof(int64_t))
+    t.mask_id, t.vocab_size, t.max_set = mask, V, S
+    if tokens is None:
+        memcpy(t.tok, view.buf, B * sizeof(int64_t))
     else:
         for k in range(B):
-            row[k] = root_list[k]
-    t.step[0], t.zh[0], t.node[0], t.U = step0, t._hash(row), 0, 1
-    t.slot[-1 - t._find(row, t.zh[0], step0)] = 0
+            t.tok[k] = tokens[k]
+    t.step[0], t.zh[0], t.node[0], t.U = step0, t._hash(t.tok), 0, 1
+    t.slot[-1 - t._find(t.tok, t.zh[0], step0)] = 0
     for i in range(1, n):
-        p_o = ps[i]
-        if type(p_o) is int or isinstance(p_o, _ints):
-            if not _as_i64(p_o, &p) or not 0 <= p < i:
-                _reject(t, i, p_o, css[i], -1, 0, mask_id, vocab_size, max_set, depth)
-        else:                                      # not an integer: check_node says so
-            _reject(t, i, p_o, css[i], -1, 0, mask_id, vocab_size, max_set, depth)
-        prow = t.node[p]
-        d = t.step[prow] - step0 + 1
-        r = _add_node(t, i, prow, d, css[i], mask, V, S, D)
+        if not _as_i64(ps[i], &p) or not 0 <= p < i:
+            _refuse(_spec.build_tree, args)
+        r = _add_node(t, t.node[p], css[i], D + step0)
         if r < 0:
-            _reject(t, i, p_o, css[i], prow, d, mask_id, vocab_size, max_set, depth)
+            _refuse(_spec.build_tree, args)
         t.node[i] = r
     t.states = _array((t.U, B), t.tok, t.U * B, 0)
     t.steps = _array(t.U, t.step, t.U, 0)
@@ -328,39 +351,19 @@ cdef Tree _build(root, list root_list, Py_buffer *view, root_step, parents, comm
     return t
 
 
-cdef Py_ssize_t _add_node(Tree t, Py_ssize_t i, Py_ssize_t prow, int64_t d, object cs,
-                          int64_t mask, int64_t V, int64_t S, int64_t D) except -2:
-    """Node i: parent row ``prow`` plus ``cs`` at depth d; its row, or -1 when invalid."""
-    cdef Py_ssize_t B = t.B, npairs, k, found
-    cdef const int64_t *ps = t.tok + prow * B       # the parent's tokens
+cdef Py_ssize_t _add_node(Tree t, Py_ssize_t prow, object cs, int64_t last) except -2:
+    """A node: row ``prow`` plus the commits ``cs``, at most at step ``last``; its row, or -1
+    when it breaks the contract."""
+    cdef Py_ssize_t B = t.B, found
     cdef int64_t *s = t.tok + t.U * B               # the candidate row (kept if new)
     cdef uint64_t zh = t.zh[prow]
-    cdef int64_t pos, tok, step = t.step[prow] + 1
-    if d > D:
+    cdef int64_t step = t.step[prow] + 1
+    cdef tuple items = _seq(cs)
+    if step > last or items is None or not 1 <= len(items) <= t.max_set:
         return -1
-    npairs = len(cs)
-    if not 1 <= npairs <= S:
+    memcpy(s, t.tok + prow * B, B * sizeof(int64_t))
+    if not t._apply(items, s, &zh):
         return -1
-    cdef tuple items = cs if type(cs) is tuple else tuple(cs)
-    memcpy(s, ps, B * sizeof(int64_t))
-    for k in range(len(items)):
-        item = items[k]
-        if type(item) is tuple and len(<tuple>item) == 2:
-            pos_o, tok_o = (<tuple>item)[0], (<tuple>item)[1]
-        else:
-            try:
-                pos_o, tok_o = item
-            except (TypeError, ValueError):
-                return -1                       # check_node raises the same error
-        if not _as_i64(pos_o, &pos) or not _as_i64(tok_o, &tok):
-            return -1
-        if not 0 <= pos < B or ps[pos] != mask or t.seen[pos] == i:
-            return -1
-        if not 0 <= tok < V or tok == mask:
-            return -1
-        t.seen[pos] = <int32_t>i
-        s[pos] = tok
-        zh ^= _zob(pos, mask) ^ _zob(pos, tok)
     found = t._find(s, zh, step)
     if found >= 0:
         return found
@@ -370,35 +373,23 @@ cdef Py_ssize_t _add_node(Tree t, Py_ssize_t i, Py_ssize_t prow, int64_t d, obje
     return t.U - 1
 
 
-cdef int _reject(Tree t, Py_ssize_t i, p, cs, Py_ssize_t prow, int64_t d,
-                 mask_id, vocab_size, max_set, depth) except -1:
-    """Re-check a node that failed the fast path with ``check_node``, for its exact error."""
-    cdef Py_ssize_t k
-    cdef const int64_t *s = t.tok + (prow if prow >= 0 else 0) * t.B
-    state = [s[k] for k in range(t.B)]
-    check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth)
-    raise AssertionError(f"spotref._core: draft node {i} failed the fast check only")
-
-
-# ---- checks: the pure module's own functions (their messages are part of the contract) -----
-
-from spotref.core import check_node, check_shape   # noqa: E402  (re-exported: twin names)
-
-
 # ---- acceptance ----------------------------------------------------------------------------
 
 def walk(tree, decide):
     """Accept by state equality. ``decide(row)`` gives the target's decision at a row.
 
-    Returns (path, bonus) as ``spotref.core.walk``.
+    Contract and result (path, bonus) as ``spotref.core.walk``.
     """
     cdef Tree t
     cdef Py_ssize_t row = 0, nxt
+    if not isinstance(tree, Tree):
+        _refuse(check_tree, (tree, Tree))
+    t = <Tree>tree
+    t._built()
     path = [0]
-    t = <Tree?>tree
     while True:
         d = decide(row)
-        nxt = t._child(row, d) if d else -1
+        nxt = t._child(row, d)
         if nxt < 0:
             return path, d
         path.append(nxt)

@@ -7,123 +7,232 @@ that reach the same state (same tokens, same step: the tree is really a DAG) and
 distinct states into the verify batch. ``walk`` then accepts by state equality: from the root,
 while the state that the target's own decision leads to was verified, move there.
 
-The Cython twin mirrors every public name here; ``tests/test_core.py`` runs both against a
-brute-force oracle and ``spotref.EXTENSION`` says which one the decoders use.
+The docstrings of ``build_tree``, ``Tree.lookup``, ``Tree.child`` and ``walk`` state what they
+accept; anything else raises ``ValueError`` naming the argument (and the node or row). An int
+is a Python or numpy integer, never a bool (``True`` is not position 1), and every int the core
+holds (tokens, MASK, steps, node and row counts) is below ``LIMIT``.
+
+The Cython twin mirrors every public name here and checks the same contract on its fast path;
+whatever it refuses it hands to the checks here, so both raise the same message.
+``tests/test_core.py`` runs both against a brute-force oracle and ``spotref.EXTENSION`` says
+which one the decoders use.
 """
 from __future__ import annotations
 
+import reprlib
+
 import numpy as np
+
+LIMIT = 2 ** 31      # bound on every int the core holds: the compiled twin's rows are int32
+_LIMIT = f"2**{LIMIT.bit_length() - 1}"                 # as messages write it
+SCALARS = (("root_step", 0), ("mask_id", 0), ("vocab_size", 1), ("max_set", 1), ("budget", 1),
+           ("depth", 0))                               # build_tree's ints and their lower bounds
 
 
 class Tree:
-    """A validated draft, its distinct states flattened for one verify forward.
+    """A validated draft, its distinct states flattened for one verify forward (``build_tree``).
 
-    states: (U, B) int64, the distinct block states (row 0 is the root);
-    steps:  (U,) int64, the step (decisions taken in the block) of each state;
-    depths: (U,) int64, each state's depth below the root (steps - root step);
-    node_of: (N,) int64, the row of ``states`` that each draft node maps to.
+    states:  (U, B) int64, the distinct block states (row 0 is the root);
+    steps:   (U,) int64, the step (decisions taken in the block) of each state;
+    depths:  (U,) int64, each state's depth below the root (steps - root step);
+    node_of: (N,) int64, the row of ``states`` that each draft node maps to;
+    mask_id, vocab_size, max_set: build_tree's, against which ``child`` checks a decision.
     """
 
-    def __init__(self, states, steps, node_of, index):
+    def __init__(self, node_states, node_steps, mask_id, vocab_size, max_set):
+        """Merge the nodes' (state, step) pairs into distinct rows, in order of first appearance."""
+        self._index = {}                                # (tuple(state), step) -> row
+        states, steps, node_of = [], [], []
+        for state, step in zip(node_states, node_steps):
+            key = (tuple(state), step)
+            if key not in self._index:
+                self._index[key] = len(states)
+                states.append(state)
+                steps.append(step)
+            node_of.append(self._index[key])
         self.states = np.array(states, dtype=np.int64)
         self.steps = np.array(steps, dtype=np.int64)
         self.depths = self.steps - self.steps[0]
         self.node_of = np.array(node_of, dtype=np.int64)
-        self._index = index            # (tuple(state), step) -> row
+        self.mask_id, self.vocab_size, self.max_set = mask_id, vocab_size, max_set
 
     def __len__(self) -> int:
         return len(self.states)
 
-    def lookup(self, state, step: int) -> int:
-        """Row of the verified state equal to (state, step), or -1."""
-        return self._index.get((tuple(int(t) for t in state), int(step)), -1)
+    def lookup(self, state, step) -> int:
+        """Row of the verified state equal to (state, step), or -1.
 
-    def child(self, row: int, commits) -> int:
-        """Row of the state ``states[row]`` plus ``commits`` at the next step, or -1."""
-        state = list(self.states[row])
-        for pos, tok in commits:
+        state: B tokens, in a form ``build_tree`` takes for its root; step: an int in [0, LIMIT).
+        """
+        state = check_state("lookup: state", state, self.mask_id, self.vocab_size, self.states.shape[1])
+        check_int("lookup: step", step)
+        return self._index.get((tuple(state), int(step)), -1)
+
+    def child(self, row, commits) -> int:
+        """Row of ``states[row]`` plus the decision ``commits``, at the next step; or -1.
+
+        row: an int in [0, len(tree)). commits: the target's decision at that state, in the
+        form ``DecisionRule.decide`` gives it: () when the state has no MASK left (then -1:
+        nothing follows), else a tuple or list of 1 .. max_set (position, token) pairs, each a
+        tuple or list of two ints: distinct positions masked in the state, tokens of the
+        vocabulary (0 .. vocab_size - 1) other than MASK, in any order.
+        """
+        check_int("child: row", row, 0, len(self))
+        state = self.states[row].tolist()
+        pairs = check_decision(row, commits, state, self.mask_id, self.vocab_size, self.max_set)
+        if not pairs:
+            return -1
+        for pos, tok in pairs:
             state[pos] = tok
-        return self.lookup(state, self.steps[row] + 1)
+        return self._index.get((tuple(state), int(self.steps[row]) + 1), -1)
 
 
 def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, budget, depth):
-    """Validate a draft and flatten it; a bad node raises ``ValueError`` naming it.
+    """Validate a draft and flatten it into a ``Tree``; anything outside this raises ``ValueError``.
 
-    root: (B,) the current state; ``max_set``: commits per edge allowed (1 under the
-    one-position rule, B under the threshold rule); ``budget``: node cap (root included);
-    ``depth``: depth cap.
+    root_step, mask_id, vocab_size, max_set, budget, depth: ints in [0, LIMIT) (vocab_size,
+        max_set and budget at least 1), root_step + depth < LIMIT. ``max_set``: commits per node
+        (1 under the one-position rule, B under the threshold rule); ``budget``: node cap (root
+        included); ``depth``: depth cap. MASK may lie outside the vocabulary.
+    root: (B,) the current state, B >= 1: a 1-D numpy integer array (the decoder's int64) or a
+        tuple or list of ints, each a vocabulary token (0 .. vocab_size - 1) or MASK.
+    parents, commits: tuples or lists of one length N, 1 <= N <= budget. Node 0 is the root
+        (parent -1, commits ()); node i >= 1 has an int parent in [0, i), lies at most
+        ``depth`` below the root and commits onto its parent's state what ``Tree.child``
+        takes as a decision there (1 .. max_set pairs).
     """
-    root = [int(t) for t in root]
+    check_args(root_step, mask_id, vocab_size, max_set, budget, depth)
+    root = check_state("draft root", root, mask_id, vocab_size)
     check_shape(parents, commits, budget)
-    states, steps, node_of, index = [], [], [], {}
-    node_state, node_depth = [], []
-    for i, (p, cs) in enumerate(zip(parents, commits)):
-        known = i > 0 and is_index(p) and 0 <= p < i       # a bad parent: check_node reports it
-        state, d = (list(node_state[p]), node_depth[p] + 1) if known else (list(root), 0)
-        if i > 0:
-            check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth)
-            for pos, tok in cs:
-                state[pos] = tok
-        node_state.append(state)
-        node_depth.append(d)
-        key = (tuple(state), root_step + d)
-        if key not in index:
-            index[key] = len(states)
-            states.append(state)
-            steps.append(root_step + d)
-        node_of.append(index[key])
-    return Tree(states, steps, node_of, index)
+    node_states, node_depths = [root], [0]
+    for i in range(1, len(parents)):
+        state, d = check_node(i, parents[i], commits[i], node_states, node_depths,
+                              mask_id, vocab_size, max_set, depth)
+        node_states.append(state)
+        node_depths.append(d)
+    steps = [int(root_step) + d for d in node_depths]
+    return Tree(node_states, steps, int(mask_id), int(vocab_size), int(max_set))
 
 
-def check_shape(parents, commits, budget):
-    n = len(parents)
-    if n == 0 or n != len(commits):
-        raise ValueError(f"draft: parents ({n}) and commits ({len(commits)}) must be equal, non-empty")
-    if n > budget:
-        raise ValueError(f"draft: {n} nodes, over the node budget {budget}")
-    if not is_index(parents[0]) or parents[0] != -1 or len(commits[0]) != 0:
-        raise ValueError("draft node 0: the root must have parent -1 and no commits")
+def walk(tree, decide):
+    """Accept by state equality. ``decide(row)`` gives the target's decision at ``states[row]``
+    (as ``Tree.child`` takes it: a decision it refuses raises ``ValueError``).
+
+    tree: a ``Tree`` from this module's ``build_tree``. Returns (path, bonus): the accepted rows
+    from the root, and the decision at the last one (the bonus commit, empty when that state
+    is complete).
+    """
+    check_tree(tree, Tree)
+    path = [0]
+    while True:
+        d = decide(path[-1])
+        nxt = tree.child(path[-1], d)
+        if nxt < 0:
+            return path, d
+        path.append(nxt)
 
 
-def check_node(i, p, cs, state, d, mask_id, vocab_size, max_set, depth):
-    """Node i with parent p commits ``cs`` onto the parent's ``state`` at depth d."""
-    if not is_index(p):
-        raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
-    if not 0 <= p < i:
-        raise ValueError(f"draft node {i}: parent {p} must be a smaller index (0 .. {i - 1})")
-    if d > depth:
-        raise ValueError(f"draft node {i}: depth {d} exceeds the depth cap {depth}")
-    if not 1 <= len(cs) <= max_set:
-        raise ValueError(f"draft node {i}: {len(cs)} commits, want 1 .. {max_set}")
-    seen = set()
-    for pos, tok in cs:
-        if not is_index(pos) or not is_index(tok):
-            raise ValueError(f"draft node {i}: commit ({pos!r}, {tok!r}) is not a pair of ints")
-        if not 0 <= pos < len(state):
-            raise ValueError(f"draft node {i}: position {pos} is outside the block [0, {len(state)})")
-        if state[pos] != mask_id or pos in seen:
-            raise ValueError(f"draft node {i}: position {pos} is already committed")
-        if not 0 <= tok < vocab_size or tok == mask_id:
-            raise ValueError(f"draft node {i}: token {tok} at position {pos} is not a vocabulary "
-                             f"token (0 .. {vocab_size - 1}, MASK {mask_id} excluded)")
-        seen.add(pos)
-
+# ---- the checks: one ValueError message per broken clause, shared by the compiled twin -------
 
 def is_index(x) -> bool:
     """An int or numpy integer, not a bool (``True`` is not position 1)."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
-def walk(tree, decide):
-    """Accept by state equality. ``decide(row)`` gives the target's decision at a row.
+def check_int(what, x, lo=0, hi=LIMIT):
+    if not is_index(x) or not lo <= x < hi:
+        raise ValueError(f"{what} must be an int in [{lo}, {_LIMIT if hi == LIMIT else hi}), got {x!r}")
 
-    Returns (path, bonus): the accepted rows from the root, and the decision at the last one
-    (the bonus commit, empty when that state is complete).
-    """
-    path = [0]
-    while True:
-        d = decide(path[-1])
-        nxt = tree.child(path[-1], d) if d else -1
-        if nxt < 0:
-            return path, d
-        path.append(nxt)
+
+def check_args(root_step, mask_id, vocab_size, max_set, budget, depth):
+    """build_tree's ints: in [lo, LIMIT) (``SCALARS``), and steps stay below LIMIT."""
+    for (name, lo), x in zip(SCALARS, (root_step, mask_id, vocab_size, max_set, budget, depth)):
+        check_int(f"build_tree: {name}", x, lo)
+    if int(root_step) + int(depth) >= LIMIT:
+        raise ValueError(f"build_tree: root_step + depth must be below {_LIMIT}, got {root_step} + {depth}")
+
+
+def check_state(what, state, mask_id, vocab_size, B=None):
+    """A block state: a 1-D numpy integer array or a tuple or list of ints, B of them (at least
+    one when B is None), each a vocabulary token or MASK. Returns it as a list of ints."""
+    if isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "iu":
+        tokens = state.tolist()
+    elif isinstance(state, (tuple, list)) and all(is_index(t) for t in state):
+        tokens = [int(t) for t in state]
+    else:
+        raise ValueError(f"{what}: want a 1-D integer array or a tuple or list of ints, "
+                         f"got {reprlib.repr(state)}")
+    if len(tokens) != B if B is not None else not tokens:
+        raise ValueError(f"{what}: {len(tokens)} tokens, want {'at least 1' if B is None else B}")
+    for j, t in enumerate(tokens):
+        if not (0 <= t < vocab_size or t == mask_id):
+            raise ValueError(f"{what}: token {t} at position {j} is neither a vocabulary token "
+                             f"(0 .. {vocab_size - 1}) nor MASK {mask_id}")
+    return tokens
+
+
+def check_shape(parents, commits, budget):
+    if not isinstance(parents, (tuple, list)) or not isinstance(commits, (tuple, list)):
+        raise ValueError(f"draft: parents and commits must be tuples or lists, got "
+                         f"{type(parents).__name__} and {type(commits).__name__}")
+    n = len(parents)
+    if n == 0 or n != len(commits):
+        raise ValueError(f"draft: parents ({n}) and commits ({len(commits)}) must be equal, non-empty")
+    if n > budget:
+        raise ValueError(f"draft: {n} nodes, over the node budget {budget}")
+    if not is_index(parents[0]) or parents[0] != -1 or not isinstance(commits[0], (tuple, list)) \
+            or len(commits[0]) != 0:
+        raise ValueError("draft node 0: the root must have parent -1 and no commits")
+
+
+def check_node(i, p, cs, node_states, node_depths, mask_id, vocab_size, max_set, depth):
+    """Node i: parent p (an earlier node) plus the commits ``cs``; returns its (state, depth)."""
+    if not is_index(p):
+        raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
+    if not 0 <= p < i:
+        raise ValueError(f"draft node {i}: parent {p} must be a smaller index (0 .. {i - 1})")
+    d = node_depths[p] + 1
+    if d > depth:
+        raise ValueError(f"draft node {i}: depth {d} exceeds the depth cap {depth}")
+    state = list(node_states[p])
+    for pos, tok in check_commits(f"draft node {i}", cs, state, mask_id, vocab_size, 1, max_set):
+        state[pos] = tok
+    return state, d
+
+
+def check_decision(row, cs, state, mask_id, vocab_size, max_set):
+    """The decision at ``state`` (row ``row``): () exactly when no MASK is left, else 1 ..
+    max_set commits. Returns its pairs."""
+    n = max_set if mask_id in state else 0
+    return check_commits(f"decision at row {row}", cs, state, mask_id, vocab_size, min(n, 1), n)
+
+
+def check_commits(where, cs, state, mask_id, vocab_size, least, most):
+    """``least .. most`` (position, token) pairs onto ``state``; returns ``cs``."""
+    if not isinstance(cs, (tuple, list)):
+        raise ValueError(f"{where}: commits must be (position, token) pairs, got {reprlib.repr(cs)}")
+    if not least <= len(cs) <= most:
+        raise ValueError(f"{where}: {len(cs)} commits, want {least} .. {most}")
+    seen = set()
+    for c in cs:
+        if not isinstance(c, (tuple, list)) or len(c) != 2:
+            raise ValueError(f"{where}: commits must be (position, token) pairs, got {reprlib.repr(cs)}")
+        pos, tok = c
+        if not is_index(pos) or not is_index(tok):
+            raise ValueError(f"{where}: commit ({pos!r}, {tok!r}) is not a pair of ints")
+        if not 0 <= pos < len(state):
+            raise ValueError(f"{where}: position {pos} is outside the block [0, {len(state)})")
+        if state[pos] != mask_id or pos in seen:
+            raise ValueError(f"{where}: position {pos} is already committed")
+        if not 0 <= tok < vocab_size or tok == mask_id:
+            raise ValueError(f"{where}: token {tok} at position {pos} is not a vocabulary token "
+                             f"(0 .. {vocab_size - 1}, MASK {mask_id} excluded)")
+        seen.add(pos)
+    return cs
+
+
+def check_tree(tree, cls):
+    if not isinstance(tree, cls):
+        kind = type(tree)
+        raise ValueError(f"walk: tree must be a Tree from this core's build_tree, "
+                         f"got {kind.__module__}.{kind.__qualname__}")
