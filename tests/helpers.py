@@ -1,4 +1,6 @@
 """Small shared builders for the tests."""
+from pathlib import Path
+
 import torch
 
 from spotref.models import SDARConfig, SDARModel
@@ -12,3 +14,5 @@ def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return SDARModel(cfg).to(dtype).eval()
+
+SDAR_FILES = Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat"   # config + tokenizer, no weights

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import SDAR_FILES
 
 from spotref.load.export import save_pretrained
 from spotref.models import SDARConfig, SDARModel
@@ -143,7 +144,7 @@ def test_unsupported_qwen3_options(ckpt):
     assert "rope_scaling" in msg and "attention_bias" in msg
 
 
-@pytest.mark.skipif(not (REAL / "config.json").is_file(), reason="../shared/sdar-8b-chat is absent")
+@pytest.mark.skipif(not (REAL / "config.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
 def test_real_index_names_are_the_models_names():
     """Every name of the real SDAR-8B index, with the shape the real config gives it."""
     from spotref.checkpoint import build_on_meta, config_fields

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import SDAR_FILES
 
 import spotref
 from spotref import reference
@@ -67,7 +68,7 @@ def write_tiny_official(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     if not (REAL / "model.safetensors.index.json").is_file():
-        pytest.skip("../shared/sdar-8b-chat is absent")
+        pytest.skip(f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
     root = tmp_path_factory.mktemp("tiny_sdar")
     state = write_tiny_official(root)
     ours = SDARModel.from_pretrained(root, dtype="float32")

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import SDAR_FILES, tiny_model
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,7 +70,7 @@ def test_random_init_follows_torchs_rng():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="../shared/sdar-8b-chat is absent")
+@pytest.mark.skipif(not SHARED.exists(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
 def test_config_reads_the_real_sdar_config():
     cfg = SDARConfig.from_json(SHARED / "config.json")
     raw = json.loads((SHARED / "config.json").read_text())

@@ -3,12 +3,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import SDAR_FILES
 
 from spotref.load.tokenizer import chat_format, load_tokenizer
 
 pytest.importorskip("tokenizers")
 REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
-needs_real = pytest.mark.skipif(not (REAL / "vocab.json").is_file(), reason="../shared/sdar-8b-chat is absent")
+needs_real = pytest.mark.skipif(not (REAL / "vocab.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
 
 TEXTS = [
     "Hello, world! It's  a test.\n\n",
