@@ -30,14 +30,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, asdict
 
 import numpy as np
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 HELDOUT_FRAC = 1 / 16
 SPLITS = {"train": 0, "heldout": 1}
-VERSION = 1                                          # bump when templates or word lists change
+VERSION = 2                                          # bump when templates or word lists change
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def packs(c):
     box, obj, a, b = c.pick(CONTAINERS), c.pick(THINGS), c.f(), c.f(hi=c.d.max_operand)
     e, r = c.eq(a, "*", b)
     return (f"{p} buys {a} {box} of {obj}. Each of the {box} has {b} {obj}. How many {obj} does {p} have?",
-            [f"{p} buys {a} {box} with {b} {obj} each, so {he} has {e} {obj}."], r)
+            [f"{p} buys {a} {box} and each has {b} {obj}, so {he} has {e} {obj}."], r)
 
 
 @template(1)
@@ -225,7 +225,7 @@ def gets_more(c):
     obj, a, b = c.pick(THINGS), c.n(), c.n()
     e, r = c.eq(a, "+", b)
     return (f"{p} has {a} {obj}. {q} gives {p} {b} more {obj}. How many {obj} does {p} have now?",
-            [f"{p} had {a} {obj} and got {b} more, so {he} has {e} {obj}."], r)
+            [f"{p} has {a} {obj} and gets {b} more {obj}, so {he} has {e} {obj} now."], r)
 
 
 @template(1)
@@ -235,7 +235,7 @@ def gives_away(c):
     b = c.n(1, a - 1)
     e, r = c.eq(a, "-", b)
     return (f"{p} has {a} {obj}. {cap(he)} gives {b} {obj} to {q}. How many {obj} does {p} have left?",
-            [f"{p} had {a} {obj} and gave away {b}, so {he} has {e} {obj} left."], r)
+            [f"{p} has {a} {obj} and gives {b} {obj} away, so {he} has {e} {obj} left."], r)
 
 
 @template(1)
@@ -246,7 +246,7 @@ def share(c):
     e, r = c.eq(total, "/", k)
     return (f"{p} has {total} {obj} and shares them equally among {k} friends. "
             f"How many {obj} does each friend get?",
-            [f"{p} shares {total} {obj} among {k} friends, so each friend gets {e} {obj}."], r)
+            [f"{p} has {total} {obj} and shares them among {k} friends, so each friend gets {e} {obj}."], r)
 
 
 @template(1)
@@ -254,16 +254,16 @@ def speed(c):
     v, s, h = c.pick(VEHICLES), c.n(10), c.f()
     e, r = c.eq(s, "*", h)
     return (f"A {v} travels {s} kilometers every hour. How many kilometers does it travel in {h} hours?",
-            [f"In {h} hours the {v} travels {e} kilometers."], r)
+            [f"The {v} travels {s} kilometers every hour, so in {h} hours it travels {e} kilometers."], r)
 
 
 @template(1)
 def tiles_area(c):
-    (p, *_), = c.people(1)
+    (p, he, _, _), = c.people(1)
     l, w = c.f(hi=20), c.f(hi=20)
     e, r = c.eq(l, "*", w)
     return (f"{p} is tiling a floor that is {l} tiles long and {w} tiles wide. How many tiles does {p} need?",
-            [f"The floor needs {e} tiles."], r)
+            [f"The floor is {l} tiles long and {w} tiles wide, so {he} needs {e} tiles."], r)
 
 
 @template(1)
@@ -274,7 +274,7 @@ def cost_each(c):
     e, r = c.eq(total, "/", k)
     return (f"{p} paid {total} dollars for {k} {items}. Each of them cost the same. "
             f"How many dollars did one {item} cost?",
-            [f"One {item} cost {e} dollars."], r)
+            [f"{p} paid {total} dollars for {k} {items}, so one {item} cost {e} dollars."], r)
 
 
 @template(1)
@@ -284,7 +284,7 @@ def fewer_than(c):
     b = c.n(1, a - 1)
     e, r = c.eq(a, "-", b)
     return (f"{p} has {a} {obj}. {q} has {b} fewer {obj} than {p}. How many {obj} does {q} have?",
-            [f"{q} has {e} {obj}."], r)
+            [f"{p} has {a} {obj} and {q} has {b} fewer, so {q} has {e} {obj}."], r)
 
 
 @template(2)
@@ -294,7 +294,8 @@ def more_than_total(c):
     e1, x = c.eq(a, "+", b)
     e2, r = c.eq(a, "+", x)
     return (f"{p} has {a} {obj}. {q} has {b} more {obj} than {p}. How many {obj} do they have together?",
-            [f"{q} has {e1} {obj}.", f"Together they have {e2} {obj}."], r)
+            [f"{p} has {a} {obj} and {q} has {b} more, so {q} has {e1} {obj}.",
+             f"Together they have {e2} {obj}."], r)
 
 
 @template(2)
@@ -305,7 +306,8 @@ def times_as_many(c):
     e2, r = c.eq(a, "+", x)
     return (f"{p} collects {a} {obj}. {q} collects {k} times as many {obj} as {p}. "
             f"How many {obj} do they collect in all?",
-            [f"{q} collects {e1} {obj}.", f"In all they collect {e2} {obj}."], r)
+            [f"{p} collects {a} {obj} and {q} collects {k} times as many, so {q} collects {e1} {obj}.",
+             f"In all they collect {e2} {obj}."], r)
 
 
 @template(2)
@@ -317,7 +319,8 @@ def change(c):
     e2, r = c.eq(paid, "-", cost)
     return (f"{p} buys {k} {items} that cost {price} dollars each. {cap(he)} pays with {paid} dollars. "
             f"How many dollars of change does {p} get?",
-            [f"The {items} cost {e1} dollars.", f"The change is {e2} dollars."], r)
+            [f"{p} buys {k} {items} that cost {price} dollars each, so they cost {e1} dollars.",
+             f"{cap(he)} pays with {paid} dollars, so the change is {e2} dollars."], r)
 
 
 @template(2)
@@ -329,7 +332,8 @@ def pages_left(c):
     e2, r = c.eq(total, "-", read)
     return (f"{p}'s book has {total} pages. {cap(he)} reads {per} pages every day for {days} days. "
             f"How many pages are left to read?",
-            [f"{p} reads {e1} pages.", f"There are {e2} pages left."], r)
+            [f"{p} reads {per} pages every day for {days} days, so {he} reads {e1} pages.",
+             f"The book has {total} pages, so {e2} pages are left."], r)
 
 
 @template(2)
@@ -340,7 +344,8 @@ def chairs_taken(c):
     e2, r = c.eq(chairs, "-", empty)
     return (f"The hall of the {place} has {rows} rows with {per} chairs in each row. {empty} chairs are empty. "
             f"How many chairs are taken?",
-            [f"There are {e1} chairs.", f"The taken chairs are {e2}."], r)
+            [f"The hall has {rows} rows with {per} chairs in each row, so it has {e1} chairs.",
+             f"Of them {empty} chairs are empty, so {e2} chairs are taken."], r)
 
 
 @template(2)
@@ -352,7 +357,8 @@ def savings_spent(c):
     e2, r = c.eq(saved, "-", b)
     return (f"{p} saves {a} dollars every week. After {w} weeks {he} spends {b} dollars on a gift. "
             f"How many dollars does {p} have left?",
-            [f"{p} saves {e1} dollars.", f"{cap(he)} has {e2} dollars left."], r)
+            [f"{p} saves {a} dollars every week for {w} weeks, so {he} saves {e1} dollars.",
+             f"{cap(he)} spends {b} dollars, so {he} has {e2} dollars left."], r)
 
 
 @template(2)
@@ -365,7 +371,8 @@ def bake_bags(c):
     e2, r = c.eq(total, "/", bag)
     return (f"{p} bakes {trays} trays of cookies with {per} cookies on each tray. {cap(he)} puts them into "
             f"bags of {bag}. How many bags does {p} fill?",
-            [f"{p} bakes {e1} cookies.", f"{cap(he)} fills {e2} bags."], r)
+            [f"{p} bakes {trays} trays of cookies with {per} cookies on each tray, so {he} bakes {e1} cookies.",
+             f"The bags of {bag} take them all, so {he} fills {e2} bags."], r)
 
 
 @template(2)
@@ -377,7 +384,8 @@ def fruit_eaten(c):
     k = c.n(1, total - 1)
     e2, r = c.eq(total, "-", k)
     return (f"{p} has {a} {f1} and {b} {f2}. {cap(he)} gives away {k} of them. How many are left?",
-            [f"{p} has {e1} in all.", f"After giving away {k}, {e2} are left."], r)
+            [f"{p} has {a} {f1} and {b} {f2}, so {he} has {e1} in all.",
+             f"{cap(he)} gives away {k} of them, so {e2} are left."], r)
 
 
 @template(2)
@@ -389,7 +397,8 @@ def class_teams(c):
     e2, r = c.eq(kids, "/", team)
     return (f"A class has {boys} boys and {girls} girls. The teacher makes teams of {team} children. "
             f"How many teams are there?",
-            [f"The class has {e1} children.", f"There are {e2} teams."], r)
+            [f"The class has {boys} boys and {girls} girls, so it has {e1} children.",
+             f"The teams of {team} children make {e2} teams."], r)
 
 
 @template(2)
@@ -400,7 +409,8 @@ def wages(c):
     e2, r = c.eq(daily, "*", days)
     return (f"{p} earns {rate} dollars an hour and works {hours} hours a day. "
             f"How many dollars does {he} earn in {days} days?",
-            [f"{p} earns {e1} dollars a day.", f"In {days} days {he} earns {e2} dollars."], r)
+            [f"{p} earns {rate} dollars an hour and works {hours} hours a day, so {he} earns {e1} dollars a day.",
+             f"In {days} days {he} earns {e2} dollars."], r)
 
 
 @template(2)
@@ -411,7 +421,8 @@ def half_then_buy(c):
     e2, r = c.eq(x, "+", b)
     return (f"{p} has {a} {obj}. {cap(he)} gives half of them to {q}, then buys {b} more. "
             f"How many {obj} does {p} have now?",
-            [f"{p} keeps {e1} {obj}.", f"Now {he} has {e2} {obj}."], r)
+            [f"{p} has {a} {obj} and gives half of them away, so {he} keeps {e1} {obj}.",
+             f"Then {he} buys {b} more, so {he} has {e2} {obj} now."], r)
 
 
 @template(2)
@@ -422,7 +433,8 @@ def crates_boxes(c):
     e2, r = c.eq(boxes, "*", k)
     return (f"A shop gets {a} crates. Each crate holds {b} boxes, and each box holds {k} {obj}. "
             f"How many {obj} does the shop get?",
-            [f"The shop gets {e1} boxes.", f"It gets {e2} {obj}."], r)
+            [f"The shop gets {a} crates and each crate holds {b} boxes, so it gets {e1} boxes.",
+             f"Each box holds {k} {obj}, so the shop gets {e2} {obj}."], r)
 
 
 @template(2)
@@ -432,7 +444,8 @@ def age_future(c):
     e1, qa = c.eq(a, "+", b)
     e2, r = c.eq(qa, "+", y)
     return (f"{p} is {a} years old. {q} is {b} years older than {p}. How old will {q} be in {y} years?",
-            [f"{q} is {e1} years old.", f"In {y} years {q} will be {e2}."], r)
+            [f"{p} is {a} years old and {q} is {b} years older, so {q} is {e1} years old.",
+             f"In {y} years {q} will be {e2} years old."], r)
 
 
 @template(2)
@@ -443,7 +456,8 @@ def runs_three_days(c):
     e2, r = c.eq(x, "+", d)
     return (f"{p} runs {a} kilometers on Monday, {b} kilometers on Tuesday and {d} kilometers on "
             f"Wednesday. How many kilometers does {he} run in the three days?",
-            [f"On Monday and Tuesday {he} runs {e1} kilometers.", f"In the three days {he} runs {e2} kilometers."], r)
+            [f"{p} runs {a} kilometers on Monday and {b} kilometers on Tuesday, so {he} runs {e1} kilometers.",
+             f"With {d} kilometers on Wednesday, {he} runs {e2} kilometers."], r)
 
 
 @template(2)
@@ -455,7 +469,8 @@ def library(c):
     e2, r = c.eq(x, "+", k)
     return (f"A library has {a} books on a shelf. {b} books are borrowed and then {k} books are returned. "
             f"How many books are on the shelf now?",
-            [f"After the loans there are {e1} books.", f"After the returns there are {e2} books."], r)
+            [f"The library has {a} books on a shelf and {b} books are borrowed, so {e1} books are left.",
+             f"Then {k} books are returned, so there are {e2} books on the shelf now."], r)
 
 
 @template(2)
@@ -465,7 +480,8 @@ def water_weeks(c):
     e1, week = c.eq(a, "*", 7)
     e2, r = c.eq(week, "*", w)
     return (f"{p} drinks {a} glasses of water every day. How many glasses does {he} drink in {w} weeks?",
-            [f"A week has 7 days, so {he} drinks {e1} glasses a week.", f"In {w} weeks {he} drinks {e2} glasses."], r)
+            [f"{p} drinks {a} glasses of water every day and a week has 7 days, so {he} drinks {e1} glasses a week.",
+             f"In {w} weeks {he} drinks {e2} glasses."], r)
 
 
 @template(2)
@@ -477,7 +493,8 @@ def keep_share(c):
     e2, r = c.eq(rest, "/", k)
     return (f"{p} has {total} {obj}. {cap(he)} keeps {keep} and shares the rest equally among {k} friends. "
             f"How many {obj} does each friend get?",
-            [f"{p} shares {e1} {obj}.", f"Each friend gets {e2} {obj}."], r)
+            [f"{p} has {total} {obj} and keeps {keep}, so {he} shares {e1} {obj}.",
+             f"{cap(he)} shares the rest among {k} friends, so each friend gets {e2} {obj}."], r)
 
 
 @template(2)
@@ -490,7 +507,8 @@ def weeks_to_goal(c):
     e2, r = c.eq(rest, "/", e)
     return (f"{p} wants a {item} that costs {price} dollars. {cap(he)} has {have} dollars and saves {e} dollars "
             f"a week. How many weeks does {he} need to save?",
-            [f"{p} still needs {e1} dollars.", f"{cap(he)} needs {e2} weeks."], r)
+            [f"The {item} costs {price} dollars and {he} has {have} dollars, so {he} needs {e1} dollars more.",
+             f"{cap(he)} saves {e} dollars a week, so {he} needs {e2} weeks."], r)
 
 
 @template(2)
@@ -501,7 +519,8 @@ def room_cost(c):
     e2, r = c.eq(area, "*", cost)
     return (f"{p}'s room is {l} meters long and {w} meters wide. Carpet costs {cost} dollars per square meter. "
             f"How many dollars does the carpet cost?",
-            [f"The room is {e1} square meters.", f"The carpet costs {e2} dollars."], r)
+            [f"The room is {l} meters long and {w} meters wide, so it is {e1} square meters.",
+             f"Carpet costs {cost} dollars per square meter, so the carpet costs {e2} dollars."], r)
 
 
 @template(3)
@@ -513,7 +532,8 @@ def tickets(c):
     e3, r = c.eq(a, "+", b)
     return (f"Tickets to the {place} cost {adult} dollars for an adult and {child} dollars for a child. "
             f"{x} adults and {y} children go. How many dollars do the tickets cost?",
-            [f"The adult tickets cost {e1} dollars.", f"The child tickets cost {e2} dollars.",
+            [f"The {x} adults pay {adult} dollars each, so they pay {e1} dollars.",
+             f"The {y} children pay {child} dollars each, so they pay {e2} dollars.",
              f"The tickets cost {e3} dollars."], r)
 
 
@@ -528,7 +548,9 @@ def garden(c):
     e3, r = c.eq(alive, "+", more)
     return (f"{p} plants {rows} rows of {flower} with {per} {flower} in each row. {dead} of them die, "
             f"then {he} plants {more} more. How many {flower} are there now?",
-            [f"{p} plants {e1} {flower}.", f"After {dead} die there are {e2}.", f"Now there are {e3} {flower}."], r)
+            [f"{p} plants {rows} rows of {flower} with {per} {flower} in each row, so {he} plants {e1} {flower}.",
+             f"Then {dead} of them die, so {e2} are left.",
+             f"Then {he} plants {more} more, so there are {e3} {flower} now."], r)
 
 
 @template(3)
@@ -542,7 +564,9 @@ def shopping_left(c):
     e3, r = c.eq(money, "-", spent)
     return (f"{p} has {money} dollars. {cap(he)} buys {k} {i1s} for {price} dollars each and a {i2} for "
             f"{other} dollars. How many dollars does {p} have left?",
-            [f"The {i1s} cost {e1} dollars.", f"{p} spends {e2} dollars.", f"{cap(he)} has {e3} dollars left."], r)
+            [f"{p} buys {k} {i1s} for {price} dollars each, so they cost {e1} dollars.",
+             f"With a {i2} for {other} dollars, {he} spends {e2} dollars.",
+             f"{p} has {money} dollars, so {he} has {e3} dollars left."], r)
 
 
 @template(3)
@@ -552,7 +576,9 @@ def farm_legs(c):
     e2, b = c.eq(cows, "*", 4)
     e3, r = c.eq(a, "+", b)
     return (f"A farm has {hens} chickens and {cows} cows. How many legs do the animals have?",
-            [f"The chickens have {e1} legs.", f"The cows have {e2} legs.", f"The animals have {e3} legs."], r)
+            [f"The farm has {hens} chickens with 2 legs each, so they have {e1} legs.",
+             f"The {cows} cows have 4 legs each, so they have {e2} legs.",
+             f"The animals have {e3} legs."], r)
 
 
 @template(3)
@@ -564,7 +590,9 @@ def pizza_left(c):
     e3, r = c.eq(total, "-", eaten)
     return (f"There are {pizzas} pizzas cut into {slices} slices each. {people} friends eat {each} slices each. "
             f"How many slices are left?",
-            [f"There are {e1} slices.", f"The friends eat {e2} slices.", f"There are {e3} slices left."], r)
+            [f"There are {pizzas} pizzas cut into {slices} slices each, so there are {e1} slices.",
+             f"The {people} friends eat {each} slices each, so they eat {e2} slices.",
+             f"There are {e3} slices left."], r)
 
 
 @template(3)
@@ -579,8 +607,8 @@ def average_score(c):
     e2, s = c.eq(x, "+", d)
     e3, r = c.eq(s, "/", 3)
     return (f"{p} scored {a}, {b} and {d} points in three games. What is {p}'s average score?",
-            [f"The first two games give {e1} points.", f"The three games give {e2} points.",
-             f"The average is {e3} points."], r)
+            [f"{p} scored {a}, {b} and {d} points, so {he} scored {e1} points and then {e2} points in all.",
+             f"The three games give an average of {e3} points."], r)
 
 
 @template(3)
@@ -594,8 +622,9 @@ def bus_stops(c):
     e3, r = c.eq(y, "-", off2)
     return (f"A bus has {a} passengers. At the first stop {off1} get off and {on1} get on. At the second stop "
             f"{off2} get off. How many passengers are on the bus now?",
-            [f"After {off1} get off there are {e1}.", f"After {on1} get on there are {e2}.",
-             f"After {off2} get off there are {e3} passengers."], r)
+            [f"The bus has {a} passengers and at the first stop {off1} get off, so {e1} are left.",
+             f"Then {on1} get on, so there are {e2} passengers.",
+             f"At the second stop {off2} get off, so there are {e3} passengers now."], r)
 
 
 @template(3)
@@ -606,8 +635,9 @@ def fence_cost(c):
     e3, r = c.eq(per, "*", cost)
     return (f"A garden is {l} meters long and {w} meters wide. A fence costs {cost} dollars per meter. "
             f"How many dollars does a fence around the garden cost?",
-            [f"Length and width add up to {e1} meters.", f"The fence is {e2} meters long.",
-             f"The fence costs {e3} dollars."], r)
+            [f"The garden is {l} meters long and {w} meters wide, so one long and one wide side are {e1} meters.",
+             f"The fence goes around twice that, so it is {e2} meters long.",
+             f"A fence costs {cost} dollars per meter, so it costs {e3} dollars."], r)
 
 
 @template(4)
@@ -621,8 +651,10 @@ def shells_three(c):
     e4, r = c.eq(z, "+", y)
     return (f"{p} collects {a} {obj}. {q} collects {k} times as many as {p}. {s} collects {b} fewer than {q}. "
             f"How many {obj} do the three collect in all?",
-            [f"{q} collects {e1} {obj}.", f"{s} collects {e2} {obj}.", f"{p} and {q} collect {e3} {obj}.",
-             f"In all they collect {e4} {obj}."], r)
+            [f"{p} collects {a} {obj} and {q} collects {k} times as many, so {q} collects {e1} {obj}.",
+             f"{s} collects {b} fewer than {q}, so {s} collects {e2} {obj}.",
+             f"{p} and {q} collect {e3} {obj}.",
+             f"In all the three collect {e4} {obj}."], r)
 
 
 @template(4)
@@ -636,8 +668,10 @@ def school_supplies(c):
     e4, r = c.eq(money, "-", spent)
     return (f"{p} has {money} dollars. {cap(he)} buys {packs_} packs of pens at {pack_price} dollars a pack and "
             f"{books} notebooks at {book_price} dollars each. How many dollars does {he} have left?",
-            [f"The pens cost {e1} dollars.", f"The notebooks cost {e2} dollars.",
-             f"{p} spends {e3} dollars.", f"{cap(he)} has {e4} dollars left."], r)
+            [f"{cap(he)} buys {packs_} packs of pens at {pack_price} dollars a pack, so the pens cost {e1} dollars.",
+             f"The {books} notebooks at {book_price} dollars each cost {e2} dollars.",
+             f"{p} spends {e3} dollars.",
+             f"{p} has {money} dollars, so {he} has {e4} dollars left."], r)
 
 
 @template(4)
@@ -651,16 +685,18 @@ def bakery_sales(c):
     # 4th step: the profit is shared by 2 owners when even, else a tip is added
     if profit % 2 == 0:
         e4, r = c.eq(profit, "/", 2)
-        q, last = f"The bakery's two owners share the profit equally. How many dollars does each owner get?", \
-            f"Each owner gets {e4} dollars."
+        q, last = "The bakery's two owners share the profit equally. How many dollars does each owner get?", \
+            f"The two owners share the profit, so each owner gets {e4} dollars."
     else:
         tip = c.n(1, 20)
         e4, r = c.eq(profit, "+", tip)
         q, last = f"A customer also leaves a tip of {tip} dollars. How many dollars does the bakery have in the end?", \
-            f"With the tip the bakery has {e4} dollars."
+            f"With a tip of {tip} dollars the bakery has {e4} dollars in the end."
     return (f"On {day} a bakery sells {morning} muffins in the morning and {afternoon} in the afternoon, at {price} "
             f"dollars each. The flour costs {cost} dollars. {q}",
-            [f"The bakery sells {e1} muffins.", f"It takes in {e2} dollars.", f"The profit is {e3} dollars.", last], r)
+            [f"The bakery sells {morning} muffins in the morning and {afternoon} in the afternoon, so it sells {e1} muffins.",
+             f"At {price} dollars each it takes in {e2} dollars.",
+             f"The flour costs {cost} dollars, so the profit is {e3} dollars.", last], r)
 
 
 @template(4)
@@ -674,8 +710,10 @@ def trip_fuel(c):
     return (f"A {v} drives {speed_} kilometers an hour for {hours} hours, then {more} more kilometers. A second "
             f"{v} drives {back} kilometers less than the first, and a third drives twice as far as the second. "
             f"How many kilometers does the third {v} drive?",
-            [f"The first {v} drives {e1} kilometers, then {e2} kilometers in all.",
-             f"The second {v} drives {e3} kilometers.", f"The third {v} drives {e4} kilometers."], r)
+            [f"The first {v} drives {speed_} kilometers an hour for {hours} hours, so {e1} kilometers.",
+             f"Then {more} more kilometers make {e2} kilometers.",
+             f"The second {v} drives {back} kilometers less, so {e3} kilometers.",
+             f"The third {v} drives twice as far, so {e4} kilometers."], r)
 
 
 @template(4)
@@ -691,8 +729,10 @@ def stamps_album(c):
     return (f"{p}'s album has {pages} pages with {per} stamps on each page. {cap(he)} buys {bought} more stamps. "
             f"Then {he} splits all {his} stamps into {k} equal piles and gives one pile to a friend. "
             f"How many stamps does {p} keep?",
-            [f"The album holds {e1} stamps.", f"With the new ones {he} has {e2} stamps.",
-             f"One pile has {e3} stamps.", f"{p} keeps {e4} stamps."], r)
+            [f"The album has {pages} pages with {per} stamps on each page, so it holds {e1} stamps.",
+             f"{cap(he)} buys {bought} more stamps, so {he} has {e2} stamps.",
+             f"{cap(he)} splits them into {k} equal piles, so one pile has {e3} stamps.",
+             f"{p} keeps {e4} stamps."], r)
 
 
 # --- drawing problems ----------------------------------------------------------------------
