@@ -39,6 +39,9 @@ class Stats:
     committed: list = field(default_factory=list)    # positions per denoise/verify pass
     draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
     trajectory: list = field(default_factory=list)   # (block, step, commits) in commit order
+    blocks: list = field(default_factory=list)       # (new tokens, passes) per decoded block; passes:
+                                                     # its denoise/verify passes and its store
+    stopped: bool = False                            # the last decoded block holds a stop id
     model_s: float = 0.0
     draft_s: float = 0.0
     book_s: float = 0.0                              # tree building, decisions, acceptance
@@ -160,14 +163,16 @@ def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats
     target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
     generated, stops = [], set(stop_ids or ())
     for b in range(n_full, n_blocks):
-        tail = prompt[b * B:]                          # the fixed prompt tail (first block only)
+        tail, before = prompt[b * B:], stats.passes    # the fixed prompt tail (first block only)
         state = np.full(B, mask_id, dtype=np.int64)
         state[: len(tail)] = tail
         state = fill_block(target, b, state)
         new = state[len(tail):].tolist()
         generated += new
         target.store(state)                            # as SDAR: every block
+        stats.blocks.append((len(new), stats.passes - before))
         if stops.intersection(new):
+            stats.stopped = True                       # SDAR's rule: the block holding it finishes
             break
     generated = generated[:max_new_tokens]
     for i, t in enumerate(generated):

@@ -77,6 +77,31 @@ def test_stop_ids_end_decoding_after_their_block():
     assert res.passes < free.passes
 
 
+@pytest.mark.parametrize("drafter", [None, "confidence"])
+def test_the_block_holding_a_stop_id_finishes_and_each_block_records_its_passes(drafter):
+    # B = 4, prompt [5, 6]: block 0 holds the tail + 2 new tokens, block b >= 1 holds 4 new.
+    m = tiny_model(V=40, B=4, seed=2)
+    free = spotref.generate(m, [5, 6], 30)
+    first = free.tokens.index(free.tokens[5])
+    stop_block = (2 + first) // 4
+    res = spotref.generate(m, [5, 6], 30, stop_ids=[free.tokens[5]], drafter=drafter, budget=4, depth=3)
+    assert res.tokens == free.tokens[: first + 1] and res.stats["stopped"]
+    blocks = res.stats["blocks"]                            # (new tokens, passes) per block
+    assert [n for n, _ in blocks] == [2] + [4] * stop_block
+    assert sum(p for _, p in blocks) == res.passes          # no prefill: the prompt is one tail
+    assert {b for b, _ in res.stats["starts"]} == set(range(stop_block + 1))
+    if drafter is None:                                     # B decisions (the tail's 2 fixed) + a store
+        assert blocks == [(2, 3)] + [(4, 5)] * stop_block
+    assert not free.stats["stopped"] and sum(n for n, _ in free.stats["blocks"]) == 30
+
+
+def test_fused_store_counts_a_blocks_store_in_the_next_block():
+    m = tiny_model(V=40, B=4, seed=2)
+    res = spotref.generate(m, list(range(9)), 8, fused_store=True)   # prefill 2 blocks, tail of 1
+    assert res.stats["blocks"] == [(3, 3), (4, 4), (4, 4)]   # the last block never stored (nor cut)
+    assert res.passes == 1 + 3 + 4 + 4 and len(res.tokens) == 8
+
+
 def test_pure_and_compiled_cores_agree_when_both_exist():
     cores = [spotref.core_module("py")]
     if spotref.EXTENSION:
