@@ -9,78 +9,166 @@ exact decoding (``spotref.tools.trajectories``), for the true commit d steps ahe
 the very next one), the share of commits whose token is the coupled stale token (top-1), and the
 share where it is that token or the runner-up (top-2: what a second-token branch can catch).
 The SPEC's premise, from the paper: over 90% on SDAR-8B.
+
+The same rates split two ways: by the class of the committed token (``CLASSES``: a stop id, digits
+only, anything else, by the target's tokenizer decoding of that one token), so that end-of-text
+fill is counted apart; and by the stale confidence of the coupled token at the committed position
+(its probability under the stale distribution, as SPEC section 2 defines confidence; ``BUCKETS``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from functools import cache
 
 import numpy as np
 
 from spotref.load.files import atomic_write_text, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
+from spotref.tools.argtypes import positive_int, tool_main
 from spotref.tools.report import table
 from spotref.tools.train_drafter import recorded
 
 DEPTHS = (0, 1, 3, 7)
+CLASSES = ("end-of-text", "digits", "other")
+BUCKETS = (0.5, 0.9)                                   # stale-confidence edges
+BUCKET_NAMES = ("[0, 0.5)", "[0.5, 0.9)", "[0.9, 1]")
+SHIPPED = "docs/stability.md"
 
 
-def rates(ds: tj.Trajectories, depth: int) -> tuple[float, float, int]:
-    """(top-1 rate, top-2 rate, commits counted) for the true commit ``depth`` steps ahead."""
+def outcomes(ds: tj.Trajectories, depth: int) -> dict:
+    """Per state with a true commit ``depth`` steps ahead: the committed token (``tok``), whether
+    the coupled stale token is it (``top1``), or it or the runner-up (``top2``), and the coupled
+    token's stale probability (``conf``)."""
     a = ds.arrays
     pos = a["fut_pos"][:, depth].astype(np.int64)                      # (S,) -1: block ended
     rows = np.flatnonzero(pos >= 0)
-    if len(rows) == 0:
-        return float("nan"), float("nan"), 0
     d = min(depth, a["ctok"].shape[1] - 1)
-    truth = a["fut_tok"][rows, depth]                                   # (S',)
-    top1 = a["ctok"][rows, d, pos[rows]] == truth                       # ctok: (S, DEPTH + 1, B)
-    top2 = top1 | (a["ctok2"][rows, d, pos[rows]] == truth)
-    return float(top1.mean()), float(top2.mean()), len(rows)
+    p, tok = pos[rows], a["fut_tok"][rows, depth]                       # (S',)
+    top1 = a["ctok"][rows, d, p] == tok                                 # ctok: (S, DEPTH + 1, B)
+    return dict(tok=tok, top1=top1, top2=top1 | (a["ctok2"][rows, d, p] == tok),
+                conf=a["pc"][rows, d, p].astype(np.float32))
+
+
+def rates(ds: tj.Trajectories, depth: int, where=None) -> tuple[float, float, int]:
+    """(top-1 rate, top-2 rate, commits counted) for the true commit ``depth`` steps ahead;
+    ``where(outcomes) -> bool mask`` keeps only some of the commits."""
+    o = outcomes(ds, depth)
+    keep = np.ones(len(o["tok"]), bool) if where is None else where(o)
+    if not keep.any():
+        return float("nan"), float("nan"), 0
+    return float(o["top1"][keep].mean()), float(o["top2"][keep].mean()), int(keep.sum())
+
+
+def token_classes(tokenizer, stop_ids):
+    """``classify(tokens) -> labels``: a stop id is "end-of-text", a token that decodes to digits
+    alone (surrounding whitespace aside) is "digits", any other is "other"."""
+    stops = set(stop_ids or ())
+
+    @cache
+    def one(t: int) -> str:
+        if t in stops:
+            return CLASSES[0]
+        text = tokenizer.decode([t]).strip()
+        return CLASSES[1] if text and all(c in "0123456789" for c in text) else CLASSES[2]
+    return lambda tokens: np.array([one(int(t)) for t in tokens], dtype=object)
+
+
+def bucket(conf: np.ndarray) -> np.ndarray:
+    """The stale-confidence bucket of each commit (``BUCKET_NAMES``)."""
+    return np.array(BUCKET_NAMES, dtype=object)[np.digitize(conf, BUCKETS)]
+
+
+def cells(ds: tj.Trajectories, depths=DEPTHS, where=None) -> list:
+    """Commits at d = 0, then "top-1 / top-2" per depth ("-" where nothing is counted)."""
+    r = [rates(ds, d, where) for d in depths]
+    return [r[0][2]] + [f"{a:.3f} / {b:.3f}" if n else "-" for a, b, n in r]
 
 
 def table_rows(name: str, data: dict, depths=DEPTHS) -> list:
+    """One row per temperature: target, T, commits at d = 0, then a cell per depth."""
+    return [[name, f"{T:g}"] + cells(ds, depths) for T, ds in data.items()]
+
+
+def split_rows(name: str, data: dict, label, names, depths=DEPTHS) -> list:
+    """One row per temperature and group: ``label(outcomes) -> labels`` puts each commit in one of
+    ``names``; a group with no commit at any depth is left out."""
     out = []
     for T, ds in data.items():
-        r = [rates(ds, d) for d in depths]
-        out.append([name, f"{T:g}", r[0][2]] + [f"{a:.3f} / {b:.3f}" for a, b, _ in r])
+        for g in names:
+            row = cells(ds, depths, where=lambda o, g=g: label(o) == g)
+            if any(c != "-" for c in row[1:]):
+                out.append([name, f"{T:g}", g] + row)
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.stability", description=__doc__.splitlines()[0])
-    p.add_argument("targets", nargs="*", help="bundled targets (default: all)")
-    p.add_argument("--test-prompts", type=int, default=10)
-    p.add_argument("--prompt-tokens", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=128)
+def target_tables(target, data: dict) -> tuple[list, list, list]:
+    """The three tables' rows for one target: overall, by token class, by stale confidence."""
+    classify = token_classes(target.tokenizer, target.stop_ids)
+    return (table_rows(target.name, data),
+            split_rows(target.name, data, lambda o: classify(o["tok"]), CLASSES),
+            split_rows(target.name, data, lambda o: bucket(o["conf"]), BUCKET_NAMES))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="*", help="targets (default: all in --targets-dir)")
+    p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
+    p.add_argument("--test-prompts", type=positive_int, default=10, help="held-out prompts per target")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")
-    p.add_argument("--update-shipped", action="store_true", help="write the committed docs/stability.md")
-    args = p.parse_args(argv)
+    p.add_argument("--update-shipped", action="store_true", help=f"write the committed {SHIPPED}")
+
+
+def run(args) -> int:
     if args.update_shipped and args.out:
-        p.error("--update-shipped writes docs/stability.md: leave out --out")
-    out = "docs/stability.md" if args.update_shipped else args.out or run_dir("stability") / "stability.md"
+        raise ValueError(f"--update-shipped writes {SHIPPED}: leave out --out")
+    directory = args.targets_dir or TARGETS_DIR
+    known = list_targets(directory)
+    unknown = [t for t in args.targets if t not in known]
+    if unknown:
+        raise ValueError(f"unknown target(s) {', '.join(unknown)} in {directory}; known: {', '.join(known) or 'none'}")
+    out = SHIPPED if args.update_shipped else args.out or run_dir("stability") / "stability.md"
     args.seeds, args.prompts = 1, 0
-    rows = []
-    for name in args.targets or list_targets(TARGETS_DIR):
-        target = load_target(name)
-        rows += table_rows(name, {T: recorded(target, args, "test", T) for T in (0.0, 1.0)})
-    cols = ["target", "T", "states"] + [f"d = {d}: top-1 / top-2" for d in DEPTHS]
-    text = "\n".join([
+    tables = ([], [], [])
+    for name in args.targets or known:
+        target = load_target(name, directory)
+        data = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
+        for rows, more in zip(tables, target_tables(target, data)):
+            rows += more
+    text = report(args, *tables)
+    atomic_write_text(out, text)
+    print(text)
+    return 0
+
+
+def report(args, overall: list, by_class: list, by_conf: list) -> str:
+    depth_cols = [f"d = {d}: top-1 / top-2" for d in DEPTHS]
+    return "\n".join([
         "# Token stability of the bundled targets (generated by `python -m spotref.tools.stability`)", "",
-        f"Command: `python -m spotref.tools.stability {' '.join(sys.argv[1:] if argv is None else argv)}`  ",
+        f"Command: `python -m spotref.tools.stability {' '.join(args.argv)}`  ",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.test_prompts} held-out prompts x "
         f"{args.new_tokens} new tokens per target and temperature (exact decoding, seed 0)", "",
         "For the true commit d steps ahead of a recorded state: the share whose token is the coupled "
         "stale token (top-1) / that token or the runner-up (top-2). SPOT's tokens come from these "
         "stale distributions, so a draft path of length d + 1 needs every one of its tokens right; "
         "the SPEC's premise (the paper, SDAR-8B) is over 90% at d = 0.", "",
-        table(cols, rows), ""])
-    atomic_write_text(out, text)
-    print(text)
-    return 0
+        table(["target", "T", "states"] + depth_cols, overall), "",
+        "## By token class", "",
+        "The committed token's class, by the target's tokenizer decoding of it: `end-of-text` (a stop "
+        "id: the fill after an answer), `digits` (digits only), `other`. `commits`: at d = 0.", "",
+        table(["target", "T", "token", "commits"] + depth_cols, by_class), "",
+        "## By stale confidence", "",
+        "The stale probability of the coupled token at the committed position (its confidence, SPEC "
+        "section 2, under the stale distribution). `commits`: at d = 0.", "",
+        table(["target", "T", "stale confidence", "commits"] + depth_cols, by_conf), ""])
+
+
+def main(argv=None) -> int:
+    return tool_main("python -m spotref.tools.stability", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
