@@ -1,4 +1,7 @@
 """``spotref bench --quick``: the CI smoke test of the benchmark (random model, tiny grid)."""
+import math
+from types import SimpleNamespace as NS
+
 import pytest
 
 from spotref.tools import bench
@@ -12,6 +15,12 @@ def test_quick_bench_writes_the_report(tmp_path):
     for name in ("exact", "confidence", "calibrated", "spot", "oracle-order", "oracle", "auto="):
         assert f" {name}" in text
     assert "asserted identical to exact decoding" in text
+    assert "answer fewer passes" in text and "SPOT fewer passes, answer blocks" in text
+    stab = bench.stability_from_report(text)                 # the gain figure's x, per T
+    assert set(stab) == {("random (untrained)", "0"), ("random (untrained)", "1")}
+    assert all(0 <= x <= 1 for x in stab.values())
+    if "![gain against stability](r-stability.png)" in text:  # matplotlib installed
+        assert (tmp_path / "r-stability.png").stat().st_size > 0
 
 
 def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
@@ -29,9 +38,35 @@ def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
                     "--plot", str(tmp_path / "r.png")])
 
 
-def fake_row(tgt, T, name, N, fewer, speed=1.0):
+def fake_row(tgt, T, name, N, fewer, speed=1.0, answer=None):
+    answer = fewer if answer is None else answer
     return bench.Row(tgt, T, name, N, passes_per_token=1 / fewer, fewer_passes=fewer, fewer_denoise=fewer,
+                     answer_passes_per_token=1 / answer, answer_fewer_passes=answer,
                      commits_per_round=fewer, tokens_per_s=100.0, speed_up=speed, bookkeeping="0%")
+
+
+def fake_result(tokens, blocks, stopped, prefill=1):
+    stats = dict(blocks=blocks, stopped=stopped, starts=[(0, 0)], accepted=[1], wall_s=1.0, draft_s=0.0, book_s=0.0)
+    return NS(tokens=[0] * tokens, passes=prefill + sum(p for _, p in blocks), stats=stats)
+
+
+def test_answer_blocks_leave_out_the_block_holding_end_of_text():
+    stopped = fake_result(9, [(2, 3), (4, 5), (4, 5)], True)      # the stop in the third block
+    assert bench.answer_blocks(stopped) == (6, 1 + 3 + 5)
+    assert bench.answer_blocks(fake_result(5, [(2, 3), (4, 5)], False)) == (5, 9)   # cut, no stop: all
+    assert bench.answer_blocks(fake_result(1, [(2, 3)], True)) == (0, 1)           # only the prefill
+    m = bench.metrics([stopped, fake_result(5, [(2, 3), (4, 5)], False)])
+    assert (m["tokens"], m["passes"], m["answer_tokens"], m["answer_passes"]) == (14, 23, 11, 18)
+    ex = dict(m, passes=46, answer_passes=27, denoise=2, wall=1.0)
+    r = bench.row(NS(name="t"), 0.0, "spot", 4, m, ex)
+    assert (r.fewer_passes, r.answer_fewer_passes, r.answer_passes_per_token) == (2.0, 1.5, 18 / 11)
+
+
+def test_goal_rows_on_answer_blocks_read_the_answer_column():
+    rows = [fake_row("t", "0", d, 8, f, answer=a) for d, f, a in
+            (("spot", 4.0, 2.0), ("calibrated", 2.0, 2.0), ("confidence", 2.0, 1.0), ("oracle-order", 5.0, 3.0))]
+    assert bench.goal_rows(rows, None) == [["t", "0", 8, 4.0, 2.0, "yes", 2.0, "yes", 0.75, "yes"]]
+    assert bench.goal_rows(rows, None, "answer_fewer_passes") == [["t", "0", 8, 2.0, 1.0, "no", 2.0, "yes", 0.5, "no"]]
 
 
 def test_rows_have_a_field_per_column():
@@ -66,6 +101,28 @@ def test_report_table_parses_back(tmp_path):
     back = bench.rows_from_report(text)
     assert [r[:4] for r in back] == [r[:4] for r in rows]
     assert [r.fewer_passes for r in back] == pytest.approx([r.fewer_passes for r in rows], rel=1e-3)
+    assert [r.answer_fewer_passes for r in back] == pytest.approx([r.answer_fewer_passes for r in rows], rel=1e-3)
+
+
+def test_an_older_report_without_answer_columns_still_parses():
+    old = [c for c in bench.COLUMNS if not c.startswith("answer")]
+    text = bench.table(old, [["t", "0", "spot", 4, 0.5, 2.0, 2.1, 2.2, 100.0, 0.5, "10%"]])
+    (r,) = bench.rows_from_report(text)
+    assert (r.N, r.fewer_passes, r.commits_per_round, r.bookkeeping) == (4, 2.0, 2.2, "10%")
+    assert math.isnan(r.answer_fewer_passes) and bench.stability_from_report(text) == {}
+
+
+def test_gain_figure_is_redrawn_from_the_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [fake_row(t, "0", d, n, f) for t, f in (("a", 2.0), ("b", 3.0)) for d in bench.GAIN_DRAFTERS
+            for n in (4, 64)]
+    stab = [["a", "0", 10, 0.6, 0.8, 0.6], ["b", "0", 10, 0.9, 0.95, 0.92]]
+    text = bench.table(bench.COLUMNS, rows) + "\n\n" + bench.table(bench.STABILITY_COLUMNS, stab) + "\n"
+    assert bench.stability_from_report(text) == {("a", "0"): 0.6, ("b", "0"): 0.9}
+    out = tmp_path / "r.md"
+    out.write_text(text)
+    assert bench.main(["--replot", "--out", str(out)]) == 0
+    assert (tmp_path / "r.png").stat().st_size > 0 and (tmp_path / "r-stability.png").stat().st_size > 0
 
 
 def test_costmodel_table(capsys):

@@ -8,12 +8,23 @@ run: ``oracle-order`` (the true next positions, stale coupled tokens) and ``orac
 commits). Exact decoding runs first; every row's tokens are asserted identical to it.
 
 Numbers per row: target passes per generated token, the reduction vs exact (all passes, and
-denoise/verify passes only), commits per verify round, tokens/s and its ratio to exact measured
-in this run, and the bookkeeping share of the wall time (drafter + tree + acceptance). Writes a
-report (command, date, machine, the tables, the goals checked) and a plot (skipped, with a note,
-when matplotlib is not installed) into a new run directory ``runs/bench-TIME/`` (or ``--out``);
-only ``--update-shipped`` replaces the committed ``docs/results.md`` and ``docs/results.png``.
-Every file is written atomically (``spotref.load.files``). ``--quick`` is a CI smoke test.
+denoise/verify passes only), both again on answer blocks alone (the blocks before the one holding
+end-of-text, ``report.answer_blocks``: no number is carried by end-of-text fill), commits per
+verify round, tokens/s and its ratio to exact measured in this run, and the bookkeeping share of
+the wall time (drafter + tree + acceptance).
+
+Token stability (``spotref.tools.stability``'s d = 0 rates) is measured inside the run, on the
+same prompts, new tokens and seed, by recording exact decoding once more per target and T (about
+one exact run's cost; ``--no-stability`` skips it): a stability report's own prompts and lengths
+differ from the bench's, so its numbers would not be the x of these points. A second figure plots
+each drafter's gain at N = 64 against it, across targets.
+
+Writes a report (command, date, machine, the tables, the goals checked, the stability table) and
+two plots (passes vs budget, ``results.png``; gain against stability, ``results-stability.png``
+beside it; skipped, with a note, when matplotlib is not installed) into a new run directory
+``runs/bench-TIME/`` (or ``--out``); only ``--update-shipped`` replaces the committed
+``docs/results.md`` and its PNGs. ``--replot`` redraws both from a report's tables. Every file is
+written atomically (``spotref.load.files``). ``--quick`` is a CI smoke test.
 """
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ from spotref.load.drafters import drafter_for, resolve_drafter
 from spotref.load.files import atomic_write, atomic_write_text, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
+from spotref.tools import stability
 from spotref.tools.argtypes import (
     choice_list,
     int_list,
@@ -47,13 +59,16 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
-from spotref.tools.report import progress, table
+from spotref.tools.report import answer_blocks, progress, table
 from spotref.tools.train_drafter import prompts_for
 from spotref.tools.trajectories import record
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
 COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
-           "commits/round", "tokens/s", "speed-up", "bookkeeping"]
+           "answer passes/token", "answer fewer passes", "commits/round", "tokens/s", "speed-up",
+           "bookkeeping"]
+STABILITY_COLUMNS = ["target", "T", "states", "d = 0 top-1", "d = 0 top-2", "d = 0 top-1, end-of-text excluded"]
+GAIN_DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")   # the gain figure's
 
 
 class Row(NamedTuple):
@@ -66,6 +81,8 @@ class Row(NamedTuple):
     passes_per_token: float
     fewer_passes: float         # R = exact passes / passes
     fewer_denoise: float        # the same, denoise/verify passes only
+    answer_passes_per_token: float      # on answer blocks alone (``report.answer_blocks``)
+    answer_fewer_passes: float
     commits_per_round: float
     tokens_per_s: float
     speed_up: float             # exact wall time / wall time
@@ -103,6 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=nonneg_int, default=32, help="depth cap D (with --quick at most 4)")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
     p.add_argument("--no-transfer", action="store_true", help="skip the transfer table")
+    p.add_argument("--no-stability", action="store_true",
+                   help="skip the token-stability measurement and the gain-against-stability figure")
     p.add_argument("--quick", action="store_true",
                    help="CI smoke test: a tiny grid (random model if no target); explicit options win")
     p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
@@ -111,9 +130,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="report path (default: runs/bench-TIME/results.md; missing directories are created)")
     p.add_argument("--plot", default=None, help="PNG, needs matplotlib (default: beside --out, as .png)")
     p.add_argument("--update-shipped", action="store_true",
-                   help=f"write the committed {SHIPPED_REPORT} and {SHIPPED_PLOT} (not with --out or --plot)")
+                   help=f"write the committed {SHIPPED_REPORT}, {SHIPPED_PLOT} and the gain figure beside it "
+                        "(not with --out or --plot)")
     p.add_argument("--replot", action="store_true",
-                   help="only redraw --plot from the table in --out (or the shipped report with --update-shipped)")
+                   help="only redraw --plot and the gain figure beside it from the tables in --out "
+                        "(or the shipped report with --update-shipped)")
 
 
 @dataclass
@@ -193,19 +214,23 @@ def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None) -
 
 
 def metrics(results: list) -> dict:
-    """Totals over one configuration's results."""
+    """Totals over one configuration's results (``answer_*``: on answer blocks alone)."""
     tokens = sum(len(r.tokens) for r in results)
     rounds = [(k, a) for r in results for (_, k), a in zip(r.stats["starts"], r.stats["accepted"])]
     verify = [a for k, a in rounds if k > 0] or [a for _, a in rounds]
     wall = sum(r.stats["wall_s"] for r in results)
+    answer = [answer_blocks(r) for r in results]                    # (tokens, passes) each
     return dict(tokens=tokens, passes=sum(r.passes for r in results), denoise=len(rounds),
+                answer_tokens=sum(t for t, _ in answer), answer_passes=sum(p for _, p in answer),
                 commits=float(np.mean(verify)) if verify else 0.0, wall=wall,
                 book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
-    return Row(setup.name, f"{T:g}", name, N, m["passes"] / max(m["tokens"], 1), ex["passes"] / max(m["passes"], 1),
-               ex["denoise"] / max(m["denoise"], 1), m["commits"], m["tokens"] / max(m["wall"], 1e-9),
+    per = lambda a, b: a / max(b, 1)
+    return Row(setup.name, f"{T:g}", name, N, per(m["passes"], m["tokens"]), per(ex["passes"], m["passes"]),
+               per(ex["denoise"], m["denoise"]), per(m["answer_passes"], m["answer_tokens"]),
+               per(ex["answer_passes"], m["answer_passes"]), m["commits"], m["tokens"] / max(m["wall"], 1e-9),
                ex["wall"] / max(m["wall"], 1e-9), f"{100 * m['book']:.0f}%")
 
 
@@ -232,6 +257,20 @@ def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> Row:
                {**ex, "wall": fresh["wall"]})
 
 
+def stability_rows(setup: Setup, args) -> list:
+    """Token stability on the bench's own prompts, new tokens and seed, per T (the gain figure's
+    x axis): exact decoding recorded once more (``trajectories.record``), read by
+    ``spotref.tools.stability.rates`` at d = 0 (top-1, top-2, top-1 without the commits of a stop id)."""
+    out, stops = [], list(setup.stops or ())
+    for T in args.T:
+        ds = record(setup.model, setup.prompts, args.new_tokens, T, (args.seed,), setup.stops,
+                    desc=f"stability T={T:g}")
+        top1, top2, n = stability.rates(ds, 0)
+        text = stability.rates(ds, 0, where=lambda o: ~np.isin(o["tok"], stops))[0]
+        out.append([setup.name, f"{T:g}", n, top1, top2, text])
+    return out
+
+
 def transfer_rows(setups: list, args, N: int = 16) -> list:
     """Each target's SPOT drafter on every target (block-size mismatch allowed: features are
     block-relative), T = 0: fewer passes than exact."""
@@ -256,17 +295,18 @@ def by_key(rows: list) -> dict:
     return {(r.target, r.T, r.drafter, r.N): r for r in rows}
 
 
-def goal_rows(rows: list, args) -> list:
+def goal_rows(rows: list, args, field: str = "fewer_passes") -> list:
     """Per target, T and N: SPOT's pass reduction vs calibrated / confidence, share of the
-    oracle-order gain ((R_spot - 1) / (R_oo - 1), R = exact passes / passes)."""
+    oracle-order gain ((R_spot - 1) / (R_oo - 1), R = exact passes / passes: the Row ``field``,
+    ``answer_fewer_passes`` for answer blocks alone)."""
     k, out = by_key(rows), []
     for (tgt, T, name, N), r in k.items():
         if name != "spot" or isinstance(N, str) or N < 2:
             continue
-        R = lambda d: k[(tgt, T, d, N)].fewer_passes if (tgt, T, d, N) in k else float("nan")
-        oo = (r.fewer_passes - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
-        vs_cal, vs_conf = r.fewer_passes / R("calibrated"), r.fewer_passes / R("confidence")
-        out.append([tgt, T, N, r.fewer_passes, vs_cal, _yes(vs_cal, "vs_calibrated"), vs_conf,
+        R = lambda d: getattr(k[(tgt, T, d, N)], field) if (tgt, T, d, N) in k else float("nan")
+        oo = (R("spot") - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
+        vs_cal, vs_conf = R("spot") / R("calibrated"), R("spot") / R("confidence")
+        out.append([tgt, T, N, R("spot"), vs_cal, _yes(vs_cal, "vs_calibrated"), vs_conf,
                     _yes(vs_conf, "vs_confidence"), oo, _yes(oo, "oracle_order_gain")])
     return out
 
@@ -301,8 +341,10 @@ def headline(rows: list, setups: list) -> list[str]:
     goal, fast = GOALS["fewer_passes_n64"], GOALS["auto_speed_up"]
     for r in rows:
         if r.drafter == "spot" and r.N == 64 and r.T == "0" and blocks.get(r.target) == 32:
+            met = lambda R: "met" if R >= goal else "not met"
             lines.append(f"* {r.target} (block 32), T = 0, N = 64: SPOT needs {r.fewer_passes:.2f}x fewer passes "
-                         f"than exact (goal >= {goal:g}x: {'met' if r.fewer_passes >= goal else 'not met'})")
+                         f"than exact (goal >= {goal:g}x: {met(r.fewer_passes)}); on answer blocks alone "
+                         f"{r.answer_fewer_passes:.2f}x ({met(r.answer_fewer_passes)})")
         if r.drafter == "spot" and str(r.N).startswith("auto"):
             verdict = (f" (goal >= {fast:g}x: {'met' if r.speed_up >= fast else 'not met'})"
                        if r.target == DEFAULT_TARGET else "")
@@ -319,13 +361,10 @@ def plot(rows: list, path: str) -> str | None:
     for r in rows:
         if r.drafter != "exact" and not isinstance(r.N, str):
             series.setdefault((r.target, r.T), {}).setdefault(r.drafter, []).append((r.N, r.fewer_passes))
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:
-        return None                                   # the report says why there is no plot
+    mpl = pyplot()
+    if mpl is None:
+        return None
+    plt, ticker = mpl
     fig, axes = plt.subplots(len(temps), len(targets), figsize=(4.5 * len(targets), 3.6 * len(temps)),
                              squeeze=False)
     for (i, T), (j, tgt) in ((a, b) for a in enumerate(temps) for b in enumerate(targets)):
@@ -336,7 +375,7 @@ def plot(rows: list, path: str) -> str | None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set(xlabel="node budget N", ylabel="fewer passes than exact (x)", title=f"{tgt}, T = {T}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
@@ -346,21 +385,99 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
-def rows_from_report(text: str) -> list:
-    """The main table of a written report, parsed back (numbers as floats, N as int or str)."""
+def gain_plot(rows: list, stab: dict, path: str) -> str | None:
+    """Gain against stability across targets: x = d = 0 top-1 stability (``stab``: (target, T)
+    -> rate), y = fewer passes than exact at N = 64 (the grid's largest N when it has no 64) for
+    each of ``GAIN_DRAFTERS``; a column per T, all blocks above, answer blocks alone below (PNG;
+    None without matplotlib or without stability numbers)."""
+    budgets = [r.N for r in rows if isinstance(r.N, int)]
+    mpl = pyplot()
+    if not stab or not budgets or mpl is None:
+        return None
+    plt, N, temps = mpl[0], 64 if 64 in budgets else max(budgets), list(dict.fromkeys(T for _, T in stab))
+    fig, axes = plt.subplots(2, len(temps), figsize=(5.5 * len(temps), 7.6), squeeze=False)
+    for j, T in enumerate(temps):
+        targets = [(tgt, x) for (tgt, TT), x in stab.items() if TT == T]
+        gain_panel(axes[0][j], mpl[1], by_key(rows), targets, T, N, "fewer_passes", "all blocks")
+        gain_panel(axes[1][j], mpl[1], by_key(rows), targets, T, N, "answer_fewer_passes", "answer blocks alone")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+    return path
+
+
+def gain_panel(ax, ticker, k: dict, targets: list, T: str, N: int, attr: str, what: str) -> None:
+    """One panel: a line per drafter through its (stability, Row ``attr``) points, one per target."""
+    for name in GAIN_DRAFTERS:
+        pts = sorted((x, getattr(k[(tgt, T, name, N)], attr)) for tgt, x in targets if (tgt, T, name, N) in k)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=4, label=name, ls="--" if name.startswith("oracle") else "-")
+    for tgt, x in targets:
+        ax.axvline(x, color="grey", alpha=0.25, lw=0.8)
+        ax.text(x, 0.02, f" {tgt}", transform=ax.get_xaxis_transform(), rotation=90, va="bottom", fontsize=7)
+    ax.set_xlim(min([0.5] + [x - 0.02 for _, x in targets]), 1.0)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(bottom=1)                               # R >= 1: a round commits at least one decision
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set(xlabel=f"d = 0 top-1 token stability, T = {T}", ylabel=f"fewer passes than exact at N = {N} (x)",
+           title=f"T = {T}, {what}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def pyplot():
+    """(matplotlib.pyplot, matplotlib.ticker) on the Agg backend, or None when not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return None                                   # the report says why there is no plot
+    return plt, matplotlib.ticker
+
+
+def gain_path(plot_path) -> str:
+    """The gain figure's path: beside the report's plot (``results.png`` -> ``results-stability.png``)."""
+    p = Path(plot_path)
+    return str(p.with_name(f"{p.stem}-stability.png"))
+
+
+def parse_table(text: str, header: list) -> list[dict]:
+    """The rows ({column: cell}) of the first table in ``text`` whose header starts with ``header``."""
     cells = lambda line: [x.strip() for x in line.strip().strip("|").split("|")]
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|") and cells(line) == COLUMNS)
-    rows = []
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith("|") and cells(line)[:len(header)] == header), None)
+    if start is None:
+        return []
+    head, out = cells(lines[start]), []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
-        c = cells(line)
-        rows.append(Row(*c[:3], int(c[3]) if c[3].isdigit() else c[3], *map(float, c[4:10]), c[10]))
-    return rows
+        out.append(dict(zip(head, cells(line))))
+    return out
 
 
-def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: float) -> str:
+def rows_from_report(text: str) -> list:
+    """The main table of a written report, parsed back (numbers as floats, N as int or str; a
+    column that an older report lacks, such as the answer-block ones, reads as NaN)."""
+    table_ = parse_table(text, COLUMNS[:4])
+    if not table_:
+        raise ValueError("no benchmark table in the report")
+    num = lambda c: float(c) if c else float("nan")
+    return [Row(c["target"], c["T"], c["drafter"], int(c["N"]) if c["N"].isdigit() else c["N"],
+                *(num(c.get(col, "")) for col in COLUMNS[4:-1]), c.get("bookkeeping", ""))
+            for c in table_]
+
+
+def stability_from_report(text: str) -> dict:
+    """(target, T) -> d = 0 top-1 stability, from a report's stability table ({} without one)."""
+    return {(c["target"], c["T"]): float(c[STABILITY_COLUMNS[3]]) for c in parse_table(text, STABILITY_COLUMNS)}
+
+
+def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: float,
+           stab: list = (), gain_png=None) -> str:
     cmd = " ".join(["python -m spotref.tools.bench"] + getattr(args, "argv", sys.argv[1:]))
     lines = [
         "# Benchmark: SPOT vs the baselines (generated by `spotref bench`)", "",
@@ -383,6 +500,11 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         table(["target", "T", "N", "SPOT fewer passes", "vs calibrated", f">= {GOALS['vs_calibrated']:g}",
                "vs confidence", f">= {GOALS['vs_confidence']:g}", "oracle-order gain",
                f">= {GOALS['oracle_order_gain']:g}"], goal_rows(rows, args)), "",
+        "The same on answer blocks alone (the blocks before the one holding end-of-text; every block "
+        "of a generation that produced none), so that no goal is met on end-of-text fill:", "",
+        table(["target", "T", "N", "SPOT fewer passes, answer blocks", "vs calibrated", f">= {GOALS['vs_calibrated']:g}",
+               "vs confidence", f">= {GOALS['vs_confidence']:g}", "oracle-order gain",
+               f">= {GOALS['oracle_order_gain']:g}"], goal_rows(rows, args, "answer_fewer_passes")), "",
         *headline(rows, setups), "",
         "Ceilings in this run: what a perfect order drafter (the `oracle-order` rows: true next "
         "positions, stale coupled tokens, no drafter cost) reaches. An order drafter can beat "
@@ -394,6 +516,17 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         lines += ["## Transfer (T = 0, N = 16: fewer passes than exact)", "",
                   "Rows: whose drafter; columns: the target it drafts for.", "",
                   table(["drafter of"] + [s.name for s in setups], transfer), ""]
+    if stab:
+        lines += ["## Gain against stability", "",
+                  "Token stability measured in this run on the same prompts, new tokens and seed (exact "
+                  "decoding recorded once more; `spotref.tools.stability`'s rates): the share of next "
+                  "commits whose token is the coupled stale token (d = 0 top-1), or it or the runner-up "
+                  "(top-2), and top-1 without the commits of a stop id. The figure plots each drafter's "
+                  "fewer passes at N = 64 (the grid's largest N if it has no 64) against top-1, a point "
+                  "per target, overall and on answer blocks alone.", "",
+                  table(STABILITY_COLUMNS, stab), "",
+                  f"![gain against stability]({Path(gain_png).name})" if gain_png else
+                  "No gain figure: matplotlib is not installed.", ""]
     lines += [f"![passes vs budget]({Path(plot_path).name})" if plot_path else
               "No plot: matplotlib is not installed (`pip install matplotlib`)."]
     return "\n".join(lines) + "\n"
@@ -450,13 +583,14 @@ def run(args) -> int:
             text = Path(args.out).read_text()
         except OSError as e:
             raise ValueError(f"--out {args.out!r}: cannot read the report: {e.strerror}") from None
-        done = plot(rows_from_report(text), args.plot)
-        print(f"wrote {done}" if done else "no plot: matplotlib is not installed")
+        rows = rows_from_report(text)
+        done = [plot(rows, args.plot), gain_plot(rows, stability_from_report(text), gain_path(args.plot))]
+        print("\n".join(f"wrote {d}" for d in done if d) or "no plot: matplotlib is not installed")
         return 0
     torch.set_num_threads(1)
     t0 = time.time()
     configure(args)
-    makers, setups, rows = setups_for(args), [], []
+    makers, setups, rows, stab = setups_for(args), [], [], []
     outputs(args)                                         # the run directory, once the input is good
     total = len(makers) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
     bar = progress(range(total), "bench")
@@ -465,15 +599,17 @@ def run(args) -> int:
     for i, make in enumerate(makers):
         setups.append(make())
         bench_target(setups[-1], args, rows, bar)
+        stab += [] if args.no_stability else stability_rows(setups[-1], args)
         if i + 1 < len(makers):                           # partial report: a long run can be cut
-            write(args, rows, [], setups, time.time() - t0, partial=True)
+            write(args, rows, [], setups, time.time() - t0, stab, partial=True)
     transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
-    print(write(args, rows, transfer, setups, time.time() - t0))
+    print(write(args, rows, transfer, setups, time.time() - t0, stab))
     return 0
 
 
-def write(args, rows, transfer, setups, seconds: float, partial: bool = False) -> str:
-    text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds)
+def write(args, rows, transfer, setups, seconds: float, stab: list, partial: bool = False) -> str:
+    gain = gain_plot(rows, {(r[0], r[1]): r[3] for r in stab}, gain_path(args.plot))
+    text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds, stab, gain)
     if partial:
         text = text.replace("\n", "\n\n**Partial: the run was still going.**\n", 1)
     atomic_write_text(args.out, text)

@@ -1,5 +1,5 @@
-"""What the tools show people: plain-text tables (markdown pipes, so they paste into docs) and
-progress bars (tqdm when installed)."""
+"""What the tools show people: plain-text tables (markdown pipes, so they paste into docs),
+progress bars (tqdm when installed) and the answer-block pass count every table reports."""
 from __future__ import annotations
 
 
@@ -21,3 +21,14 @@ def table(header: list[str], rows: list[list]) -> str:
     line = lambda r: "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |"
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
                      + [line(r) for r in cells[1:]])
+
+
+def answer_blocks(result) -> tuple[int, int]:
+    """(tokens, passes) of one generation on its answer blocks alone: the blocks before the one
+    holding a stop id (every block when none did), passes counting the prefill. The stop block
+    ends in end-of-text fill, the easiest text there is to draft: reported beside the overall
+    count, this keeps the fill from carrying a headline."""
+    if not result.stats["stopped"]:
+        return len(result.tokens), result.passes
+    blocks = result.stats["blocks"]                     # (new tokens, passes) per decoded block
+    return sum(n for n, _ in blocks[:-1]), result.passes - blocks[-1][1]
