@@ -130,3 +130,20 @@ def test_costmodel_table(capsys):
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out
+
+
+def test_prompts_for_counts_the_prompts_it_leaves_out():
+    """Texts shorter than --prompt-tokens are left out with a warning; the rest are today's prompts."""
+    import warnings
+
+    import spotref
+    from spotref.tools.corpus import heldout_code
+    from spotref.tools.train_drafter import prompts_for
+    t = spotref.load_target("stdlib-b32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # the test split drops nothing
+        test = prompts_for(t, 8, "test", 64)
+    assert test == [t.encode(x)[:64] for x in heldout_code(8, seed=1, split="test")]
+    with pytest.warns(UserWarning, match="stdlib-b32: 10 of 120 train prompts are shorter than 64 tokens"):
+        train = prompts_for(t, 120, "train", 64)
+    assert len(train) == 110 and {len(p) for p in train} == {64}

@@ -162,9 +162,16 @@ def train(model, ds: tj.Trajectories, args, log=print):
 # --- the pipeline -----------------------------------------------------------------------------
 
 def prompts_for(target, n: int, split: str, tokens: int) -> list:
-    """``n`` prompts of ``split`` (``corpus.heldout_code``), each cut to ``tokens`` tokens."""
+    """``n`` prompts of ``split`` (``corpus.heldout_code``), each cut to ``tokens`` tokens. A text
+    shorter than that is left out with a warning that counts them: the shipped drafters were
+    trained on what is left (110 of the 120 training prompts, every test prompt), so the prompts
+    stay those of their numbers."""
     out = [target.encode(t)[:tokens] for t in heldout_code(n, seed=1 if split == "test" else 0, split=split)]
-    return [p for p in out if len(p) == tokens]
+    kept = [p for p in out if len(p) == tokens]
+    if len(kept) < n:
+        warnings.warn(f"{target.name}: {n - len(kept)} of {n} {split} prompts are shorter than {tokens} "
+                      f"tokens and were left out ({len(kept)} used)", stacklevel=2)
+    return kept
 
 
 def recorded(target, args, split: str, T: float) -> tj.Trajectories:
