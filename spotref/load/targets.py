@@ -23,6 +23,7 @@ import torch
 
 from spotref.checkpoint import check_field_types, read_json
 from spotref.load.bpe import tokenizer_from_json
+from spotref.load.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -47,6 +48,20 @@ class Target:
     def encode(self, text: str) -> list[int]:
         """The prompt's token ids; ``ValueError`` if it does not encode."""
         return self.tokenizer.encode(text)
+
+    def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, int | None]]:
+        """``n`` held-out ``(prompt text, answer or None)`` pairs of the target's own domain
+        (its metadata's corpus, ``spotref.load.corpora``), a pure function of ``(n, seed, split)``;
+        no prompt comes from a training document. split: None (the whole held-out set),
+        ``"train"`` or ``"test"`` (two halves that share no document: drafter training vs
+        evaluation). Code targets have no answers (None).
+
+        >>> import spotref
+        >>> prompt, answer = spotref.load_target("stdlib-b32").heldout(1, seed=0)[0]
+        >>> type(prompt).__name__, answer
+        ('str', None)
+        """
+        return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
 
 
 def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:
