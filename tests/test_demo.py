@@ -16,3 +16,21 @@ def test_demo_bad_argument_is_one_clear_line(capsys):
     assert main(["demo", "--model", "random", "--prompts", "1", "--temperature", "-1"]) == 2
     err = capsys.readouterr().err
     assert "spotref demo: error: temperature must be" in err and "Traceback" not in err
+
+
+def test_demo_table_counts_answer_blocks_apart():
+    """The answer columns leave out the block holding end-of-text (and its passes)."""
+    from types import SimpleNamespace as NS
+
+    from spotref.tools import demo
+
+    def result(passes, blocks, stopped):
+        stats = dict(wall_s=1.0, committed=[1] * 4, blocks=blocks, stopped=stopped)
+        return NS(tokens=[0] * sum(n for n, _ in blocks), passes=passes, stats=stats)
+    runs = {"exact": [result(1 + 33 + 33, [(32, 33), (32, 33)], True)],
+            "spot N=8": [result(1 + 9 + 5, [(32, 9), (32, 5)], True)]}
+    rows = demo.summary_rows(runs)
+    assert [dict(zip(demo.COLUMNS, r))["answer tokens"] for r in rows] == [32, 32]
+    spot = dict(zip(demo.COLUMNS, rows[1]))
+    assert spot["fewer passes"] == 67 / 15 and spot["answer fewer passes"] == 34 / 10
+    assert spot["answer passes/token"] == 10 / 32

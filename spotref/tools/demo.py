@@ -3,7 +3,8 @@
 Runs on the default bundled target when one ships (``spotref.list_targets()``), else on a
 random SDAR model (acceptance numbers from random weights say little: they only show the
 machinery). Prints one table: passes, commits per denoise/verify pass, tokens/s and ratios,
-all measured in this one process.
+all measured in this one process, and passes again on answer blocks alone (the blocks before the
+one holding end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no number.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import int_list, nonneg_int, positive_int, seed_int
 from spotref.tools.quality import heldout_prompts
-from spotref.tools.report import progress, table
+from spotref.tools.report import answer_blocks, progress, table
 
 
 def add_arguments(p):
@@ -90,13 +91,16 @@ def demo(args) -> int:
     print(f"\nmodel: {name}; {len(prompts)} prompts x {args.gen_length} new tokens, T = {args.temperature}, "
           f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
           f"every output identical to exact decoding: yes\n")
-    print(table(["decoder", "tokens", "passes", "passes/token", "commits/pass", "tokens/s",
-                 "fewer passes", "speed-up"], summary_rows(runs)))
+    print(table(COLUMNS, summary_rows(runs)))
     return 0
 
 
+COLUMNS = ["decoder", "tokens", "passes", "passes/token", "commits/pass", "tokens/s", "fewer passes",
+           "speed-up", "answer tokens", "answer passes/token", "answer fewer passes"]
+
+
 def summary_rows(runs: dict) -> list[list]:
-    """One row per decoder: totals over its results; ratios against the "exact" row."""
+    """One row per decoder (``COLUMNS``): totals over its results; ratios against the "exact" row."""
     rows = []
     for key, results in runs.items():
         tokens = sum(len(r.tokens) for r in results)
@@ -104,10 +108,12 @@ def summary_rows(runs: dict) -> list[list]:
         secs = sum(r.stats["wall_s"] for r in results)
         commits = sum(sum(r.stats["committed"]) for r in results)
         steps = sum(len(r.stats["committed"]) for r in results)      # denoise/verify passes
+        answer = [answer_blocks(r) for r in results]                  # (tokens, passes) each
         rows.append([key, tokens, passes, passes / max(tokens, 1), commits / max(steps, 1),
-                     tokens / max(secs, 1e-9)])
+                     tokens / max(secs, 1e-9), sum(t for t, _ in answer), sum(p for _, p in answer)])
     base = rows[0]
-    return [r + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9)] for r in rows]
+    return [r[:6] + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9), r[6], r[7] / max(r[6], 1),
+                     base[7] / max(r[7], 1)] for r in rows]
 
 
 run = demo          # the `spotref demo` entry point
