@@ -1,18 +1,26 @@
 """The block-diffusion training objective, the corpus, and a tiny end-to-end training run."""
 import argparse
+import json
 
 import numpy as np
 import pytest
 import torch
 
+from spotref.load.bpe import BPETokenizer
+from spotref.load.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
+from spotref.tools import gsm
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train import (
+    TRAIN_CORPORA,
     add_arguments,
     batch_at,
     bd3_logits,
     bd3_mask,
+    export_run,
     noise_blocks,
+    snapshot_due,
+    token_stream,
     train,
 )
 
@@ -128,3 +136,170 @@ def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     b = torch.load(tmp_path / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
     assert resumed["step"] == 20
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
+
+
+# --- corpora, padding, digits, snapshots (issue 11) -------------------------------------------
+
+class Chars:
+    """A tokenizer of single characters (EOS 0, MASK 1), enough for token_stream."""
+    eos_id, mask_id = 0, 1
+
+    def encode(self, text):
+        return [2 + ord(c) % 50 for c in text]
+
+
+def test_pad_eot_puts_every_document_at_a_block_start():
+    docs = ["abc", "abcdefg", "abcdefgh", "x" * 20]
+    plain, padded = token_stream(docs, Chars()), token_stream(docs, Chars(), block=8)
+    assert len(plain) == sum(len(d) + 1 for d in docs)                    # one EOS each, as before
+    assert len(padded) % 8 == 0 and len(padded) == 8 + 8 + 16 + 24
+    starts, pos = [], 0
+    for d in docs:
+        starts.append(pos)
+        n = len(d)
+        assert list(padded[pos:pos + n]) == Chars().encode(d)
+        end = pos + n + 1 + (-(n + 1)) % 8
+        assert (padded[pos + n:end] == 0).all() and end - pos - n >= 1  # end-of-text to the block end
+        pos = end
+    assert all(s % 8 == 0 for s in starts)
+
+
+def test_aligned_batches_start_at_block_boundaries():
+    stream = np.arange(4000, dtype=np.uint16)                               # stream[i] = i
+    assert torch.equal(batch_at(stream, 3, 0, 4, 16, 8, 4001)[1], batch_at(stream, 3, 0, 4, 16, 8, 4001, 1)[1])
+    starts = np.concatenate([batch_at(stream, step, 0, 4, 32, 8, 4001, align=16)[1][:, 0].numpy()
+                             for step in range(20)])
+    assert (starts % 16 == 0).all() and starts.max() <= 4000 - 32 and len(set(starts)) > 40
+
+
+def test_split_digits_writes_numbers_digit_by_digit():
+    texts = ["Mia has 1234 apples and 56 pears, 1234 + 56 = 1290."] * 50
+    tok = BPETokenizer.train(texts, 300, split_digits=True)
+    assert tok.split_digits and not BPETokenizer.train(texts, 300).split_digits
+    ids = tok.encode("x 90817 = 42")
+    digits = [tok.decode([i]) for i in ids if tok.decode([i]).strip().isdigit()]
+    assert digits == list("9081742")
+    assert tok.decode(ids) == "x 90817 = 42"
+    assert BPETokenizer.from_json(tok.to_json()).split_digits
+
+
+def test_snapshots_are_due_every_interval_of_training_time():
+    assert not snapshot_due({"train_s": 59.0}, 1) and snapshot_due({"train_s": 60.0}, 1)
+    assert not snapshot_due({"train_s": 100.0, "snapshot_s": 61.0}, 1)
+    assert snapshot_due({"train_s": 121.0, "snapshot_s": 61.0}, 1)
+
+
+GSM_RUN = ("--corpus", "gsm", "--corpus-seed", "5", "--corpus-size", "200", "--corpus-level", "1",
+           "--pad-eot", "--split-digits", "--mix-blocks", "4,8", "--keep-snapshots", "0.00001")
+
+
+@pytest.fixture(scope="module")
+def gsm_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gsm")
+    state = train(args_for(tmp, "--steps", "6", *GSM_RUN, "--export", str(tmp / "targets")))
+    return tmp, state
+
+
+def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
+    from spotref.load.targets import load_target
+    tmp, _ = gsm_run
+    target = load_target("tiny", directory=tmp / "targets")
+    corpus, tok = target.meta["corpus"], target.meta["tokenizer"]
+    assert corpus["name"] == "gsm" and corpus["seed"] == 5 and corpus["version"] == gsm.VERSION
+    assert corpus["options"] == {"size": 200, "level": 1} and corpus["difficulty"] == vars(gsm.LEVELS[1])
+    assert tok["split_digits"] is True and target.meta["training"]["pad_eot"] is True
+    # the corpus is reproducible from the metadata alone
+    rebuilt = open_corpus(corpus, TRAIN_CORPORA)
+    assert rebuilt.documents("train") == gsm.documents(200, 5, gsm.LEVELS[1])
+    assert rebuilt.heldout(3, 0) == gsm.heldout(3, 0, gsm.LEVELS[1])
+    assert [target.tokenizer.decode([i]) for i in target.tokenizer.encode("307")] == ["3", "0", "7"]
+
+
+def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
+    from spotref.load.targets import load_target
+    tmp, state = gsm_run
+    kept = sorted((tmp / "runs" / "tiny" / "snapshots").glob("step-*.pt"))
+    assert kept and [s["file"] for s in state["snapshots"]] == [f"snapshots/{p.name}" for p in kept]
+    first = torch.load(kept[0], weights_only=False)
+    assert set(first) == {"model", "state"} and first["state"]["step"] == state["snapshots"][0]["step"]
+    export_run(tmp / "runs" / "tiny", tmp_path, "early", block_size=4, checkpoint=kept[0])
+    early = load_target("early", directory=tmp_path)
+    assert early.meta["training"]["steps"] == first["state"]["step"] and early.model.block_size == 4
+    assert early.meta["corpus"]["name"] == "gsm"
+
+
+def test_a_resumed_run_keeps_its_data_options(gsm_run):
+    tmp, _ = gsm_run
+    changed = [("--corpus-seed", "6"), ("--corpus-size", "201")]
+    for option, value in changed:
+        extra = list(GSM_RUN)
+        extra[extra.index(option) + 1] = value
+        with pytest.raises(ValueError, match=option if option == "--corpus-seed" else "corpus options"):
+            train(args_for(tmp, "--steps", "7", *extra))
+    no_pad = [a for a in GSM_RUN if a != "--pad-eot"]
+    with pytest.raises(ValueError, match="--pad-eot"):
+        train(args_for(tmp, "--steps", "7", *no_pad))
+
+
+@pytest.mark.parametrize("fmt", ["lines", "jsonl"])
+def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
+    from spotref.load.targets import load_target
+    texts = [f"<|im_start|>user\nadd {i} and {i + 1}<|im_end|>\n<|im_start|>assistant\n{2 * i + 1}" for i in range(600)]
+    path = tmp_path / f"docs.{fmt}"
+    path.write_text("\n".join(t.replace("\n", " ") if fmt == "lines" else json.dumps({"text": t}) for t in texts))
+    args = args_for(tmp_path, "--steps", "3", "--corpus", str(path), "--export", str(tmp_path / "targets"))
+    train(args)
+    target = load_target("tiny", directory=tmp_path / "targets")
+    assert target.meta["corpus"]["name"] == "file" and target.meta["corpus"]["format"] == fmt
+    prompts = target.heldout(4, seed=1)
+    assert prompts == target.heldout(4, seed=1) and all(a is None for _, a in prompts)
+    corpus = open_corpus(target.meta["corpus"])
+    assert all(any(d.startswith(p) for d in corpus.documents("heldout")) for p, _ in prompts)
+    assert not any(d.startswith(p) for p, _ in prompts for d in corpus.documents("train"))
+    if fmt == "jsonl":                                       # a chat document: up to the assistant header
+        assert all(p.endswith("<|im_start|>assistant\n") for p, _ in prompts)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--corpus", "nonesuch"], "--corpus: must be stdlib, gsm or a text file"),
+    (["--corpus-level", "9"], "--corpus-level: invalid choice"),
+    (["--keep-snapshots", "0"], "--keep-snapshots: must be a finite number"),
+    (["--corpus-seed", "-1"], "--corpus-seed: must be a seed"),
+])
+def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--name", "x", *argv])
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--corpus-seed", "3"], "--corpus-seed applies to --corpus gsm only"),
+    (["--corpus", "gsm", "--no-english"], "--no-english applies to --corpus stdlib only"),
+    (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
+])
+def test_misplaced_options_are_value_errors_naming_them(tmp_path, extra, message):
+    args = args_for(tmp_path, "--steps", "1", *extra)
+    with pytest.raises(ValueError, match=message):
+        train(args)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "holds no document"),
+    ('{"text": "a"}\n{"txt": "b"}\n', "line 2: want an object"),
+    ('{"text": "a"}\nnot json\n', "line 2: not JSON"),
+    ("only one short line\n", "want at least one of each"),
+])
+def test_bad_corpus_files_are_named(tmp_path, content, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"--corpus .*{message}"):
+        train(args_for(tmp_path, "--steps", "1", "--corpus", str(path)))
+
+
+def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
+    from spotref.tools.cli import main
+    code = main(["train-target", "--name", "t", "--runs", str(tmp_path), "--corpus-size", "10"])
+    assert code == 2
+    assert "spotref train-target: error: --corpus-size applies to --corpus gsm only" in capsys.readouterr().err

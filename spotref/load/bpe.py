@@ -7,6 +7,9 @@ never produced by ``encode``).
 * ``ByteTokenizer``: ids 0..255 are the UTF-8 bytes, 256 is EOS, 257 is MASK.
 * ``BPETokenizer``: a byte-level BPE trained with the ``tokenizers`` library (GPT-2 style
   pre-tokenizer, so runs of indentation become single tokens); ids 0 and 1 are EOS and MASK.
+  With ``split_digits`` every digit is its own pre-token, so numbers are written digit by
+  digit (``1234`` -> ``1 2 3 4``): a small model can then learn arithmetic digit-wise, where the
+  default merges digit runs into arbitrary chunks.
   Why BPE: a byte model spends most of its predictions on whitespace (31% of the corpus's
   characters) and collapsed into runs of spaces at T = 0; see docs/targets.md for the numbers.
 
@@ -44,6 +47,7 @@ class ByteTokenizer:
 
     kind = "bytes"
     vocab_size, eos_id, mask_id = 258, 256, 257
+    split_digits = True                     # a digit is one byte, so one token
 
     def encode(self, text: str) -> list[int]:
         return list(_utf8(text))
@@ -85,11 +89,14 @@ class BPETokenizer:
         assert tok.token_to_id(EOS_TEXT) == 0 and tok.token_to_id(MASK_TEXT) == 1, "EOS/MASK ids"
 
     @classmethod
-    def train(cls, texts, vocab_size: int) -> "BPETokenizer":
-        """Train on an iterable of str (deterministic for a given input)."""
+    def train(cls, texts, vocab_size: int, split_digits: bool = False) -> "BPETokenizer":
+        """Train on an iterable of str (deterministic for a given input); ``split_digits``:
+        every digit its own token."""
         tk = _tokenizers()
         tok = tk.Tokenizer(tk.models.BPE())
-        tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
+            [tk.pre_tokenizers.Digits(individual_digits=True), byte_level]) if split_digits else byte_level
         tok.decoder = tk.decoders.ByteLevel()
         trainer = tk.trainers.BpeTrainer(
             vocab_size=vocab_size, special_tokens=[EOS_TEXT, MASK_TEXT], show_progress=False,
@@ -103,6 +110,13 @@ class BPETokenizer:
 
     def to_json(self) -> str:
         return self.tok.to_str()
+
+    @property
+    def split_digits(self) -> bool:
+        """Whether the pre-tokenizer writes every digit as its own token."""
+        pre = json.loads(self.tok.to_str()).get("pre_tokenizer") or {}
+        return any(p.get("type") == "Digits" and p.get("individual_digits")
+                   for p in pre.get("pretokenizers", [pre]))
 
     def encode(self, text: str) -> list[int]:
         _utf8(text)

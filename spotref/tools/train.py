@@ -23,6 +23,16 @@ Usage (background, resumable; checkpoints in ``runs/NAME/``)::
 A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes first; the same
 command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
 (``NAME.safetensors``, ``NAME.json``, ``NAME.tokenizer.json``) for ``spotref.load_target``.
+
+Data (``spotref.load.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
+text, the default), ``gsm`` (grade-school math word problems from ``spotref.tools.gsm``, drawn
+with ``--corpus-seed`` at ``--corpus-level``, ``--corpus-size`` of them) or a text file of
+documents. The exported metadata records the corpus (name, seed, options), so
+``Target.heldout`` draws held-out prompts of the same domain. ``--pad-eot`` packs documents as
+SDAR's chat data: each followed by end-of-text up to the end of its block, every window
+starting at a block boundary. ``--split-digits`` trains the BPE with every digit its own token.
+``--keep-snapshots MIN`` keeps the weights every MIN minutes of training under
+``runs/NAME/snapshots/`` (``export_run(..., checkpoint=)`` exports one), for a learning curve.
 """
 from __future__ import annotations
 
@@ -33,6 +43,7 @@ import math
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +51,17 @@ import torch
 import torch.nn.functional as F
 
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
+from spotref.load.corpora import (
+    CORPORA,
+    FileCorpus,
+    GsmCorpus,
+    StdlibCorpus,
+    open_corpus,
+)
 from spotref.load.files import atomic_path, atomic_save, atomic_write_text
 from spotref.load.targets import TARGETS_DIR
 from spotref.models import SDARConfig, SDARModel, rope
+from spotref.tools import gsm
 from spotref.tools.argtypes import (
     guarded,
     int_list,
@@ -53,7 +72,10 @@ from spotref.tools.argtypes import (
     positive_real,
     seed_int,
 )
-from spotref.tools.corpus import build_corpus
+
+# Every corpus a run can be trained on, by metadata name (gsm's generator is a tool).
+TRAIN_CORPORA = {**CORPORA, "gsm": partial(GsmCorpus.from_record, generator=gsm)}
+GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 
 # --- the objective ------------------------------------------------------------------------
 
@@ -123,20 +145,28 @@ def bd3_loss(logits, x, masked, B: int, weighting: str = "tokens"):
 
 # --- data ---------------------------------------------------------------------------------
 
-def token_stream(docs, tokenizer) -> np.ndarray:
-    """Documents -> one uint16 stream, each document followed by EOS."""
-    ids = tokenizer.encode_batch([d.text for d in docs]) if hasattr(tokenizer, "encode_batch") \
-        else [tokenizer.encode(d.text) for d in docs]
+def token_stream(texts, tokenizer, block: int = 1) -> np.ndarray:
+    """Documents (str) -> one uint16 stream, each document followed by EOS. ``block`` > 1
+    (``--pad-eot``): the EOS run goes on to the end of the document's last block, so every
+    document starts at a multiple of ``block``, as SDAR pads its chat data."""
+    texts = list(texts)
+    ids = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") \
+        else [tokenizer.encode(t) for t in texts]
     out = []
     for seq in ids:
-        out += seq + [tokenizer.eos_id]
+        out += seq + [tokenizer.eos_id] * (1 + (-len(seq) - 1) % block)
     return np.asarray(out, dtype=np.uint16)
 
 
-def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, mask_id: int):
-    """The training batch of ``step``: a pure function of (seed, step), so resuming is exact."""
+def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, mask_id: int,
+             align: int = 1):
+    """The training batch of ``step``: a pure function of (seed, step), so resuming is exact.
+    ``align`` > 1: windows start at multiples of ``align`` (the blocks of a padded stream)."""
     rng = np.random.default_rng([seed, step, B])
-    starts = rng.integers(0, len(stream) - L, size=N)
+    if align == 1:
+        starts = rng.integers(0, len(stream) - L, size=N)
+    else:
+        starts = rng.integers(0, (len(stream) - L) // align + 1, size=N) * align
     x = np.stack([stream[s:s + L] for s in starts]).astype(np.int64)     # (N, L)
     x_t, masked = noise_blocks(x, B, mask_id, rng)
     return torch.from_numpy(x_t), torch.from_numpy(x), torch.from_numpy(masked)
@@ -148,7 +178,8 @@ def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> 
     ``batches`` x ``N`` windows of ``--seq-len`` tokens, whatever ``--batch``."""
     mask, total, count = bd3_mask(args.seq_len, args.block_size), 0.0, 0
     for i in range(batches):
-        x_t, x, masked = batch_at(stream, i, 12345, N, args.seq_len, args.block_size, mask_id)
+        x_t, x, masked = batch_at(stream, i, 12345, N, args.seq_len, args.block_size, mask_id,
+                                  stream_align(args))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             logits = bd3_logits(model, x_t, x, mask)
         total += float(bd3_loss(logits, x, masked, args.block_size)) * int(masked.sum())
@@ -164,6 +195,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="runs", help="directory of run checkpoints")
     p.add_argument("--tokenizer", default="bpe2048",
                    help="'bytes', 'bpeN' (train an N-token BPE on the train split) or a tokenizer JSON")
+    p.add_argument("--split-digits", action="store_true",
+                   help="train the BPE (--tokenizer bpeN) with every digit its own token")
+    p.add_argument("--corpus", type=corpus_arg, default="stdlib",
+                   help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
+                        "spotref.tools.gsm) or the path of a text file of documents (one per line, or "
+                        "JSON lines with a \"text\" field)")
+    p.add_argument("--corpus-seed", type=seed_int, default=None, help="gsm: the seed of the problems (default 0)")
+    p.add_argument("--corpus-size", type=positive_int, default=None,
+                   help="gsm: how many training problems (default 40000)")
+    p.add_argument("--corpus-level", type=int, choices=sorted(gsm.LEVELS), default=None,
+                   help="gsm: the difficulty level (default 3; spotref.tools.gsm.LEVELS)")
+    p.add_argument("--pad-eot", action="store_true",
+                   help="follow every document with end-of-text up to the end of its block and start "
+                        "windows at block boundaries (SDAR's chat data)")
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
     p.add_argument("--mix-blocks", type=int_list(1), default=None,
                    help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
@@ -191,6 +236,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)")
     p.add_argument("--eval-every", type=positive_int, default=250, help="held-out loss every this many steps")
     p.add_argument("--ckpt-every", type=positive_int, default=250, help="checkpoint every this many steps")
+    p.add_argument("--keep-snapshots", type=positive_real, default=None, metavar="MIN",
+                   help="keep the weights every MIN minutes of training in runs/NAME/snapshots/")
     p.add_argument("--corpus-limit", type=positive_int, default=None,
                    help="use only the first N train documents (tests)")
     p.add_argument("--no-english", dest="english", action="store_false", help="leave out the pydoc topics")
@@ -202,21 +249,74 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
-def make_tokenizer(spec: str, train_docs, run_dir: Path):
+def corpus_arg(text: str) -> str:
+    """``--corpus``: a registered corpus name or an existing file."""
+    if text in ("stdlib", "gsm") or Path(text).is_file():
+        return text
+    raise argparse.ArgumentTypeError(f"must be stdlib, gsm or a text file of documents, got {text!r}")
+
+
+def make_corpus(args):
+    """The run's corpus (``--corpus`` and its options); ``ValueError`` naming an option that
+    does not apply to it."""
+    given = {k: getattr(args, k, None) for k in GSM_DEFAULTS if getattr(args, k, None) is not None}
+    if args.corpus != "gsm" and given:
+        raise ValueError(f"--{next(iter(given)).replace('_', '-')} applies to --corpus gsm only")
+    if args.corpus != "stdlib" and not args.english:
+        raise ValueError("--no-english applies to --corpus stdlib only")
+    if args.corpus == "stdlib":
+        return StdlibCorpus(english=args.english)
+    if args.corpus == "gsm":
+        o = {**GSM_DEFAULTS, **given}
+        return GsmCorpus(gsm, o["corpus_seed"], o["corpus_size"], o["corpus_level"])
+    return FileCorpus(args.corpus)
+
+
+def data_options(record: dict, args: dict) -> dict:
+    """What a resumed run must keep, by what sets it: the corpus (name, seed, options, a file's
+    SHA-256), the end-of-text padding and the digit splitting. A record without a name (runs
+    from before the field) is stdlib's, with the run's --no-english."""
+    file_digest = record.get("sha256") if record.get("name") == "file" else None
+    return {"--corpus": record.get("name", "stdlib"), "--corpus-seed": record.get("seed"),
+            "the corpus options": record.get("options", {"english": args.get("english", True)}),
+            "--corpus (the file's SHA-256)": file_digest, "--pad-eot": args.get("pad_eot", False),
+            "--split-digits": args.get("split_digits", False)}
+
+
+def check_resume(state: dict, corpus_record: dict, args) -> None:
+    """``ValueError`` naming the option when a resumed run would change its data."""
+    old, new = data_options(state["corpus"], state["args"]), data_options(corpus_record, vars(args))
+    for name in old:
+        if old[name] != new[name]:
+            raise ValueError(f"{name}: the run {args.name} was trained with {old[name]!r}, not {new[name]!r}; "
+                             f"resume with the same data options or train under a new --name")
+
+
+def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = False):
     """The run's tokenizer; a trained BPE is saved in the run so that a resume reuses it."""
     saved = run_dir / "tokenizer.json"
+    is_bpe = spec.startswith("bpe") and spec[3:].isdigit()
+    if split_digits and not is_bpe:
+        raise ValueError(f"--split-digits trains the BPE: it needs --tokenizer bpeN, got {spec!r} "
+                         f"(bytes already write digits singly; a tokenizer file keeps its own rules)")
     if saved.exists():
         return tokenizer_from_json(saved.read_text())
     if spec == "bytes":
         tok = ByteTokenizer()
-    elif spec.startswith("bpe") and spec[3:].isdigit():
-        tok = BPETokenizer.train((d.text for d in train_docs), int(spec[3:]))
+    elif is_bpe:
+        tok = BPETokenizer.train(train_texts, int(spec[3:]), split_digits)
     elif Path(spec).is_file():
         tok = tokenizer_from_json(Path(spec).read_text())
     else:
         raise ValueError(f"--tokenizer must be 'bytes', 'bpeN' or a tokenizer JSON file, got {spec!r}")
     atomic_write_text(saved, tok.to_json())
     return tok
+
+
+def stream_align(args) -> int:
+    """Where windows may start: anywhere (1), or with ``--pad-eot`` at multiples of every
+    block size trained on (their least common multiple)."""
+    return math.lcm(*block_sizes(args), args.block_size) if getattr(args, "pad_eot", False) else 1
 
 
 def block_sizes(args) -> list[int]:
@@ -257,29 +357,32 @@ def train(args) -> dict:
     """Train (or resume) the run ``args.name``; returns its final state dict."""
     torch.set_num_threads(args.threads)
     run_dir = Path(args.runs, args.name)
+    corpus = make_corpus(args)
+    record = corpus.record()
+    ckpt_path = run_dir / "ckpt.pt"
+    ck = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    if ck is not None:
+        check_resume(ck["state"], record, args)
     run_dir.mkdir(parents=True, exist_ok=True)
-    corpus = build_corpus(english=args.english)
-    train_docs = corpus.train[: args.corpus_limit] if args.corpus_limit else corpus.train
-    tok = make_tokenizer(args.tokenizer, train_docs, run_dir)
-    stream, held = token_stream(train_docs, tok), token_stream(corpus.heldout, tok)
+    train_docs = corpus.documents("train")[: args.corpus_limit]
+    tok = make_tokenizer(args.tokenizer, train_docs, run_dir, args.split_digits)
+    stream, held = streams(corpus, train_docs, tok, args)
     cfg = make_config(args, tok)
     torch.manual_seed(args.seed)
     model = SDARModel(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=args.weight_decay)
-    ckpt_path = run_dir / "ckpt.pt"
     state = {"step": 0, "train_s": 0.0, "history": []}
-    if args.init and not ckpt_path.exists():
+    if args.init and ck is None:
         model.load_state_dict(torch.load(args.init, weights_only=False)["model"])
         print(f"initialised from {args.init}", file=sys.stderr)
-    if ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+    if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
         print(f"resumed {ckpt_path} at step {state['step']}", file=sys.stderr)
     command = shlex.join(sys.argv)                                      # as invoked (module or CLI)
-    state.update(corpus=corpus.describe(), corpus_limit=args.corpus_limit, config=cfg.to_dict(),
+    state.update(corpus=record, corpus_limit=args.corpus_limit, config=cfg.to_dict(),
                  args=vars(args), train_tokens=len(stream), heldout_tokens=len(held),
                  commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
     _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
@@ -288,8 +391,20 @@ def train(args) -> dict:
     return state
 
 
+def streams(corpus, train_docs, tok, args) -> tuple[np.ndarray, np.ndarray]:
+    """The training and held-out token streams; ``ValueError`` if either is shorter than a window."""
+    block = stream_align(args)
+    stream = token_stream(train_docs, tok, block)
+    held = token_stream(corpus.documents("heldout"), tok, block)
+    for what, s in (("training", stream), ("held-out", held)):
+        if len(s) <= args.seq_len:
+            raise ValueError(f"--corpus {args.corpus}: the {what} documents make {len(s)} tokens, "
+                             f"fewer than a window (--seq-len {args.seq_len}) needs")
+    return stream, held
+
+
 def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
-    sizes = block_sizes(args)
+    sizes, align = block_sizes(args), stream_align(args)
     masks = {B: bd3_mask(args.seq_len, B) for B in sizes}                  # (2L, 2L) each
     bar = _progress(args, state["step"])
     t0, start_s = time.perf_counter(), state["train_s"]
@@ -301,7 +416,7 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         B = sizes[step % len(sizes)]
-        x_t, x, masked = batch_at(stream, step, args.seed, args.batch, args.seq_len, B, mask_id)
+        x_t, x, masked = batch_at(stream, step, args.seed, args.batch, args.seq_len, B, mask_id, align)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             loss = bd3_loss(bd3_logits(model, x_t, x, masks[B]), x, masked, B, args.weighting)
         opt.zero_grad(set_to_none=True)
@@ -314,11 +429,30 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         last = state["step"] == args.steps
         if state["step"] % args.eval_every == 0 or last:
             _evaluate(model, held, args, state, mask_id, bar)
+        if args.keep_snapshots and snapshot_due(state, args.keep_snapshots):
+            keep_snapshot(model, state, ckpt_path.parent)
         if state["step"] % args.ckpt_every == 0:
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
     if state["step"] % args.ckpt_every:                      # the end, unless just saved above
         save_checkpoint(ckpt_path, {"model": model.state_dict(), "opt": opt.state_dict(), "state": state})
     bar.close()
+
+
+def snapshot_due(state: dict, minutes: float) -> bool:
+    """Whether training time has crossed a multiple of ``minutes`` since the last snapshot."""
+    period = minutes * 60
+    return state["train_s"] // period > state.get("snapshot_s", 0.0) // period
+
+
+def keep_snapshot(model, state: dict, run_dir: Path) -> Path:
+    """``snapshots/step-NNNNNNN.pt`` in the run: the weights and the state (no optimizer),
+    written atomically; ``export_run(..., checkpoint=)`` exports it."""
+    path = run_dir / "snapshots" / f"step-{state['step']:07d}.pt"
+    state["snapshot_s"] = state["train_s"]
+    state["snapshots"] = state.get("snapshots", []) + [
+        {"step": state["step"], "train_s": round(state["train_s"], 1), "file": f"snapshots/{path.name}"}]
+    atomic_save({"model": model.state_dict(), "state": state}, path)
+    return path
 
 
 def _evaluate(model, held, args, state, mask_id, bar):
@@ -363,12 +497,13 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
         "weights": {"file": weights.name, "dtype": "float16", "bytes": weights.stat().st_size,
                     "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
         "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
-                      "eos_id": tok.eos_id, "mask_id": tok.mask_id},
+                      "eos_id": tok.eos_id, "mask_id": tok.mask_id, "split_digits": tok.split_digits},
         "corpus": state["corpus"],
         "training": {"commands": state.get("commands", []), "steps": state["step"],
                      "train_minutes": round(state["train_s"] / 60, 1),
                      "train_tokens": state["train_tokens"], "torch": torch.__version__,
                      "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
+                     "pad_eot": bool(state["args"].get("pad_eot", False)),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
@@ -378,12 +513,14 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     return weights
 
 
-def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None) -> Path:
-    """Export a run's last checkpoint without training further, at ``block_size`` (default:
-    the run's ``--block-size``; a ``--mix-blocks`` run may be exported at any of its sizes).
-    The held-out loss is measured afresh at the exported block size."""
-    ck = torch.load(Path(run_dir) / "ckpt.pt", weights_only=False)
-    state, args = ck["state"], argparse.Namespace(**ck["state"]["args"])
+def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None,
+               checkpoint: Path | None = None) -> Path:
+    """Export a run's last checkpoint (or ``checkpoint``, e.g. one of its snapshots) without
+    training further, at ``block_size`` (default: the run's ``--block-size``; a ``--mix-blocks``
+    run may be exported at any of its sizes). The held-out loss is measured afresh at the
+    exported block size, on the run's own corpus."""
+    ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
+    state, args = ck["state"], run_args(ck["state"]["args"])
     args.block_size = block_size or args.block_size
     if args.block_size not in block_sizes(args):
         raise ValueError(f"the run was trained on block sizes {block_sizes(args)}, not {args.block_size}")
@@ -392,11 +529,19 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     model.load_state_dict(ck["model"])
     model.eval()
     tok = tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
-    held = token_stream(build_corpus(english=args.english).heldout, tok)
+    corpus = open_corpus(state["corpus"], TRAIN_CORPORA) if "name" in state["corpus"] else make_corpus(args)
+    held = token_stream(corpus.documents("heldout"), tok, stream_align(args))
     loss = round(heldout_loss(model, held, args, tok.mask_id), 4)
     state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
                                                        "heldout_loss": loss, "block_size": args.block_size}]}
     return export(model, tok, state, Path(out_dir), name)
+
+
+def run_args(saved: dict) -> argparse.Namespace:
+    """A run's saved arguments, with the defaults of options added since it was trained."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return argparse.Namespace(**{**vars(p.parse_args(["--name", saved.get("name", "run")])), **saved})
 
 
 def main(argv=None) -> int:
