@@ -147,3 +147,14 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
     with pytest.warns(UserWarning, match="stdlib-b32: 10 of 120 train prompts are shorter than 64 tokens"):
         train = prompts_for(t, 120, "train", 64)
     assert len(train) == 110 and {len(p) for p in train} == {64}
+
+
+def test_prompts_for_takes_questions_and_chat_prompts_whole():
+    from spotref.load.corpora import ASSISTANT
+    from spotref.tools.train_drafter import prompts_for
+    chat = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" + ASSISTANT
+    pairs = [("Tom has 3 apples and buys 4 more. How many?", 7), (chat, None), ("x" * 10, None), ("y" * 3, None)]
+    t = NS(name="t", heldout=lambda n, seed, split: pairs[:n], encode=lambda s: [ord(c) for c in s])
+    with pytest.warns(UserWarning, match="t: 1 of 4 test prompts are shorter than 5 tokens"):
+        got = prompts_for(t, 4, "test", 5)
+    assert got == [t.encode(pairs[0][0]), t.encode(chat), t.encode("x" * 5)]

@@ -114,7 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of drafters (default: all of {','.join(DRAFTERS)})")
     p.add_argument("--prompts", type=positive_int, default=None,
                    help="held-out prompts per target (default 8; with --quick 2)")
-    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64,
+                   help="tokens per prompt: a text to continue (code) is cut to this; "
+                        "a question or chat prompt is taken whole")
     p.add_argument("--new-tokens", type=positive_int, default=None,
                    help="new tokens per prompt (default 128; with --quick 24)")
     p.add_argument("--depth", type=nonneg_int, default=32, help="depth cap D (with --quick at most 4)")

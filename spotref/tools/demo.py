@@ -18,7 +18,6 @@ from spotref.load.drafters import find_checkpoint, resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import int_list, nonneg_int, positive_int, seed_int
-from spotref.tools.quality import heldout_prompts
 from spotref.tools.report import answer_blocks, progress, table
 
 
@@ -52,8 +51,9 @@ def random_setup(n_prompts: int, seed: int):
 
 
 def target_setup(name: str, n_prompts: int):
+    """A bundled target and its own held-out prompts (``Target.heldout``, seed 0), taken whole."""
     target = load_target(name)
-    return name, target.model, [target.encode(t) for t in heldout_prompts(n_prompts)], target.stop_ids
+    return name, target.model, [target.encode(t) for t, _ in target.heldout(n_prompts, seed=0)], target.stop_ids
 
 
 def setup(args):

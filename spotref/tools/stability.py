@@ -116,7 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", help="targets (default: all in --targets-dir)")
     p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
     p.add_argument("--test-prompts", type=positive_int, default=10, help="held-out prompts per target")
-    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64,
+                   help="tokens per prompt: a text to continue (code) is cut to this; "
+                        "a question or chat prompt is taken whole")
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")

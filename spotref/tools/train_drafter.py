@@ -30,6 +30,7 @@ import torch
 from spotref.drafters import order
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
+from spotref.load.corpora import ASSISTANT
 from spotref.load.drafters import (
     ORDER_DIR,
     load_order_model,
@@ -46,7 +47,6 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
-from spotref.tools.corpus import heldout_code
 from spotref.tools.report import progress
 
 
@@ -55,7 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
     p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
-    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="tokens per prompt")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64,
+                   help="tokens per prompt: a text to continue (code) is cut to this; "
+                        "a question or chat prompt is taken whole")
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens recorded per prompt")
     p.add_argument("--steps", type=positive_int, default=1500, help="training steps")
     p.add_argument("--batch", type=positive_int, default=64, help="examples per step")
@@ -162,16 +164,24 @@ def train(model, ds: tj.Trajectories, args, log=print):
 # --- the pipeline -----------------------------------------------------------------------------
 
 def prompts_for(target, n: int, split: str, tokens: int) -> list:
-    """``n`` prompts of ``split`` (``corpus.heldout_code``), each cut to ``tokens`` tokens. A text
-    shorter than that is left out with a warning that counts them: the shipped drafters were
-    trained on what is left (110 of the 120 training prompts, every test prompt), so the prompts
-    stay those of their numbers."""
-    out = [target.encode(t)[:tokens] for t in heldout_code(n, seed=1 if split == "test" else 0, split=split)]
-    kept = [p for p in out if len(p) == tokens]
-    if len(kept) < n:
-        warnings.warn(f"{target.name}: {n - len(kept)} of {n} {split} prompts are shorter than {tokens} "
-                      f"tokens and were left out ({len(kept)} used)", stacklevel=2)
-    return kept
+    """``n`` held-out prompts of ``split`` (``target.heldout``, seed 1 for ``"test"``, 0 for
+    ``"train"``), as token ids. A question (it has an answer) or a chat turn (it ends with the
+    assistant header) is taken whole; any other text is a text to continue, cut to ``tokens``
+    tokens, and one shorter than that is left out with a warning that counts them (the shipped
+    drafters were trained on what is left: 110 of the 120 training prompts, every test prompt)."""
+    out, short = [], 0
+    for text, answer in target.heldout(n, seed=1 if split == "test" else 0, split=split):
+        ids = target.encode(text)
+        if answer is not None or text.endswith(ASSISTANT):
+            out.append(ids)
+        elif len(ids) >= tokens:
+            out.append(ids[:tokens])
+        else:
+            short += 1
+    if short:
+        warnings.warn(f"{target.name}: {short} of {n} {split} prompts are shorter than {tokens} "
+                      f"tokens and were left out ({len(out)} used)", stacklevel=2)
+    return out
 
 
 def recorded(target, args, split: str, T: float) -> tj.Trajectories:

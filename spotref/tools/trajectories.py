@@ -9,7 +9,8 @@ its block. Everything is stacked into a ``Trajectories`` (numpy arrays, one row 
 ``Trajectories.row(i)`` reads like ``drafters.inputs.ViewInputs`` so drafters can be evaluated offline
 (``accepted``): acceptance by state equality needs only the true commits.
 
-Prompts: ``corpus.heldout_code`` of the ``train`` or ``test`` split.
+Prompts: the target's held-out prompts (``Target.heldout``) of the ``train`` or ``test`` split
+(``train_drafter.prompts_for``).
 """
 from __future__ import annotations
 
