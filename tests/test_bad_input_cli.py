@@ -1,4 +1,4 @@
-"""Bad command lines, run in-process (``spotref.cli.main``).
+"""Bad command lines, run in-process (``spotref.tools.cli.main``).
 
 A bad option value is an argparse error: ``SystemExit(2)`` and a usage message that names the
 option. A bad input found later is one line ``spotref CMD: error: ...`` and status 2. Ctrl-C is

@@ -55,7 +55,7 @@ def test_unknown_target_lists_the_known_ones():
 def copy_of_default(tmp_path):
     meta = load_target(DEFAULT_TARGET).meta
     for f in (f"{DEFAULT_TARGET}.json", meta["weights"]["file"], meta["tokenizer"]["file"]):
-        shutil.copy(spotref.targets.TARGETS_DIR / f, tmp_path / f)
+        shutil.copy(spotref.load.targets.TARGETS_DIR / f, tmp_path / f)
     return tmp_path, tmp_path / meta["weights"]["file"]
 
 
