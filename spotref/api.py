@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 import spotref
-from spotref.decode import Result, Stats, decode, exact_block, spot_block
+from spotref.decode import Block, Result, Stats, decode, fill_block
 from spotref.drafters.budget import resolve_budget
-from spotref.load.drafters import resolve_drafter
+from spotref.load.drafters import MODEL_DRAFTERS, resolve_drafter
 from spotref.load.targets import load_target
 from spotref.rules import CONFIDENCES, DecisionRule
 
@@ -51,21 +51,97 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     ``ValueError`` naming it.
     """
     model = resolve_model(model)
-    V, B = model.config.vocab_size, model.block_size
-    prompt = check_prompt(prompt_ids, V, model.mask_id)
+    prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
-    rule = decision_rule(V, B, model.mask_id, temperature, seed, threshold, top_k, top_p, confidence)
-    if budget != "auto":
-        check_int("budget", budget, 1)
-    check_int("depth", depth, 0)
-    stops = check_stop_ids(stop_ids, V)
+    stops = check_stop_ids(stop_ids, model.config.vocab_size)
     if not isinstance(fused_store, (bool, np.bool_)):
         raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
-    fill = block_filler(rule, model, drafter, resolve_core(core), budget, int(depth))
+    spec = Speculator.for_model(model, temperature=temperature, seed=seed, threshold=threshold,
+                                top_k=top_k, top_p=top_p, drafter=drafter, budget=budget,
+                                depth=depth, confidence=confidence, core=core)
     stats, t = Stats(), time.perf_counter()
-    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store))
+    tokens = decode(model, prompt, int(max_new_tokens), stops, partial(fill_block, spec.block),
+                    stats, bool(fused_store))
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
+
+
+class Speculator:
+    """The SPOT round without the model (SPEC section 7, the step API): for decoders that own
+    their model, cache and batching. ``block(index, state)`` gives a ``spotref.decode.Block``:
+
+        spec = Speculator(vocab_size=V, block_size=B, mask_id=M, drafter="confidence")
+        blk = spec.block(index, state)          # state: int64 (B,), MASK where uncommitted
+        while not blk.done:
+            rows = blk.propose()                # int64 (R, B): run them through your model
+            blk.accept(logits)                  # float (R, B, V) for those rows, same order
+
+    Arguments as ``spotref.generate``'s, each checked here. ``drafter=None`` is exact decoding
+    (one row per pass). A model's own drafters (``"spot"``, ``"calibrated"``) and
+    ``budget="auto"`` need the model: ``Speculator.for_model(model, ...)``.
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, mask_id: int, temperature: float = 0.0,
+                 seed: int = 0, threshold: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, drafter="confidence", budget=16, depth: int = 8,
+                 confidence: str = "filtered", core=None, model=None):
+        check_int("vocab_size", vocab_size, 1)
+        check_int("block_size", block_size, 1)
+        check_int("mask_id", mask_id, 0, vocab_size - 1)
+        self.rule = decision_rule(int(vocab_size), int(block_size), int(mask_id), temperature, seed,
+                                  threshold, top_k, top_p, confidence)
+        if budget != "auto":
+            check_int("budget", budget, 1)
+        self.depth = check_int("depth", depth, 0)
+        self.core = resolve_core(core)
+        self.drafter = None if drafter is None else speculator_drafter(drafter, model)
+        self.budget = self.resolve_budget(budget, model)
+
+    def resolve_budget(self, budget, model) -> int:
+        """An int budget as given; ``"auto"``: the cost model's N for the model on this machine."""
+        if budget != "auto":
+            return int(budget)
+        if self.drafter is None:
+            return 1
+        if model is None:
+            raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
+        return auto_budget(model, self.drafter, self.depth, self.rule.temperature)
+
+    @classmethod
+    def for_model(cls, model, **kwargs) -> "Speculator":
+        """A speculator for ``model`` (an SDARModel, a bundled Target or a target name)."""
+        model = resolve_model(model)
+        return cls(model.config.vocab_size, model.block_size, model.mask_id, model=model, **kwargs)
+
+    def block(self, index: int, state, stats: Stats | None = None) -> Block:
+        """A ``Block`` for block ``index`` (absolute, from position 0) starting at ``state``."""
+        check_int("index", index, 0)
+        return Block(self.rule, self.drafter, self.core, self.budget, self.depth, int(index),
+                     check_state(state, self.rule), stats)
+
+
+def speculator_drafter(drafter, model):
+    """The resolved drafter; a model's own drafter asked for without the model is named."""
+    if model is None and isinstance(drafter, str) and drafter in MODEL_DRAFTERS:
+        raise ValueError(f"drafter {drafter!r} is the target's own trained drafter: use "
+                         f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)")
+    return resolve_drafter(drafter, model)
+
+
+def check_state(state, rule: DecisionRule) -> np.ndarray:
+    """A block state: B ints, each a vocabulary token or MASK -> int64 (B,) (a copy)."""
+    if isinstance(state, torch.Tensor):
+        state = state.detach().cpu().numpy()
+    arr = np.asarray(state)
+    if arr.shape != (rule.block_size,) or arr.dtype.kind not in "iu":
+        raise ValueError(f"state must be {rule.block_size} integer token ids (int64 [B], MASK "
+                         f"{rule.mask_id} where uncommitted), got shape {arr.shape} of {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= rule.vocab_size)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"state[{j}] = {arr[j]} is outside the vocabulary [0, {rule.vocab_size})")
+    return arr
 
 
 def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, top_k, top_p,
@@ -83,15 +159,6 @@ def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, to
         raise ValueError(f"confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
     return DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
                         None if threshold is None else float(threshold), confidence)
-
-
-def block_filler(rule, model, drafter, core, budget, depth: int):
-    """How a block is filled: exact decoding, or SPOT rounds with the resolved drafter and budget."""
-    if drafter is None:
-        return partial(exact_block, rule)
-    drafter = resolve_drafter(drafter, model)
-    budget = auto_budget(model, drafter, depth, rule.temperature) if budget == "auto" else int(budget)
-    return partial(spot_block, rule, drafter, core, budget, depth)
 
 
 def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:

@@ -3,13 +3,13 @@
 Both run the same outer loop (``decode``): prefill the complete prompt blocks, then per block
 start from MASK (a prompt tail that ends mid-block stays fixed), fill it, and store it in the
 cache with one more pass (B + 1 forwards per block under the one-position rule, as SDAR's
-generate.py, JetEngine, lmdeploy and sglang count them). They differ in how a block is filled:
-
-* ``exact_block``: one denoise pass per decision, the decision applied at once;
-* ``spot_block``: rounds of draft -> one batched verify forward over the tree's distinct
-  states -> accept by state equality, plus the bonus decision at the deepest accepted state.
-  Every accepted transition is the target's own decision at that state with that state's noise,
-  so the committed tokens are those of ``exact_block`` whatever the drafter proposes.
+generate.py, JetEngine, lmdeploy and sglang count them). A block is filled by a ``Block``, the
+step API (SPEC section 7): ``propose`` the block states to run through the model, ``accept``
+their logits, until ``done``. Each round is draft -> build -> (the caller's) verify forward ->
+walk by state equality, plus the bonus decision at the deepest accepted state. Every accepted
+transition is the target's own decision at that state with that state's noise, so the committed
+tokens are those of exact decoding whatever the drafter proposes; exact decoding is the same
+``Block`` with no drafter (the root alone: one state, one decision per pass).
 """
 from __future__ import annotations
 
@@ -97,33 +97,91 @@ class BoundTarget:
             self._pass(self.model.store, self.cache, torch.from_numpy(block))
 
 
-def exact_block(rule: DecisionRule, target: BoundTarget, block: int, state: np.ndarray):
-    """Fill one block with one denoise pass per decision (the reference loop)."""
-    step = 0
-    while (state == rule.mask_id).any():
-        logits = target.denoise(state[None])[0]
-        d = rule.decide(logits, state, block, step)                 # logits: (B, V)
-        target.stats.record(block, step, [d], 1)
-        state, step = apply(state, d), step + 1
-    return state
+class Block:
+    """One block decoded round by round: ``propose`` the states to verify, ``accept`` their logits.
+
+    The block owns the decision rule, the noise, the drafter, the tree, the walk and the stale
+    logits; the caller owns the model, its cache and batching (SPEC section 7). ``state`` (B,)
+    holds MASK where uncommitted (a prompt tail stays fixed). ``drafter=None``: exact decoding.
+    Out-of-turn calls (``propose`` twice, ``accept`` before ``propose``) raise ``RuntimeError``;
+    bad logits raise ``ValueError``: neither can corrupt the block.
+    """
+
+    def __init__(self, rule: DecisionRule, drafter, core, budget: int, depth: int, index: int,
+                 state: np.ndarray, stats: Stats | None = None):
+        self.rule, self.drafter, self.core = rule, drafter, core
+        self.budget, self.depth, self.index = budget, depth, index
+        self.state, self.step, self.stale, self.passes = np.array(state, dtype=np.int64), 0, None, 0
+        self.stats = stats if stats is not None else Stats()
+        self.decisions = []                  # the target's decisions in this block, in order
+        self._drafter_rule = rule.copy()     # the drafter's own: nothing it does reaches a decision
+        self._tree = None                    # the proposed tree, until its logits are accepted
+
+    @property
+    def done(self) -> bool:
+        return not (self.state == self.rule.mask_id).any()
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """(B,) the block's current state (every position committed once ``done``)."""
+        return self.state.copy()
+
+    def propose(self) -> np.ndarray:
+        """(R, B) int64: the distinct block states to verify in one forward (row 0: the current)."""
+        if self._tree is not None:
+            raise RuntimeError("propose() called twice: accept() the logits of the rows it returned first")
+        if self.done:
+            raise RuntimeError(f"block {self.index} is done: nothing to propose")
+        with self.stats.timed("draft_s"):                                     # 1. draft
+            view = None if self.stale is None or self.drafter is None else View.of(
+                self.state, self.step, self.index, self.stale, self._drafter_rule, self.budget, self.depth)
+            draft = propose(self.drafter, view)
+        with self.stats.timed("book_s"):                                      # 2. build
+            max_set = 1 if self.rule.threshold is None else len(self.state)
+            self._tree = self.core.build_tree(self.state, self.step, draft.parents, draft.commits,
+                                              self.rule.mask_id, self.rule.vocab_size, max_set,
+                                              self.budget, self.depth)
+        return self._tree.states.copy()
+
+    def accept(self, logits) -> None:
+        """logits (R, B, V), float, torch or numpy: the model's output for ``propose()``'s rows."""
+        if self._tree is None:
+            raise RuntimeError("accept() without propose(): propose() the rows, run them, then accept")
+        tree = self._tree
+        logits = checked_logits(logits, (len(tree), len(self.state), self.rule.vocab_size))
+        self._tree = None
+        with self.stats.timed("book_s"):                                      # 4. walk
+            self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
+                                                              self.index, self.stats)
+        self.decisions += taken
+        self.passes += 1
 
 
-def spot_block(rule, drafter, core, budget, depth, target, block, state):
-    """Fill one block with SPOT rounds (SPEC section 3): draft, build, verify, walk."""
-    stats, step, stale = target.stats, 0, None
-    drafter_rule = rule.copy()       # the drafter's own: nothing it does to it reaches a decision
-    max_set = 1 if rule.threshold is None else len(state)
-    while (state == rule.mask_id).any():
-        with stats.timed("draft_s"):                                          # 1. draft
-            view = None if stale is None else View.of(state, step, block, stale, drafter_rule, budget, depth)
-            draft = propose(drafter, view)
-        with stats.timed("book_s"):                                           # 2. build
-            tree = core.build_tree(state, step, draft.parents, draft.commits, rule.mask_id,
-                                   rule.vocab_size, max_set, budget, depth)
-        logits = target.denoise(tree.states)                                  # 3. verify: (U, B, V)
-        with stats.timed("book_s"):                                           # 4. walk
-            state, step, stale = accept(rule, core, tree, logits, block, stats)
-    return state
+def checked_logits(logits, shape: tuple) -> torch.Tensor:
+    """The caller's logits as a float tensor of ``shape`` (R, B, V); ``ValueError`` otherwise."""
+    if isinstance(logits, np.ndarray):
+        if logits.dtype.kind != "f":
+            raise ValueError(f"logits must be floating point, got numpy {logits.dtype}")
+        logits = torch.from_numpy(logits)
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"logits must be a torch tensor or a numpy array, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    if tuple(logits.shape) != shape:
+        raise ValueError(f"logits of shape {tuple(logits.shape)}, want {shape} (R proposed rows, B, V)")
+    if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
+        raise ValueError("logits hold NaN or +inf")
+    if bool(torch.isneginf(logits).all(-1).any()):
+        raise ValueError("logits: a position has no finite logit (all -inf)")
+    return logits
+
+
+def fill_block(new_block, target: BoundTarget, index: int, state: np.ndarray) -> np.ndarray:
+    """Fill one block through the step API: propose, one forward, accept, until done."""
+    block = new_block(index, state, target.stats)
+    while not block.done:
+        block.accept(target.denoise(block.propose()))                        # 3. verify: (R, B, V)
+    return block.state
 
 
 def propose(drafter, view) -> Draft:
@@ -139,8 +197,8 @@ def propose(drafter, view) -> Draft:
 def accept(rule, core, tree, logits, block: int, stats: Stats):
     """Walk the verified tree by state equality; the bonus decision at the deepest accepted state.
 
-    logits: (U, B, V), one row per tree state. Returns the new state, its step and the stale
-    logits for the next round (those of the deepest accepted state)."""
+    logits: (U, B, V), one row per tree state. Returns the new state, its step, the stale logits
+    for the next round (those of the deepest accepted state) and the decisions taken."""
     decided = {}
 
     def decide(row):
@@ -148,9 +206,9 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
         return decided[row]
 
     path, bonus = core.walk(tree, decide)
-    last = path[-1]
-    stats.record(block, int(tree.steps[0]), [decided[r] for r in path if decided[r]], len(tree))
-    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float()
+    last, taken = path[-1], [decided[r] for r in path if decided[r]]
+    stats.record(block, int(tree.steps[0]), taken, len(tree))
+    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float(), taken
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,

@@ -127,6 +127,7 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
     return _DRAFTERS[key]
 
 
+MODEL_DRAFTERS = ("calibrated", "spot")   # the target's own: they need the model to be found
 DRAFTERS = {                     # the one registry of drafter names (generate, the CLI, the tools)
     "confidence": lambda model: ConfidenceDrafter(),
     "confidence-chain": lambda model: ConfidenceDrafter(chain=True),
