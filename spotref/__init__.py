@@ -14,7 +14,7 @@ import os
 
 from spotref import core as _pure_core
 
-_LAZY = {"generate": "spotref.api", "Result": "spotref.decode", "Draft": "spotref.draft",
+_LAZY = {"generate": "spotref.api", "Speculator": "spotref.api", "Result": "spotref.decode", "Draft": "spotref.draft",
          "View": "spotref.draft", "ConfidenceDrafter": "spotref.drafters.confidence", "load_drafter": "spotref.load.drafters",
          "list_targets": "spotref.load.targets", "load_target": "spotref.load.targets"}
 
@@ -58,5 +58,5 @@ def core_module(name: str | None = None):
     raise ValueError(f"core must be 'py' or 'c', got {name!r}")
 
 
-__all__ = ["generate", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module",
+__all__ = ["generate", "Speculator", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module",
            "list_targets", "load_target", "load_drafter"]

@@ -48,7 +48,7 @@ NOT_RUN_MARK = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # the file from 0 (the test id shows them: README.md#1).
 SUBS = {
     ("README.md", 1): [("path/to/SDAR-8B-Chat", "<tiny_sdar>")],         # the 16 GB weights
-    ("README.md", 2): [("max_examples=500", "max_examples=2")],          # minutes -> seconds
+    ("README.md", 3): [("max_examples=500", "max_examples=2")],          # minutes -> seconds
     ("docs/checkpoints.md", 0): [("/models/SDAR-8B-Chat", "<tiny_sdar_tok>"),
                                  ('device="cuda"', 'device="cpu"'),
                                  ("max_new_tokens=256", "max_new_tokens=8")],
