@@ -23,6 +23,9 @@ from spotref.tools.report import answer_blocks, progress, table
 
 def add_arguments(p):
     p.add_argument("--prompts", type=positive_int, default=4, help="number of held-out prompts (>= 1)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch threads (default 1: the bundled targets are small, and on a shared "
+                        "machine more threads than free cores can slow every pass a hundredfold)")
     p.add_argument("--gen-length", type=positive_int, default=64, help="new tokens per prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--budgets", type=int_list(1), default=[16],
@@ -70,6 +73,7 @@ def best_drafter(model) -> str:
 
 
 def demo(args) -> int:
+    torch.set_num_threads(args.threads)
     name, model, prompts, stops = setup(args)
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
