@@ -1,11 +1,11 @@
-"""The procedural grade-school math corpus (spotref.tools.gsm)."""
+"""The procedural grade-school math corpus (spotref.load.gsm)."""
 import re
 from collections import Counter
 
 import pytest
 
 from spotref.load.tokenizer import chat_format
-from spotref.tools import gsm
+from spotref.load import gsm
 
 
 def test_same_seed_same_problems_and_prefix_stable():

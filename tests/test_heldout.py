@@ -4,10 +4,10 @@ import json
 import pytest
 
 import spotref
+from spotref.load import gsm
 from spotref.load.corpora import GsmCorpus, StdlibCorpus, open_corpus
 from spotref.load.stdlib_corpus import build_corpus
 from spotref.load.targets import Target
-from spotref.tools import gsm
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -129,11 +129,14 @@ def test_a_changed_corpus_file_is_refused(tmp_path):
         target_with(record).heldout(1, 0)
 
 
-def test_a_gsm_target_needs_the_generator_in_load():
-    """spotref.load cannot import the generator (a tool): a clear error, not an upward import."""
-    record = GsmCorpus(gsm, seed=0, size=10).record()
-    with pytest.raises(ValueError, match="'gsm'.*spotref.tools.gsm"):
-        target_with(record).heldout(1, 0)
+def test_a_gsm_target_gives_held_out_problems_with_answers():
+    record = GsmCorpus(gsm, seed=0, size=10, level=1).record()
+    target = target_with(record)
+    pairs = target.heldout(5, 3)
+    assert pairs == target.heldout(5, 3) and pairs != target.heldout(5, 4)
+    assert all(p.endswith("<|im_start|>assistant\n") and isinstance(a, int) for p, a in pairs)
+    train = set(GsmCorpus(gsm, seed=0, size=10, level=1).documents("train"))
+    assert not any(p in doc for p, _ in pairs for doc in train)
 
 
 @pytest.mark.parametrize("kwargs, word", [

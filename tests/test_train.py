@@ -9,10 +9,10 @@ import torch
 from spotref.load.bpe import BPETokenizer
 from spotref.load.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
-from spotref.tools import gsm
+from spotref.load import gsm
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train import (
-    TRAIN_CORPORA,
+    CORPORA,
     add_arguments,
     batch_at,
     bd3_logits,
@@ -209,7 +209,7 @@ def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
     assert corpus["options"] == {"size": 200, "level": 1} and corpus["difficulty"] == vars(gsm.LEVELS[1])
     assert tok["split_digits"] is True and target.meta["training"]["pad_eot"] is True
     # the corpus is reproducible from the metadata alone
-    rebuilt = open_corpus(corpus, TRAIN_CORPORA)
+    rebuilt = open_corpus(corpus, CORPORA)
     assert rebuilt.documents("train") == gsm.documents(200, 5, gsm.LEVELS[1])
     assert rebuilt.heldout(3, 0) == gsm.heldout(3, 0, gsm.LEVELS[1])
     assert [target.tokenizer.decode([i]) for i in target.tokenizer.encode("307")] == ["3", "0", "7"]

@@ -15,19 +15,20 @@ A corpus gives
 
 The corpora ``spotref.load`` can build (``CORPORA``): ``stdlib`` (Python's own text,
 ``spotref.load.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
-text file of documents, one per line, or JSON lines with a ``"text"`` field). ``GsmCorpus``
-adapts the grade-school math generator; the training tool hands it the generator
-(``spotref.tools.gsm``), which ``spotref.load`` cannot import (tools sit above it).
+text file of documents, one per line, or JSON lines with a ``"text"`` field). and ``gsm`` (grade-school math word problems from the
+seeded generator ``spotref.load.gsm``, adapted by ``GsmCorpus``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from spotref.load import gsm
 from spotref.load.stdlib_corpus import build_corpus, heldout_code, is_heldout
 
 SPLITS = (None, "train", "test")
@@ -170,7 +171,7 @@ def prompt_of(document: str) -> str:
 # --- grade-school math (the generator is handed in) --------------------------------------------
 
 class GsmCorpus:
-    """GSM8K-style word problems from a generator with the interface of ``spotref.tools.gsm``
+    """GSM8K-style word problems from a generator with the interface of ``spotref.load.gsm``
     (``documents``, ``problems``, ``iter_problems``, ``heldout``, ``describe``, ``Difficulty``,
     ``LEVELS``, ``VERSION``). ``size`` training problems drawn with ``seed`` at difficulty
     ``level``; held-out prompts are chat-formatted questions with their integer answers, drawn
@@ -217,7 +218,8 @@ class GsmCorpus:
 
 # --- the registry ------------------------------------------------------------------------------
 
-CORPORA = {"stdlib": StdlibCorpus.from_record, "file": FileCorpus.from_record}
+CORPORA = {"stdlib": StdlibCorpus.from_record, "file": FileCorpus.from_record,
+           "gsm": partial(GsmCorpus.from_record, generator=gsm)}
 
 
 def open_corpus(record: dict | None, corpora: dict = CORPORA):
@@ -226,7 +228,5 @@ def open_corpus(record: dict | None, corpora: dict = CORPORA):
     record = record or {}
     name = record.get("name", "stdlib")
     if name not in corpora:
-        why = (": its generator is a tool (spotref.tools.gsm), which spotref.load does not import; "
-               "spotref.tools.gsm.heldout(n, seed) gives its held-out prompts") if name == "gsm" else ""
-        raise ValueError(f"the corpus {name!r} cannot be built here (known: {', '.join(sorted(corpora))}){why}")
+        raise ValueError(f"the corpus {name!r} cannot be built here (known: {', '.join(sorted(corpora))})")
     return corpora[name](record)

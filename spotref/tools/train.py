@@ -25,7 +25,7 @@ command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the 
 (``NAME.safetensors``, ``NAME.json``, ``NAME.tokenizer.json``) for ``spotref.load_target``.
 
 Data (``spotref.load.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
-text, the default), ``gsm`` (grade-school math word problems from ``spotref.tools.gsm``, drawn
+text, the default), ``gsm`` (grade-school math word problems from ``spotref.load.gsm``, drawn
 with ``--corpus-seed`` at ``--corpus-level``, ``--corpus-size`` of them) or a text file of
 documents. The exported metadata records the corpus (name, seed, options), so
 ``Target.heldout`` draws held-out prompts of the same domain. ``--pad-eot`` packs documents as
@@ -43,13 +43,13 @@ import math
 import shlex
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spotref.load import gsm
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.load.corpora import (
     CORPORA,
@@ -61,7 +61,6 @@ from spotref.load.corpora import (
 from spotref.load.files import atomic_path, atomic_save, atomic_write_text
 from spotref.load.targets import TARGETS_DIR
 from spotref.models import SDARConfig, SDARModel, rope
-from spotref.tools import gsm
 from spotref.tools.argtypes import (
     guarded,
     int_list,
@@ -73,8 +72,6 @@ from spotref.tools.argtypes import (
     seed_int,
 )
 
-# Every corpus a run can be trained on, by metadata name (gsm's generator is a tool).
-TRAIN_CORPORA = {**CORPORA, "gsm": partial(GsmCorpus.from_record, generator=gsm)}
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 
 # --- the objective ------------------------------------------------------------------------
@@ -199,13 +196,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train the BPE (--tokenizer bpeN) with every digit its own token")
     p.add_argument("--corpus", type=corpus_arg, default="stdlib",
                    help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
-                        "spotref.tools.gsm) or the path of a text file of documents (one per line, or "
+                        "spotref.load.gsm) or the path of a text file of documents (one per line, or "
                         "JSON lines with a \"text\" field)")
     p.add_argument("--corpus-seed", type=seed_int, default=None, help="gsm: the seed of the problems (default 0)")
     p.add_argument("--corpus-size", type=positive_int, default=None,
                    help="gsm: how many training problems (default 40000)")
     p.add_argument("--corpus-level", type=int, choices=sorted(gsm.LEVELS), default=None,
-                   help="gsm: the difficulty level (default 3; spotref.tools.gsm.LEVELS)")
+                   help="gsm: the difficulty level (default 3; spotref.load.gsm.LEVELS)")
     p.add_argument("--pad-eot", action="store_true",
                    help="follow every document with end-of-text up to the end of its block and start "
                         "windows at block boundaries (SDAR's chat data)")
@@ -529,7 +526,7 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     model.load_state_dict(ck["model"])
     model.eval()
     tok = tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
-    corpus = open_corpus(state["corpus"], TRAIN_CORPORA) if "name" in state["corpus"] else make_corpus(args)
+    corpus = open_corpus(state["corpus"], CORPORA) if "name" in state["corpus"] else make_corpus(args)
     held = token_stream(corpus.documents("heldout"), tok, stream_align(args))
     loss = round(heldout_loss(model, held, args, tok.mask_id), 4)
     state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),

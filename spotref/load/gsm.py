@@ -23,7 +23,7 @@ result) is a parameter, so a curriculum can start easy and widen; ``LEVELS`` hol
 
 Stdlib + numpy only.
 
-    python -m spotref.tools.gsm [--n 5] [--seed 0] [--level 3] [--heldout]
+    python -m spotref.load.gsm [--n 5] [--seed 0] [--level 3] [--heldout]
 """
 from __future__ import annotations
 
@@ -795,13 +795,13 @@ def documents(n: int, seed: int = 0, difficulty: Difficulty = LEVELS[3]) -> list
 
 def describe(difficulty: Difficulty, seed: int) -> dict:
     """What to record in a target's metadata to regenerate its corpus."""
-    return {"generator": "spotref.tools.gsm", "version": VERSION, "seed": seed,
+    return {"generator": "spotref.load.gsm", "version": VERSION, "seed": seed,
             "difficulty": asdict(difficulty), "heldout_frac": HELDOUT_FRAC,
             "templates": [t[0] for t in TEMPLATES]}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spotref.tools.gsm", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m spotref.load.gsm", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", type=int, default=3, choices=sorted(LEVELS))
