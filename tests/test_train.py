@@ -17,8 +17,13 @@ from spotref.tools.train import (
     batch_at,
     bd3_logits,
     bd3_mask,
+    encode_row,
     export_run,
+    fresh_problem,
     noise_blocks,
+    parse_curriculum,
+    row_level,
+    rows_batch,
     snapshot_due,
     token_stream,
     train,
@@ -303,3 +308,122 @@ def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
     code = main(["train-target", "--name", "t", "--runs", str(tmp_path), "--corpus-size", "10"])
     assert code == 2
     assert "spotref train-target: error: --corpus-size applies to --corpus gsm only" in capsys.readouterr().err
+
+
+# --- the gsm recipe: rows per document, answer-only masks, fresh problems, curriculum -----------
+
+def test_level_0_is_easier_than_level_1_and_the_others_are_unchanged():
+    assert gsm.LEVELS[0] == gsm.Difficulty(1, 1, max_operand=12, max_factor=5, max_result=60)
+    assert gsm.LEVELS[1] == gsm.Difficulty(1, 2, max_operand=20, max_factor=6, max_result=100)
+    assert gsm.LEVELS[3] == gsm.Difficulty(1, 4, max_operand=100, max_factor=12, max_result=1000)
+    for p in gsm.problems(200, seed=3, difficulty=gsm.LEVELS[0]):
+        (a, _, b, c, right), = gsm.equations(p.solution)                 # one step, right
+        assert right and c == p.answer <= 60 and min(a, b) <= 12
+
+
+def test_a_row_is_one_document_at_position_0_padded_to_its_block_end():
+    tok = Chars()
+    doc = gsm.chat_document("q1", "a = 2")
+    ids, start, end = encode_row(doc, tok, 8, False, 256)
+    n = len(doc)
+    assert ids[:n] == tok.encode(doc) and start == 0 and end == n + 1
+    assert len(ids) % 8 == 0 and set(ids[n:]) == {tok.eos_id} and len(ids) - n <= 8
+    ids2, start2, end2 = encode_row(doc, tok, 8, True, 256)                # answer-only: same ids, masks later
+    assert ids2 == ids and start2 == doc.index("assistant\n") + len("assistant\n") and end2 == end
+    assert encode_row(doc, tok, 8, False, 16)[0] == ids[:16]               # cut at --seq-len
+
+
+def test_answer_only_masks_k_of_the_n_answer_positions_and_weights_the_padding():
+    tok = Chars()
+    rows = [encode_row(gsm.chat_document("q" * i, "a" * (3 * i)), tok, 8, True, 256) for i in range(1, 5)]
+    for seed in range(20):
+        x_t, x, masked, w = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
+        for i, (ids, start, end) in enumerate(rows):
+            assert not masked[i, :start].any() and not masked[i, len(ids):].any()
+            for b in range(0, len(ids), 8):
+                n = max(0, min(b + 8, len(ids)) - max(b, start))
+                k = int(masked[i, b:b + 8].sum())
+                assert (1 <= k <= n) if n else k == 0
+            m = masked[i].numpy()
+            assert np.allclose(w[i].numpy()[m], np.where(np.arange(x.shape[1]) >= end, 0.3, 1.0)[m])
+        assert (w[~masked] == 0).all() and (x_t[masked] == tok.mask_id).all() and (x_t[~masked] == x[~masked]).all()
+
+
+def test_fresh_problems_are_a_function_of_seed_and_step_and_never_held_out():
+    d = gsm.LEVELS[1]
+    a = [fresh_problem(0, step, j, d) for step in range(3) for j in range(8)]
+    assert a == [fresh_problem(0, step, j, d) for step in range(3) for j in range(8)]
+    assert len({p.question for p in a}) > 20 and not any(gsm.is_heldout(p.question) for p in a)
+    assert fresh_problem(1, 0, 0, d) != a[0]
+
+
+def test_the_curriculum_moves_up_by_step_and_mixes_in_lower_levels():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--name", "x", "--curriculum", "0@0,1@40,2@120"])
+    assert parse_curriculum(args.curriculum) == [(0, 0), (40, 1), (120, 2)]
+    assert {row_level(args, s, j) for s in range(40) for j in range(8)} == {0}
+    late = [row_level(args, s, j) for s in range(120, 220) for j in range(8)]
+    assert set(late) == {0, 1, 2} and 0.3 < np.mean(np.array(late) < 2) < 0.5        # 40% lower levels
+    assert [row_level(args, 130, j) for j in range(8)] == [row_level(args, 130, j) for j in range(8)]
+
+
+RECIPE = ("--corpus", "gsm", "--corpus-size", "100", "--corpus-level", "1", "--split-digits",
+          "--mix-blocks", "4,8", "--rows-per-doc", "--answer-only", "--eot-weight", "0.3",
+          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000")
+
+
+def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
+    from spotref.load.targets import load_target
+    straight = train(args_for(tmp_path / "a", "--steps", "4", "--seq-len", "256", *RECIPE,
+                              "--export", str(tmp_path / "targets")))
+    train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", "--until", "2", *RECIPE))
+    resumed = train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", *RECIPE))
+    a = torch.load(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    assert straight["step"] == resumed["step"] == 4 and all(torch.equal(a[k], b[k]) for k in a)
+    target = load_target("tiny", directory=tmp_path / "targets")
+    recipe = target.meta["training"]["recipe"]
+    assert recipe["rows_per_doc"] and recipe["answer_only"] and recipe["eot_weight"] == 0.3
+    assert recipe["fresh_problems"] and recipe["curriculum"] == [[0, 0], [2, 1]]
+    assert recipe["curriculum_lower"] == 0.4 and recipe["levels"]["0"] == vars(gsm.LEVELS[0])
+    assert target.model.config.rope_theta == 10000 and recipe["rope_theta"] == 10000
+    assert np.isfinite(target.meta["heldout_loss"])
+    with pytest.raises(ValueError, match="--eot-weight"):
+        train(args_for(tmp_path / "b", "--steps", "5", "--seq-len", "256",
+                       *[v if v != "0.3" else "0.5" for v in RECIPE]))
+
+
+def test_rows_per_doc_trains_on_a_fixed_corpus_too(tmp_path):
+    state = train(args_for(tmp_path, "--steps", "2", "--rows-per-doc", "--eval-every", "2"))
+    assert state["step"] == 2 and np.isfinite(state["history"][-1]["heldout_loss"])
+
+
+def test_the_default_recipe_is_empty(tiny_run):
+    from spotref.load.targets import load_target
+    target = load_target("tiny", directory=tiny_run[0] / "targets")
+    recipe = target.meta["training"]["recipe"]
+    assert not recipe["rows_per_doc"] and not recipe["fresh_problems"] and recipe["curriculum"] is None
+    assert target.model.config.rope_theta == 1_000_000.0
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--answer-only"], "--answer-only applies to --rows-per-doc only"),
+    (["--eot-weight", "0.3"], "--eot-weight applies to --rows-per-doc only"),
+    (["--rows-per-doc", "--fresh-problems"], "--fresh-problems applies to --corpus gsm only"),
+    (["--rows-per-doc", "--corpus", "gsm", "--curriculum", "0@0"], "--curriculum draws its problems afresh"),
+    (["--curriculum-lower", "0.5"], "--curriculum-lower applies to --curriculum only"),
+    (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
+])
+def test_misplaced_recipe_options_are_value_errors_naming_them(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        train(args_for(tmp_path, "--steps", "1", *extra))
+
+
+@pytest.mark.parametrize("value", ["0@0,1", "0@5", "0@0,9@3", "0@0,1@0", "x"])
+def test_bad_curricula_are_argparse_errors(value, capsys):
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--name", "x", "--curriculum", value])
+    assert "--curriculum: must" in capsys.readouterr().err

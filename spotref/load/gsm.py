@@ -60,6 +60,7 @@ class Difficulty:
 
 
 LEVELS = {
+    0: Difficulty(1, 1, max_operand=12, max_factor=5, max_result=60),     # easier than 1: a curriculum's start
     1: Difficulty(1, 2, max_operand=20, max_factor=6, max_result=100),
     2: Difficulty(1, 3, max_operand=50, max_factor=9, max_result=300),
     3: Difficulty(1, 4, max_operand=100, max_factor=12, max_result=1000),

@@ -33,6 +33,18 @@ SDAR's chat data: each followed by end-of-text up to the end of its block, every
 starting at a block boundary. ``--split-digits`` trains the BPE with every digit its own token.
 ``--keep-snapshots MIN`` keeps the weights every MIN minutes of training under
 ``runs/NAME/snapshots/`` (``export_run(..., checkpoint=)`` exports one), for a learning curve.
+
+The gsm recipe (options, all off by default; the exported metadata records them under
+``training.recipe``): ``--rows-per-doc`` makes every training row one document at position 0,
+end-of-text padded to the end of its block (cut at ``--seq-len``), as decoding sees a prompt;
+``--answer-only`` masks only what follows the assistant header ``<|im_start|>assistant\\n`` of a
+chat document (k ~ U{1..n} of the n such positions of each block; a document without the header
+is all answer), the end-of-text padding weighted ``--eot-weight`` in the loss;
+``--fresh-problems`` (``--corpus gsm``) draws each step's problems afresh from
+(``--corpus-seed``, step), never a held-out one, instead of from ``--corpus-size`` fixed ones;
+``--curriculum LEVEL@STEP,...`` (e.g. ``0@0,1@4000,2@12000``) sets the level of those problems
+by step, a share ``--curriculum-lower`` of the rows from the schedule's lower levels once it has
+moved on. The held-out loss then uses rows of held-out documents, masked the same way.
 """
 from __future__ import annotations
 
@@ -43,6 +55,7 @@ import math
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +82,12 @@ from spotref.tools.argtypes import (
     plain,
     positive_int,
     positive_real,
+    real_range,
     seed_int,
 )
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
+ANSWER_HEADER = gsm.IM_START + "assistant\n"               # --answer-only: masked from here on
 
 # --- the objective ------------------------------------------------------------------------
 
@@ -172,7 +187,11 @@ def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, m
 @torch.no_grad()
 def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> float:
     """Token-mean masked CE (nats/token) on fixed held-out windows and masks (seed 12345):
-    ``batches`` x ``N`` windows of ``--seq-len`` tokens, whatever ``--batch``."""
+    ``batches`` x ``N`` windows of ``--seq-len`` tokens, whatever ``--batch``. With
+    ``--rows-per-doc`` (``held`` a ``Rows``): the first ``batches`` x ``N`` held-out documents as
+    rows, masked as in training (``--answer-only``), the loss weighted as in training."""
+    if isinstance(stream, Rows):
+        return heldout_rows_loss(model, stream, args, mask_id, batches, N)
     mask, total, count = bd3_mask(args.seq_len, args.block_size), 0.0, 0
     for i in range(batches):
         x_t, x, masked = batch_at(stream, i, 12345, N, args.seq_len, args.block_size, mask_id,
@@ -182,6 +201,188 @@ def heldout_loss(model, stream, args, mask_id, batches: int = 4, N: int = 8) -> 
         total += float(bd3_loss(logits, x, masked, args.block_size)) * int(masked.sum())
         count += int(masked.sum())
     return total / count
+
+
+# --- one document per row (--rows-per-doc, --answer-only, --fresh-problems, --curriculum) --------
+
+class Rows:
+    """Encoded documents, one training row each: ``(ids, start, end)`` as ``encode_row`` gives."""
+
+    def __init__(self, rows: list, eos_id: int):
+        self.rows, self.eos_id = rows, eos_id
+
+    def __len__(self):
+        return len(self.rows)
+
+
+def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
+    """One document as a row: ``(ids, start, end)``. ``ids``: the document, end-of-text up to a
+    multiple of ``align`` (at least one), cut at ``max_len``; ``start``: the first position that
+    may be masked (after the assistant header with ``answer_only``, else 0); ``end``: the
+    position after the first end-of-text (the padding is ``ids[end:]``)."""
+    cut = doc.find(ANSWER_HEADER) if answer_only else -1
+    if cut >= 0:
+        cut += len(ANSWER_HEADER)
+        prompt, answer = tok.encode(doc[:cut]), tok.encode(doc[cut:])   # the prompt as decoding sees it
+    else:
+        prompt, answer = [], tok.encode(doc)
+    ids = prompt + answer + [tok.eos_id]
+    end = len(ids)
+    ids = (ids + [tok.eos_id] * (-len(ids) % align))[:max_len]
+    return ids, min(len(prompt), len(ids)), min(end, len(ids))
+
+
+def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0):
+    """Rows ``(ids, start, end)`` -> ``x_t, x, masked, weight``, each (N, L), L the longest row
+    (rows of multiples of B; shorter ones end-of-text padded, never masked). In each block,
+    k ~ U{1..n} of its n candidate positions (``start`` to the row's length) are masked;
+    ``weight`` is 1 on masked tokens, ``eot_weight`` on masked padding (from ``end``), 0 elsewhere."""
+    N, L = len(rows), max(len(r[0]) for r in rows)
+    assert L % B == 0, f"row length {L} is not a multiple of the block size {B}"
+    x = np.full((N, L), eos_id, dtype=np.int64)
+    cand = np.zeros((N, L), dtype=bool)
+    w = np.zeros((N, L), dtype=np.float32)
+    for i, (ids, start, end) in enumerate(rows):
+        x[i, :len(ids)] = ids
+        cand[i, start:len(ids)] = True
+        w[i, :len(ids)] = 1.0
+        w[i, end:len(ids)] = eot_weight
+    c = cand.reshape(N, L // B, B)
+    n = c.sum(-1, keepdims=True)                                           # candidates per block
+    k = np.floor(rng.random(n.shape) * n).astype(np.int64) + 1             # U{1..n}
+    rank = np.where(c, rng.random(c.shape), 2.0).argsort(-1).argsort(-1)  # candidates first, random order
+    masked = (c & (rank < k)).reshape(N, L)
+    return (torch.from_numpy(np.where(masked, mask_id, x)), torch.from_numpy(x), torch.from_numpy(masked),
+            torch.from_numpy(w * masked))
+
+
+def weighted_loss(logits, x, weight):
+    """Cross-entropy weighted per position (``rows_batch``'s weight), over the total weight."""
+    ce = F.cross_entropy(logits.float().flatten(0, 1), x.flatten(), reduction="none").view(x.shape)
+    return (ce * weight).sum() / weight.sum().clamp_min(1e-9)
+
+
+def curriculum_arg(text: str) -> str:
+    """``--curriculum LEVEL@STEP,...``: gsm levels from steps, the first at step 0."""
+    try:
+        sched = parse_curriculum(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be LEVEL@STEP,... (e.g. 0@0,1@4000), got {text!r}") from None
+    if sched[0][0] != 0 or len({s for s, _ in sched}) < len(sched):
+        raise argparse.ArgumentTypeError(f"must start at step 0 and name each step once, got {text!r}")
+    bad = [lvl for _, lvl in sched if lvl not in gsm.LEVELS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"must name levels in {sorted(gsm.LEVELS)}, got {bad[0]} in {text!r}")
+    return text
+
+
+def parse_curriculum(text: str) -> list[tuple[int, int]]:
+    """``"0@0,1@4000"`` -> ``[(0, 0), (4000, 1)]``: (first step, level), by step."""
+    out = []
+    for part in text.split(","):
+        level, step = part.split("@")
+        out.append((int(step), int(level)))
+        if out[-1][0] < 0:
+            raise ValueError(text)
+    return sorted(out)
+
+
+def row_level(args, step: int, j: int) -> int:
+    """The gsm level of row ``j`` at ``step``: ``--corpus-level``, or the curriculum's level
+    at ``step``, a share ``--curriculum-lower`` of rows drawn uniformly from its lower levels."""
+    if not args.curriculum:
+        return corpus_level(args)
+    sched = parse_curriculum(args.curriculum)
+    top = [lvl for start, lvl in sched if start <= step][-1]
+    lower = sorted({lvl for _, lvl in sched if lvl < top})
+    rng = np.random.default_rng([corpus_seed(args), 7, step, j])
+    if lower and rng.random() < args.curriculum_lower:
+        return lower[int(rng.integers(len(lower)))]
+    return top
+
+
+def corpus_seed(args) -> int:
+    return GSM_DEFAULTS["corpus_seed"] if args.corpus_seed is None else args.corpus_seed
+
+
+def corpus_level(args) -> int:
+    return GSM_DEFAULTS["corpus_level"] if args.corpus_level is None else args.corpus_level
+
+
+def fresh_problem(seed: int, step: int, j: int, difficulty) -> gsm.Problem:
+    """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one."""
+    for i in range(100):
+        p = gsm.draw(np.random.Generator(np.random.PCG64([seed, 11, step, j, i])), difficulty)
+        if not gsm.is_heldout(p.question):
+            return p
+    raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
+
+
+def step_rows(rows, tok, args, step: int, rng: np.random.Generator) -> list:
+    """The rows of ``step``: ``--batch`` fresh problems, or documents of ``rows`` drawn with ``rng``."""
+    align, max_len = row_align(args), args.seq_len
+    if args.fresh_problems:
+        docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j)]).document
+                for j in range(args.batch)]
+        return [encode_row(d, tok, align, args.answer_only, max_len) for d in docs]
+    return [rows.rows[i] for i in rng.integers(0, len(rows), size=args.batch)]
+
+
+def encode_rows(docs, tok, args) -> Rows:
+    return Rows([encode_row(d, tok, row_align(args), args.answer_only, args.seq_len) for d in docs], tok.eos_id)
+
+
+def row_align(args) -> int:
+    """Rows end at a multiple of every block size trained on (their least common multiple)."""
+    return math.lcm(*block_sizes(args), args.block_size)
+
+
+@torch.no_grad()
+def heldout_rows_loss(model, held: Rows, args, mask_id, batches: int = 4, N: int = 8) -> float:
+    """``heldout_loss`` with ``--rows-per-doc``: weighted masked CE over fixed rows and masks."""
+    total, count = 0.0, 0.0
+    for i in range(batches):
+        rows = [held.rows[(i * N + j) % len(held)] for j in range(N)]
+        x_t, x, masked, w = rows_batch(rows, args.block_size, mask_id, held.eos_id,
+                                       np.random.default_rng([12345, i]), args.eot_weight)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = bd3_logits(model, x_t, x, bd3_mask(x.shape[1], args.block_size))
+        total += float(weighted_loss(logits, x, w)) * float(w.sum())
+        count += float(w.sum())
+    return total / count
+
+
+def check_recipe(args) -> None:
+    """``ValueError`` naming an option of the gsm recipe that does not apply."""
+    rows = getattr(args, "rows_per_doc", False)
+    needs_rows = [("--answer-only", args.answer_only), ("--eot-weight", args.eot_weight != 1.0),
+                  ("--fresh-problems", args.fresh_problems)]
+    for name, given in needs_rows:
+        if given and not rows:
+            raise ValueError(f"{name} applies to --rows-per-doc only")
+    if rows and args.weighting != "tokens":
+        raise ValueError("--rows-per-doc weights the loss per token: it needs --weighting tokens")
+    if args.fresh_problems and args.corpus != "gsm":
+        raise ValueError("--fresh-problems applies to --corpus gsm only")
+    if args.curriculum and not args.fresh_problems:
+        raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
+    if args.curriculum_lower != 0.4 and not args.curriculum:
+        raise ValueError("--curriculum-lower applies to --curriculum only")
+
+
+def recipe(args: dict) -> dict:
+    """The data recipe of a run's arguments (defaults for options older runs lack), for the metadata."""
+    sched = parse_curriculum(args["curriculum"]) if args.get("curriculum") else None
+    fresh = args.get("fresh_problems", False)
+    level = GSM_DEFAULTS["corpus_level"] if args.get("corpus_level") is None else args["corpus_level"]
+    levels = sorted({lvl for _, lvl in sched}) if sched else [level] if fresh else []
+    return {"rows_per_doc": args.get("rows_per_doc", False), "answer_only": args.get("answer_only", False),
+            "answer_header": ANSWER_HEADER if args.get("answer_only") else None,
+            "eot_weight": args.get("eot_weight", 1.0), "fresh_problems": fresh,
+            "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
+            "curriculum_lower": args.get("curriculum_lower", 0.4) if sched else None,
+            "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
+            "rope_theta": args.get("rope_theta")}
 
 
 # --- setup ----------------------------------------------------------------------------------
@@ -206,6 +407,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pad-eot", action="store_true",
                    help="follow every document with end-of-text up to the end of its block and start "
                         "windows at block boundaries (SDAR's chat data)")
+    p.add_argument("--rows-per-doc", action="store_true",
+                   help="one document per training row at position 0, end-of-text padded to the end of its "
+                        "block and cut at --seq-len (for gsm: one problem per row)")
+    p.add_argument("--answer-only", action="store_true",
+                   help="--rows-per-doc: mask only the answer, after the assistant header "
+                        "'<|im_start|>assistant\\n' (k ~ U{1..n} of the n answer positions of each block)")
+    p.add_argument("--eot-weight", type=nonneg_real, default=1.0,
+                   help="--rows-per-doc: loss weight of the end-of-text padding after a document (recipe: 0.3)")
+    p.add_argument("--fresh-problems", action="store_true",
+                   help="--rows-per-doc --corpus gsm: draw each step's problems afresh from (--corpus-seed, step), "
+                        "deterministically, instead of from --corpus-size fixed ones")
+    p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
+                   help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
+                        "(spotref.load.gsm.LEVELS)")
+    p.add_argument("--curriculum-lower", type=real_range(0.0, 1.0), default=0.4,
+                   help="--curriculum: share of rows from the schedule's lower levels once it has moved on")
+    p.add_argument("--rope-theta", type=positive_real, default=None,
+                   help="RoPE base (default: SDARConfig's, 1e6; the gsm recipe: 1e4)")
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
     p.add_argument("--mix-blocks", type=int_list(1), default=None,
                    help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
@@ -277,7 +496,10 @@ def data_options(record: dict, args: dict) -> dict:
     return {"--corpus": record.get("name", "stdlib"), "--corpus-seed": record.get("seed"),
             "the corpus options": record.get("options", {"english": args.get("english", True)}),
             "--corpus (the file's SHA-256)": file_digest, "--pad-eot": args.get("pad_eot", False),
-            "--split-digits": args.get("split_digits", False)}
+            "--split-digits": args.get("split_digits", False),
+            "--rows-per-doc": args.get("rows_per_doc", False), "--answer-only": args.get("answer_only", False),
+            "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
+            "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4)}
 
 
 def check_resume(state: dict, corpus_record: dict, args) -> None:
@@ -333,7 +555,8 @@ def make_config(args, tok) -> SDARConfig:
                       num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                       head_dim=args.head_dim, mask_token_id=tok.mask_id, block_size=args.block_size,
                       tie_word_embeddings=not args.untied, eos_token_id=tok.eos_id,
-                      max_position_embeddings=4096)
+                      max_position_embeddings=4096,
+                      **({} if getattr(args, "rope_theta", None) is None else {"rope_theta": args.rope_theta}))
 
 
 def lr_at(step: int, args) -> float:
@@ -355,6 +578,7 @@ def train(args) -> dict:
     torch.set_num_threads(args.threads)
     run_dir = Path(args.runs, args.name)
     corpus = make_corpus(args)
+    check_recipe(args)
     record = corpus.record()
     ckpt_path = run_dir / "ckpt.pt"
     ck = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
@@ -382,7 +606,12 @@ def train(args) -> dict:
     state.update(corpus=record, corpus_limit=args.corpus_limit, config=cfg.to_dict(),
                  args=vars(args), train_tokens=len(stream), heldout_tokens=len(held),
                  commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
-    _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
+    if args.rows_per_doc:
+        rows = None if args.fresh_problems else encode_rows(train_docs, tok, args)
+        _loop(model, opt, (rows, tok), encode_rows(corpus.documents("heldout"), tok, args), tok.mask_id,
+              args, state, ckpt_path)
+    else:
+        _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
     if args.export:
         export(model, tok, state, Path(args.export), args.name)
     return state
@@ -401,8 +630,10 @@ def streams(corpus, train_docs, tok, args) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
+    """``stream``: the token stream, or with ``--rows-per-doc`` (train rows or None, tokenizer)."""
     sizes, align = block_sizes(args), stream_align(args)
     masks = {B: bd3_mask(args.seq_len, B) for B in sizes}                  # (2L, 2L) each
+    row_masks = {}                                                          # --rows-per-doc: by (L, B)
     bar = _progress(args, state["step"])
     t0, start_s = time.perf_counter(), state["train_s"]
     while state["step"] < args.steps:
@@ -413,9 +644,20 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         B = sizes[step % len(sizes)]
-        x_t, x, masked = batch_at(stream, step, args.seed, args.batch, args.seq_len, B, mask_id, align)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            loss = bd3_loss(bd3_logits(model, x_t, x, masks[B]), x, masked, B, args.weighting)
+        if args.rows_per_doc:
+            rows, tok = stream
+            rng = np.random.default_rng([args.seed, step, B])
+            x_t, x, masked, w = rows_batch(step_rows(rows, tok, args, step, rng), B, mask_id, tok.eos_id,
+                                           rng, args.eot_weight)
+            L = x.shape[1]
+            if (L, B) not in row_masks:
+                row_masks[L, B] = bd3_mask(L, B)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = weighted_loss(bd3_logits(model, x_t, x, row_masks[L, B]), x, w)
+        else:
+            x_t, x, masked = batch_at(stream, step, args.seed, args.batch, args.seq_len, B, mask_id, align)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = bd3_loss(bd3_logits(model, x_t, x, masks[B]), x, masked, B, args.weighting)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -501,6 +743,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
                      "train_tokens": state["train_tokens"], "torch": torch.__version__,
                      "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
                      "pad_eot": bool(state["args"].get("pad_eot", False)),
+                     "recipe": recipe(state["args"]),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
@@ -527,7 +770,8 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     model.eval()
     tok = tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
     corpus = open_corpus(state["corpus"], CORPORA) if "name" in state["corpus"] else make_corpus(args)
-    held = token_stream(corpus.documents("heldout"), tok, stream_align(args))
+    held = encode_rows(corpus.documents("heldout"), tok, args) if getattr(args, "rows_per_doc", False) \
+        else token_stream(corpus.documents("heldout"), tok, stream_align(args))
     loss = round(heldout_loss(model, held, args, tok.mask_id), 4)
     state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
                                                        "heldout_loss": loss, "block_size": args.block_size}]}
