@@ -412,8 +412,12 @@ def test_the_default_recipe_is_empty(tiny_run):
     (["--eot-weight", "0.3"], "--eot-weight applies to --rows-per-doc only"),
     (["--rows-per-doc", "--fresh-problems"], "--fresh-problems applies to --corpus gsm only"),
     (["--rows-per-doc", "--corpus", "gsm", "--curriculum", "0@0"], "--curriculum draws its problems afresh"),
-    (["--curriculum-lower", "0.5"], "--curriculum-lower applies to --curriculum only"),
+    (["--curriculum-lower", "0.5"], "--curriculum-lower applies to --curriculum or --adaptive only"),
+    (["--rows-per-doc", "--corpus", "gsm", "--adaptive", "0,1"], "--adaptive draws its problems afresh"),
+    (["--rows-per-doc", "--corpus", "gsm", "--fresh-problems", "--adaptive", "0,1", "--curriculum", "0@0"],
+     "give one of them"),
     (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
+    (["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"], "--seq-len 32 cuts the held-out rows"),
 ])
 def test_misplaced_recipe_options_are_value_errors_naming_them(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
@@ -427,3 +431,25 @@ def test_bad_curricula_are_argparse_errors(value, capsys):
     with pytest.raises(SystemExit):
         p.parse_args(["--name", "x", "--curriculum", value])
     assert "--curriculum: must" in capsys.readouterr().err
+
+
+def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_path):
+    from spotref.load.targets import load_target
+    adaptive = [v for v in RECIPE if v not in ("--curriculum", "0@0,1@2")] + [
+        "--adaptive", "0,1,2", "--adapt-every", "2", "--adapt-n", "2", "--adapt-answers", "0",
+        "--adapt-equations", "0", "--seq-len", "256"]
+    straight = train(args_for(tmp_path / "a", "--steps", "4", *adaptive, "--export", str(tmp_path / "targets")))
+    train(args_for(tmp_path / "b", "--steps", "4", "--until", "2", *adaptive))
+    resumed = train(args_for(tmp_path / "b", "--steps", "4", *adaptive))
+    assert [e["moved_to"] for e in straight["adaptive_evals"]] == [1, 2] and straight["level"] == 2
+    assert resumed["adaptive_evals"] == straight["adaptive_evals"]
+    a = torch.load(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    meta = load_target("tiny", directory=tmp_path / "targets").meta["training"]
+    assert meta["recipe"]["adaptive"]["levels"] == [0, 1, 2] and meta["adaptive_evals"] == straight["adaptive_evals"]
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--name", "x", "--adaptive", "0,1,2"])
+    assert {row_level(args, 9, j, 0) for j in range(50)} == {0}
+    assert {row_level(args, 9, j, 2) for j in range(50)} == {0, 1, 2}

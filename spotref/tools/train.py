@@ -44,7 +44,10 @@ is all answer), the end-of-text padding weighted ``--eot-weight`` in the loss;
 (``--corpus-seed``, step), never a held-out one, instead of from ``--corpus-size`` fixed ones;
 ``--curriculum LEVEL@STEP,...`` (e.g. ``0@0,1@4000,2@12000``) sets the level of those problems
 by step, a share ``--curriculum-lower`` of the rows from the schedule's lower levels once it has
-moved on. The held-out loss then uses rows of held-out documents, masked the same way.
+moved on; ``--adaptive LEVEL,...`` (e.g. ``0,1,2,3``) moves instead to the next level when, every
+``--adapt-every`` steps, exact decoding (T = 0) of ``--adapt-n`` held-out problems of the current
+level gets ``--adapt-answers`` of the answers and ``--adapt-equations`` of the equations right
+(the level and the evaluations are in the checkpoint, so a resume is exact). The held-out loss then uses rows of held-out documents, masked the same way.
 """
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spotref.api import generate
 from spotref.load import gsm
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.load.corpora import (
@@ -287,18 +291,72 @@ def parse_curriculum(text: str) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def row_level(args, step: int, j: int) -> int:
+def row_level(args, step: int, j: int, level: int | None = None) -> int:
     """The gsm level of row ``j`` at ``step``: ``--corpus-level``, or the curriculum's level
-    at ``step``, a share ``--curriculum-lower`` of rows drawn uniformly from its lower levels."""
-    if not args.curriculum:
+    at ``step`` (``--adaptive``: ``level``), a share ``--curriculum-lower`` of rows drawn
+    uniformly from its lower levels."""
+    if getattr(args, "adaptive", None):
+        order = adaptive_levels(args)
+        top = order[0] if level is None else level
+        lower = sorted({lvl for lvl in order if lvl < top})
+    elif args.curriculum:
+        sched = parse_curriculum(args.curriculum)
+        top = [lvl for start, lvl in sched if start <= step][-1]
+        lower = sorted({lvl for _, lvl in sched if lvl < top})
+    else:
         return corpus_level(args)
-    sched = parse_curriculum(args.curriculum)
-    top = [lvl for start, lvl in sched if start <= step][-1]
-    lower = sorted({lvl for _, lvl in sched if lvl < top})
     rng = np.random.default_rng([corpus_seed(args), 7, step, j])
     if lower and rng.random() < args.curriculum_lower:
         return lower[int(rng.integers(len(lower)))]
     return top
+
+
+def adaptive_levels(args) -> list[int]:
+    return [int(v) for v in str(args.adaptive).split(",")]
+
+
+def adaptive_arg(text: str) -> str:
+    """``--adaptive LEVEL,...``: distinct gsm levels, in the order to train them."""
+    try:
+        levels = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a comma list of levels (e.g. 0,1,2,3), got {text!r}") from None
+    if len(set(levels)) < len(levels) or any(v not in gsm.LEVELS for v in levels):
+        raise argparse.ArgumentTypeError(f"must name distinct levels in {sorted(gsm.LEVELS)}, got {text!r}")
+    return text
+
+
+@torch.no_grad()
+def answer_accuracy(model, tok, level: int, n: int, max_len: int) -> dict:
+    """Exact decoding (T = 0, stop at end-of-text) of the first ``n`` held-out problems (seed 0)
+    at ``level``: the share of right final answers and of right equations."""
+    right = eq_right = eq_all = 0
+    for p in gsm.problems(n, 0, "heldout", gsm.LEVELS[level]):
+        ids = tok.encode(p.prompt)
+        out = tok.decode(generate(model, ids, max(model.block_size, max_len - len(ids)),
+                                  stop_ids=[tok.eos_id]).tokens)
+        right += gsm.final_answer(out) == p.answer
+        eqs = gsm.equations(out)
+        eq_right, eq_all = eq_right + sum(e[-1] for e in eqs), eq_all + len(eqs)
+    return {"level": level, "answers": round(right / n, 4), "equations": round(eq_right / max(1, eq_all), 4),
+            "n": n, "equations_written": eq_all}
+
+
+def adapt(model, tok, args, state) -> None:
+    """``--adaptive``: evaluate the current level; move to the next when both thresholds are met."""
+    order = adaptive_levels(args)
+    level = state.get("level", order[0])
+    model.eval()
+    r = answer_accuracy(model, tok, level, args.adapt_n, args.seq_len)
+    model.train()
+    r["step"] = state["step"]
+    moved = r["answers"] >= args.adapt_answers and r["equations"] >= args.adapt_equations \
+        and order.index(level) + 1 < len(order)
+    if moved:
+        state["level"] = order[order.index(level) + 1]
+        r["moved_to"] = state["level"]
+    state["level"] = state.get("level", level)
+    state["adaptive_evals"] = state.get("adaptive_evals", []) + [r]
 
 
 def corpus_seed(args) -> int:
@@ -318,11 +376,12 @@ def fresh_problem(seed: int, step: int, j: int, difficulty) -> gsm.Problem:
     raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
 
 
-def step_rows(rows, tok, args, step: int, rng: np.random.Generator) -> list:
-    """The rows of ``step``: ``--batch`` fresh problems, or documents of ``rows`` drawn with ``rng``."""
+def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int | None = None) -> list:
+    """The rows of ``step``: ``--batch`` fresh problems (``level``: ``--adaptive``'s current
+    one), or documents of ``rows`` drawn with ``rng``."""
     align, max_len = row_align(args), args.seq_len
     if args.fresh_problems:
-        docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j)]).document
+        docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j, level)]).document
                 for j in range(args.batch)]
         return [encode_row(d, tok, align, args.answer_only, max_len) for d in docs]
     return [rows.rows[i] for i in rng.integers(0, len(rows), size=args.batch)]
@@ -349,6 +408,9 @@ def heldout_rows_loss(model, held: Rows, args, mask_id, batches: int = 4, N: int
             logits = bd3_logits(model, x_t, x, bd3_mask(x.shape[1], args.block_size))
         total += float(weighted_loss(logits, x, w)) * float(w.sum())
         count += float(w.sum())
+    if not count:
+        raise ValueError(f"--seq-len {args.seq_len} cuts the held-out rows before any position that is masked "
+                         f"(--answer-only: before the answer); give a longer --seq-len")
     return total / count
 
 
@@ -366,8 +428,12 @@ def check_recipe(args) -> None:
         raise ValueError("--fresh-problems applies to --corpus gsm only")
     if args.curriculum and not args.fresh_problems:
         raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
-    if args.curriculum_lower != 0.4 and not args.curriculum:
-        raise ValueError("--curriculum-lower applies to --curriculum only")
+    if args.adaptive and not args.fresh_problems:
+        raise ValueError("--adaptive draws its problems afresh: it needs --fresh-problems")
+    if args.adaptive and args.curriculum:
+        raise ValueError("--adaptive replaces --curriculum's fixed schedule: give one of them")
+    if args.curriculum_lower != 0.4 and not (args.curriculum or args.adaptive):
+        raise ValueError("--curriculum-lower applies to --curriculum or --adaptive only")
 
 
 def recipe(args: dict) -> dict:
@@ -375,12 +441,17 @@ def recipe(args: dict) -> dict:
     sched = parse_curriculum(args["curriculum"]) if args.get("curriculum") else None
     fresh = args.get("fresh_problems", False)
     level = GSM_DEFAULTS["corpus_level"] if args.get("corpus_level") is None else args["corpus_level"]
-    levels = sorted({lvl for _, lvl in sched}) if sched else [level] if fresh else []
+    adaptive = [int(v) for v in str(args["adaptive"]).split(",")] if args.get("adaptive") else None
+    levels = sorted({lvl for _, lvl in sched}) if sched else adaptive or ([level] if fresh else [])
     return {"rows_per_doc": args.get("rows_per_doc", False), "answer_only": args.get("answer_only", False),
             "answer_header": ANSWER_HEADER if args.get("answer_only") else None,
             "eot_weight": args.get("eot_weight", 1.0), "fresh_problems": fresh,
             "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
-            "curriculum_lower": args.get("curriculum_lower", 0.4) if sched else None,
+            "curriculum_lower": args.get("curriculum_lower", 0.4) if sched or adaptive else None,
+            "adaptive": {"levels": adaptive, "every": args.get("adapt_every"), "n": args.get("adapt_n"),
+                         "answers": args.get("adapt_answers"), "equations": args.get("adapt_equations"),
+                         "heldout": "the first n held-out problems of spotref.load.gsm (seed 0), T = 0"}
+            if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta")}
 
@@ -421,8 +492,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
                         "(spotref.load.gsm.LEVELS)")
+    p.add_argument("--adaptive", type=adaptive_arg, default=None, metavar="LEVEL,...",
+                   help="--fresh-problems: train the gsm levels in this order (e.g. 0,1,2,3), moving on when "
+                        "held-out decoding meets --adapt-answers and --adapt-equations")
+    p.add_argument("--adapt-every", type=positive_int, default=500, help="--adaptive: evaluate every this many steps")
+    p.add_argument("--adapt-n", type=positive_int, default=40, help="--adaptive: held-out problems per evaluation")
+    p.add_argument("--adapt-answers", type=real_range(0.0, 1.0), default=0.6,
+                   help="--adaptive: share of right answers to move on")
+    p.add_argument("--adapt-equations", type=real_range(0.0, 1.0), default=0.9,
+                   help="--adaptive: share of right equations to move on")
     p.add_argument("--curriculum-lower", type=real_range(0.0, 1.0), default=0.4,
-                   help="--curriculum: share of rows from the schedule's lower levels once it has moved on")
+                   help="--curriculum / --adaptive: share of rows from lower levels once it has moved on")
     p.add_argument("--rope-theta", type=positive_real, default=None,
                    help="RoPE base (default: SDARConfig's, 1e6; the gsm recipe: 1e4)")
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
@@ -499,7 +579,10 @@ def data_options(record: dict, args: dict) -> dict:
             "--split-digits": args.get("split_digits", False),
             "--rows-per-doc": args.get("rows_per_doc", False), "--answer-only": args.get("answer_only", False),
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
-            "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4)}
+            "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
+            "--adaptive": args.get("adaptive"),
+            "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
+            if args.get("adaptive") else None}
 
 
 def check_resume(state: dict, corpus_record: dict, args) -> None:
@@ -608,8 +691,11 @@ def train(args) -> dict:
                  commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
     if args.rows_per_doc:
         rows = None if args.fresh_problems else encode_rows(train_docs, tok, args)
-        _loop(model, opt, (rows, tok), encode_rows(corpus.documents("heldout"), tok, args), tok.mask_id,
-              args, state, ckpt_path)
+        held_rows = encode_rows(corpus.documents("heldout"), tok, args)
+        if not any(start < len(ids) for ids, start, _ in held_rows.rows):
+            raise ValueError(f"--seq-len {args.seq_len} cuts the held-out rows before any position that is "
+                             f"masked (--answer-only: before the answer); give a longer --seq-len")
+        _loop(model, opt, (rows, tok), held_rows, tok.mask_id, args, state, ckpt_path)
     else:
         _loop(model, opt, stream, held, tok.mask_id, args, state, ckpt_path)
     if args.export:
@@ -647,8 +733,8 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         if args.rows_per_doc:
             rows, tok = stream
             rng = np.random.default_rng([args.seed, step, B])
-            x_t, x, masked, w = rows_batch(step_rows(rows, tok, args, step, rng), B, mask_id, tok.eos_id,
-                                           rng, args.eot_weight)
+            x_t, x, masked, w = rows_batch(step_rows(rows, tok, args, step, rng, state.get("level")), B,
+                                           mask_id, tok.eos_id, rng, args.eot_weight)
             L = x.shape[1]
             if (L, B) not in row_masks:
                 row_masks[L, B] = bd3_mask(L, B)
@@ -666,6 +752,9 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
         last = state["step"] == args.steps
+        if getattr(args, "adaptive", None) and state["step"] % args.adapt_every == 0:
+            adapt(model, stream[1], args, state)
+            bar.write(f"step {state['step']}  adaptive curriculum: {json.dumps(state['adaptive_evals'][-1])}")
         if state["step"] % args.eval_every == 0 or last:
             _evaluate(model, held, args, state, mask_id, bar)
         if args.keep_snapshots and snapshot_due(state, args.keep_snapshots):
@@ -744,6 +833,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
                      "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
                      "pad_eot": bool(state["args"].get("pad_eot", False)),
                      "recipe": recipe(state["args"]),
+                     **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
