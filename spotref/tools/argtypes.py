@@ -60,30 +60,25 @@ positive_real = real_range(0.0, open_lo=True)
 nonneg_real = real_range(0.0)
 
 
-def int_list(lo: int = 1):
-    """A validator for a comma-separated list of integers >= lo (at least one)."""
-    one = int_range(lo)
-
-    def parse(text: str) -> list[int]:
+def list_of(one, what: str):
+    """A validator for a comma-separated list (at least one item), each item checked by ``one``."""
+    def parse(text: str) -> list:
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
-            raise argparse.ArgumentTypeError(f"must be a comma-separated list of integers, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be a comma-separated list of {what}, got {text!r}")
         return [one(t) for t in items]
     parse.__name__ = "list"
     return parse
+
+
+def int_list(lo: int = 1):
+    """A validator for a comma-separated list of integers >= lo (at least one)."""
+    return list_of(int_range(lo), "integers")
 
 
 def real_list(lo: float = 0.0):
     """A validator for a comma-separated list of finite floats >= lo (at least one)."""
-    one = real_range(lo)
-
-    def parse(text: str) -> list[float]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError(f"must be a comma-separated list of numbers, got {text!r}")
-        return [one(t) for t in items]
-    parse.__name__ = "list"
-    return parse
+    return list_of(real_range(lo), "numbers")
 
 
 def choice_list(choices):
