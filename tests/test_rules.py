@@ -99,8 +99,8 @@ def test_top_k_top_p_filter(data):
     order = sorted(range(V), key=lambda v: (-z[0, v].item(), v))
     n = V if k is None else k
     if p is not None:
-        probs = torch.softmax(z[0, order[:n]], -1).tolist()
-        n = next(i + 1 for i in range(n) if i == n - 1 or sum(probs[: i + 1]) >= p)
+        probs = torch.softmax(z[0, order[:n]], -1).tolist()       # keep while the mass before <= p
+        n = next(i + 1 for i in range(n) if i == n - 1 or sum(probs[: i + 1]) > p)
     assert kept.tolist() == [v in order[:n] for v in range(V)]
 
 
