@@ -9,7 +9,8 @@ Reusable by any decoder that follows spotref's model and drafter contracts (SPEC
 ``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
 random tiny SDAR model, prompt (partial blocks included), length, temperature, top-k/top-p,
 threshold, budget, depth and drafter (confidence, random valid trees, an oracle proposing the
-true trajectory, an always-wrong one), and asserts: tokens identical to exact decoding; never
+true trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
+weights, SPOT-Sets included), and asserts: tokens identical to exact decoding; never
 more passes than exact; the oracle accepted in full. Divergences are reported as
 "block b, step k, position p: exact t, got t'".
 """
@@ -26,13 +27,15 @@ import torch
 
 from spotref.api import generate
 from spotref.draft import Draft, DraftBuilder
+from spotref.drafters.order import OrderModel
+from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
 from spotref.rules import CONFIDENCES
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)      # 1e-4 gives near-tie models: every flipped last bit shows
 TEMPERATURES = (0.0, 0.5, 1.0, 2.0)
-DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong")
+DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
 
 
 @dataclass
@@ -113,6 +116,59 @@ def wrong_drafter(exact, vocab_size, mask_id):
     return draft
 
 
+NEAR_MISSES = ("true", "early", "late", "minus", "plus", "token", "split")
+
+
+def near_miss_drafter(exact, seed: int):
+    """Valid trees whose edges are near misses of the truth: the true next decision itself, the
+    one of the step after (early) or before (late), the true set minus or plus a member, one
+    member's token changed, and the true set split over two steps (the right tokens at the
+    wrong step). Under the one-position rule only the edits that keep one commit apply."""
+    truth = {(b, k): d for b, k, d in exact.stats["trajectory"]}
+    rng = random.Random(seed)
+
+    def draft(view):
+        V, B, mask = view.rule.vocab_size, len(view.tokens), view.mask_id
+        t, sets = DraftBuilder(view.tokens, view.step), view.threshold is not None
+        for _ in range(rng.randrange(view.budget)):
+            p = rng.randrange(len(t))
+            masked = [j for j in range(B) if t.states[p][j] == mask]
+            if not masked or t.depths[p] >= view.depth:
+                continue
+            kind = rng.choice(NEAR_MISSES if sets else ("true", "early", "late", "token"))
+            step = t.steps[p] + {"early": 1, "late": -1}.get(kind, 0)
+            s = [(j, x) for j, x in truth.get((view.block, step), ()) if j in masked]
+            if kind == "minus" and len(s) > 1:
+                s.pop(rng.randrange(len(s)))
+            elif kind == "plus" and len(s) < len(masked):
+                j = rng.choice([j for j in masked if j not in dict(s)])
+                s.append((j, view.coupled_token(j, t.steps[p])))
+            elif kind == "token" and s:
+                i = rng.randrange(len(s))
+                s[i] = (s[i][0], rng.choice([v for v in range(V) if v != mask]))
+            if not s:
+                j = rng.choice(masked)
+                s = [(j, view.coupled_token(j, t.steps[p]))]
+            if kind == "split" and len(s) > 1 and t.depths[p] + 1 < view.depth:
+                cut = rng.randrange(1, len(s))
+                p = t.add(p, tuple(sorted(s[:cut])))
+                s = s[cut:]
+            t.add(p, tuple(sorted(s)))
+        return t.draft()
+    return draft
+
+
+def spot_drafter(seed: int):
+    """The SPOT drafter (SPOT-Sets under the threshold rule) with random weights, set head included."""
+    def make(block_size):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            om = OrderModel(block_size)
+            torch.nn.init.normal_(om.set_head[2].weight, std=3.0)      # not the untrained (zero) head
+        return SpotDrafter(om.eval(), strict=False)
+    return make
+
+
 def random_drafter(seed: int):
     """Random valid trees: random parents, positions, set sizes; tokens coupled or random."""
     rng = random.Random(seed)
@@ -146,6 +202,10 @@ def make_drafter(kind: str, exact, case: Case):
         return wrong_drafter(exact, case.config.vocab_size, case.config.mask_token_id)
     if kind == "random":
         return random_drafter(case.weights_seed)
+    if kind == "near-miss":
+        return near_miss_drafter(exact, case.weights_seed)
+    if kind == "spot":
+        return spot_drafter(case.weights_seed)(case.config.block_size)
     raise ValueError(f"unknown suite drafter {kind!r}")
 
 

@@ -4,7 +4,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from spotref.tools import bench
+from spotref.tools import bench, bench_run, bench_sets
 
 
 def test_quick_bench_writes_the_report(tmp_path):
@@ -21,21 +21,40 @@ def test_quick_bench_writes_the_report(tmp_path):
     assert all(0 <= x <= 1 for x in stab.values())
     if "![gain against stability](r-stability.png)" in text:  # matplotlib installed
         assert (tmp_path / "r-stability.png").stat().st_size > 0
+    sets = bench_sets.rows_from_report(text)                 # the SPOT-Sets rows, tau 0.9 under --quick
+    assert "## SPOT-Sets: the threshold rule" in text and "asserted identical to threshold decoding" in text
+    assert {(r.T, r.tau, r.drafter) for r in sets} == {(T, "0.9", d) for T in ("0", "1")
+                                                        for d in ("threshold", *bench_sets.SET_DRAFTERS)}
+    assert all(r.fewer_passes >= 1 for r in sets) and any(r.N == "auto=1" or str(r.N).startswith("auto") for r in sets)
+    oracle = [r for r in sets if r.drafter == "oracle-sets" and r.N == 4]
+    assert oracle and all(r.fewer_passes > 1 for r in oracle)    # the true sets are accepted
+
+
+def test_threshold_rows_alone(tmp_path, capsys):
+    out = tmp_path / "results.md"
+    assert bench.main(["--quick", "--targets", "random", "--rules", "threshold", "--thresholds", "0.5,0.7",
+                       "--no-auto", "--out", str(out), "--plot", str(tmp_path / "r.png")]) == 0
+    text = out.read_text()
+    assert {r.tau for r in bench_sets.rows_from_report(text)} == {"0.5", "0.7"}
+    assert bench.parse_table(text, bench.COLUMNS[:4]) == []          # no one-position rows asked for
+    assert bench.main(["--quick", "--targets", "random", "--thresholds", "1.5", "--out", str(tmp_path / "x.md")]) == 2
+    assert "--thresholds: each tau must lie in (0, 1), got 1.5" in capsys.readouterr().err
 
 
 def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
     """A decoder whose output differs from exact decoding stops the benchmark loudly."""
-    real = bench.gen
+    real = bench_run.gen
 
     def lossy(setup, prompt, T, args, **kw):
         res = real(setup, prompt, T, args, **kw)
         if kw.get("drafter") is not None and res.tokens:
             res.tokens[-1] = (res.tokens[-1] + 1) % 90
         return res
-    monkeypatch.setattr(bench, "gen", lossy)
-    with pytest.raises(SystemExit, match="OUTPUT DIFFERS"):
-        bench.main(["--quick", "--targets", "random", "--no-auto", "--out", str(tmp_path / "r.md"),
-                    "--plot", str(tmp_path / "r.png")])
+    monkeypatch.setattr(bench_run, "gen", lossy)
+    for rule in ("one-position", "threshold"):
+        with pytest.raises(SystemExit, match="OUTPUT DIFFERS"):
+            bench.main(["--quick", "--targets", "random", "--no-auto", "--rules", rule, "--out", str(tmp_path / "r.md"),
+                        "--plot", str(tmp_path / "r.png")])
 
 
 def fake_row(tgt, T, name, N, fewer, speed=1.0, answer=None):

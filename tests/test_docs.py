@@ -286,7 +286,8 @@ def test_every_block_is_tagged_and_accounted_for():
     assert len(CODE) - len(NOT_RUN) >= 8, "hardly any doc block found: is the fence parser broken?"
 
 
-MODULE_DOCTESTS = sorted(p.stem for p in (ROOT / "spotref").glob("*.py") if ">>> " in p.read_text(encoding="utf-8"))
+MODULE_DOCTESTS = sorted(".".join(p.relative_to(ROOT / "spotref").with_suffix("").parts)
+                         for p in (ROOT / "spotref").rglob("*.py") if ">>> " in p.read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("module", MODULE_DOCTESTS)

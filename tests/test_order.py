@@ -18,7 +18,8 @@ def test_parameter_count_is_the_papers():
     m = order.OrderModel(32)
     assert 0.60e6 <= order.n_params(m) <= 0.64e6, order.n_params(m)          # paper: 0.62M
     assert m.config == dict(block_size=32, d_model=128, layers=3, heads=8, ff=512,
-                            feature_width=order.FEATURE_WIDTH, top_k=32)
+                            feature_width=order.FEATURE_WIDTH, top_k=32, set_hidden=64)
+    assert 0.60e6 <= order.n_params(order.OrderModel(32, set_hidden=None)) < order.n_params(m)   # the set head is small
 
 
 def random_inputs(N=3, B=8, V=50, seed=0):

@@ -22,6 +22,15 @@ token logit (will the coupled stale token be the target's token when this positi
 committed?). A linear skip from the features to the two outputs starts the score at
 log(p_coupled): an untrained model ranks by stale confidence, the training-free order, and
 learns corrections to it. 0.62M parameters at these sizes.
+
+SPOT-Sets (the threshold rule, SPEC section 2) reads the same encoder through a set head: for a
+threshold ``tau`` it gives, per masked position, the logit of "this position is in the target's
+next commit set" (every ``c_j > tau``, else the single most confident). The head is a small MLP
+over the encoder's output, ``log(p_coupled / tau) / LOG_SCALE`` and ``tau`` (``tau`` is an input,
+so one model serves every threshold), added to ``SET_SCALE * log(p_coupled / tau)``: untrained,
+it is the stale set ``{c > tau}``, the training-free set, and it learns corrections to it.
+Checkpoints without a set head (``set_hidden`` absent from the config) still load; their
+drafter drafts the confidence sets under the threshold rule.
 """
 from __future__ import annotations
 
@@ -38,16 +47,25 @@ POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
 FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION                # top, structure, position: 48
 LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
+SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
+SET_SCALE = 20.0    # untrained set logit 20 log(p_coupled / tau): the stale set {c > tau}
+SET_HIDDEN = 64     # the set head's hidden width
 
 
 class OrderModel(nn.Module):
-    """features (N, B, F), masked (N, B) bool -> (scores (N, B), -inf where not masked; token logits (N, B))."""
+    """features (N, B, F), masked (N, B) bool -> (scores (N, B), -inf where not masked; token logits (N, B)).
+
+    ``sets(x, masked, tau)``: the set head's logits (N, B) (-inf where not masked) and the token
+    logits. ``set_hidden=None``: no set head (the checkpoints shipped before SPOT-Sets)."""
 
     def __init__(self, block_size: int, d_model: int = 128, layers: int = 3, heads: int = 8,
-                 ff: int = 512, feature_width: int = FEATURE_WIDTH, top_k: int = TOP_K):
+                 ff: int = 512, feature_width: int = FEATURE_WIDTH, top_k: int = TOP_K,
+                 set_hidden: int | None = SET_HIDDEN):
         super().__init__()
         self.config = dict(block_size=block_size, d_model=d_model, layers=layers, heads=heads, ff=ff,
                            feature_width=feature_width, top_k=top_k)
+        if set_hidden:
+            self.config["set_hidden"] = set_hidden
         self.embed = nn.Sequential(nn.Linear(feature_width, d_model), nn.GELU(), nn.Linear(d_model, d_model))
         layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, activation="gelu",
                                            batch_first=True, norm_first=True)
@@ -60,17 +78,52 @@ class OrderModel(nn.Module):
             self.skip.weight[0, LOG_PC] = LOG_SCALE
             self.head.weight.zero_()
             self.head.bias.zero_()
+        self.set_head = None
+        if set_hidden:
+            self.set_head = nn.Sequential(nn.Linear(d_model + len(SET_INPUTS), set_hidden), nn.GELU(),
+                                          nn.Linear(set_hidden, 1))
+            with torch.no_grad():                                      # untrained: the stale set
+                self.set_head[2].weight.zero_()
+                self.set_head[2].bias.zero_()
 
     @property
     def block_size(self) -> int:
         return self.config["block_size"]
 
-    def forward(self, x: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    @property
+    def has_sets(self) -> bool:
+        return self.set_head is not None
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, B, F) features -> (N, B, d) normalised encoder output."""
         N, B, F = x.shape
         assert F == self.config["feature_width"], f"features {tuple(x.shape)}, want (N, B, {self.config['feature_width']})"
-        h = self.encoder(self.embed(x))                               # (N, B, d)
-        out = self.head(self.norm(h)) + self.skip(x)                  # (N, B, 2)
+        return self.norm(self.encoder(self.embed(x)))
+
+    def forward(self, x: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        out = self.head(self.encode(x)) + self.skip(x)                # (N, B, 2)
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
+
+    def sets(self, x: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor):
+        """(set logits (N, B), -inf where not masked; token logits (N, B)) under thresholds tau (N,)."""
+        h = self.encode(x)                                            # (N, B, d)
+        N, B, _ = h.shape
+        rel = x[..., LOG_PC] * LOG_SCALE - tau.float().log()[:, None]  # (N, B) log(p_coupled / tau)
+        inp = torch.cat([h, (rel / LOG_SCALE)[..., None], tau.float()[:, None, None].expand(N, B, 1)], -1)
+        s = SET_SCALE * rel + self.set_head(inp)[..., 0]
+        tok = (self.head(h) + self.skip(x))[..., 1]
+        return s.masked_fill(~masked, -torch.inf), tok
+
+
+def with_set_head(model: OrderModel, set_hidden: int = SET_HIDDEN) -> OrderModel:
+    """``model`` itself when it has a set head, else a copy with an untrained one (the rest kept)."""
+    if model.has_sets:
+        return model
+    cfg = {k: v for k, v in model.config.items() if k != "set_hidden"}
+    new = OrderModel(**cfg, set_hidden=set_hidden)
+    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("set_head.") for k in missing), (missing, unexpected)
+    return new.eval()
 
 
 def temperature_key(T: float) -> str:
@@ -117,7 +170,7 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
     return torch.cat([top.float(), struct, pos], -1)
 
 
-CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k")
+CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k", "set_hidden")
 
 
 def check_config(cfg, path) -> dict:
@@ -144,7 +197,7 @@ def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
     if block_size is not None and cfg["block_size"] != block_size:
         raise ValueError(f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
                          f"the target's block size is {block_size}")
-    model = OrderModel(**cfg)
+    model = OrderModel(**{"set_hidden": None, **cfg})
     try:
         model.load_state_dict({k: v.float() for k, v in sd.items()})
     except (RuntimeError, AttributeError, KeyError) as e:

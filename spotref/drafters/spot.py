@@ -9,8 +9,12 @@ per tree level over its ceil(N / D) + 1 best nodes. An edge's probability is P(p
 the token is uncertain a second edge carries the runner-up token (``second``). Equal states are
 merged by the growth. Tokens are coupled-noise matched (``view.coupled_tokens(step)``).
 
-Under the threshold rule (SPOT-Sets) this first version drafts the confidence drafter's commit
-sets (``spotref.drafters.threshold_options``); the learned order serves the one-position rule.
+Under the threshold rule (SPOT-Sets) the tree's edges are whole commit sets: the order model's
+set head gives each masked position's probability of being in the next set at ``tau``, and
+``spotref.drafters.sets`` proposes the most probable sets with their coupled-noise tokens (edge
+probability: P(set) x P(every member's coupled token right)); growth, merging and the level-batched
+calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
+(``spotref.drafters.confidence.threshold_options``).
 
 Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``, ``drafter_for``).
 """
@@ -26,8 +30,17 @@ from spotref.drafters import order
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.grow import grow_levels
 from spotref.drafters.inputs import ViewInputs
+from spotref.drafters.sets import set_options
 
 SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
+
+
+def _root(inp, budget: int, depth: int):
+    return SimpleNamespace(tokens=inp.tokens, step=inp.step, budget=budget, depth=depth)
+
+
+def _width(budget: int, depth: int) -> int:
+    return min(budget, -(-budget // max(depth, 1)) + 1)          # ceil(N / D) + 1 nodes per level
 
 
 class SpotDrafter(torch.nn.Module):
@@ -58,24 +71,48 @@ class SpotDrafter(torch.nn.Module):
         if view.budget < 2 or view.depth == 0:
             return Draft.root()
         if view.threshold is not None:
-            return ConfidenceDrafter()(view)
+            if not self.model.has_sets:
+                return ConfidenceDrafter()(view)
+            return self.draft_sets(ViewInputs(view), view.budget, view.depth, view.threshold)
         return self.draft(ViewInputs(view), view.budget, view.depth)
 
     def draft(self, inp, budget: int, depth: int) -> Draft:
         """The tree over ``inp`` (ViewInputs, or recorded inputs for offline evaluation)."""
-        root = SimpleNamespace(tokens=inp.tokens, step=inp.step, budget=budget, depth=depth)
-        width = min(budget, -(-budget // max(depth, 1)) + 1)          # ceil(N / D) + 1 nodes per level
-        return grow_levels(root, lambda s, k, m: self.options(inp, s, k, m, budget), width)
+        return grow_levels(_root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget),
+                           _width(budget, depth))
 
-    @torch.no_grad()
-    def scores(self, inp, states, steps, marks):
-        """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+    def draft_sets(self, inp, budget: int, depth: int, tau: float) -> Draft:
+        """SPOT-Sets: the tree of commit sets under the threshold ``tau``."""
+        return grow_levels(_root(inp, budget, depth), lambda s, k, m: self.set_options(inp, s, k, m, tau, budget),
+                           _width(budget, depth))
+
+    @staticmethod
+    def inputs(inp, states, steps, marks):
+        """The order model's input at N hypothetical states: (features (N, B, F), masked (N, B))."""
         masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
         pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
         x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
                            torch.tensor(steps), inp.temperature)                    # (N, B, F)
-        s, t = self.model(x, masked)
+        return x, masked
+
+    @torch.no_grad()
+    def scores(self, inp, states, steps, marks):
+        """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+        s, t = self.model(*self.inputs(inp, states, steps, marks))
         return torch.softmax(s, -1), torch.sigmoid(t)
+
+    @torch.no_grad()
+    def set_scores(self, inp, states, steps, marks, tau: float):
+        """(logit of P(j in the next set) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+        x, masked = self.inputs(inp, states, steps, marks)
+        s, t = self.model.sets(x, masked, torch.full((len(states),), float(tau)))
+        return s, torch.sigmoid(t)
+
+    def set_options(self, inp, states, steps, marks, tau: float, limit: int):
+        z, ok = self.set_scores(inp, states, steps, marks, tau)
+        z, ok = z.double().numpy(), ok.double().numpy()
+        return [set_options(z[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
+                for i, k in enumerate(steps)]
 
     def options(self, inp, states, steps, marks, limit: int):
         p, q = self.scores(inp, states, steps, marks)

@@ -32,24 +32,29 @@ import argparse
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-import spotref
-from spotref.conformance import first_divergence, oracle_drafter
 from spotref.drafters.budget import resolve_budget
-from spotref.drafters.calibrated import CalibratedDrafter, calibrate
-from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.drafters import drafter_for, resolve_drafter
+from spotref.load.drafters import resolve_drafter
 from spotref.load.files import atomic_write, atomic_write_text, run_dir
-from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets, load_target
-from spotref.models import SDARConfig, SDARModel
-from spotref.tools import stability
+from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
+from spotref.tools import bench_sets, stability
+from spotref.tools.bench_run import (  # noqa: F401  (answer_blocks, gen: read by the tests)
+    Setup,
+    answer_blocks,
+    gen,
+    make_drafter,
+    metrics,
+    random_setup,
+    run_drafter,
+    run_exact,
+    target_setup,
+)
 from spotref.tools.argtypes import (
     choice_list,
     int_list,
@@ -59,8 +64,7 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
-from spotref.tools.report import answer_blocks, progress, table
-from spotref.tools.train_drafter import prompts_for
+from spotref.tools.report import parse_table, progress, table
 from spotref.tools.trajectories import record
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
@@ -98,8 +102,10 @@ GOALS = dict(                   # what SPOT should reach (the report checks each
 )
 
 SHIPPED_REPORT, SHIPPED_PLOT = "docs/results.md", "docs/results.png"
-FULL = dict(temperatures=[0.0, 1.0], budgets=[1, 4, 8, 16, 32, 64], prompts=8, new_tokens=128)
-QUICK = dict(temperatures=[0.0, 1.0], budgets=[1, 4], prompts=2, new_tokens=24)
+FULL = dict(temperatures=[0.0, 1.0], budgets=[1, 4, 8, 16, 32, 64], prompts=8, new_tokens=128,
+            thresholds=[0.9, 0.7, 0.5])
+QUICK = dict(temperatures=[0.0, 1.0], budgets=[1, 4], prompts=2, new_tokens=24, thresholds=[0.9])
+RULES = ("one-position", "threshold")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -110,6 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budgets", type=int_list(1), default=None,
                    help="comma list of node budgets N (default 1,4,8,16,32,64; with --quick 1,4)")
     p.add_argument("--no-auto", action="store_true", help="skip budget='auto'")
+    p.add_argument("--rules", type=choice_list(RULES), default=list(RULES),
+                   help="decision rules to bench: one-position (the drafters' table), threshold (SPOT-Sets); default both")
+    p.add_argument("--thresholds", type=real_list(0.0), default=None,
+                   help="comma list of thresholds tau for the SPOT-Sets rows (default 0.9,0.7,0.5; with --quick 0.9)")
     p.add_argument("--drafters", type=choice_list(DRAFTERS), default=list(DRAFTERS),
                    help=f"comma list of drafters (default: all of {','.join(DRAFTERS)})")
     p.add_argument("--prompts", type=positive_int, default=None,
@@ -137,95 +147,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replot", action="store_true",
                    help="only redraw --plot and the gain figure beside it from the tables in --out "
                         "(or the shipped report with --update-shipped)")
-
-
-@dataclass
-class Setup:
-    """A target to benchmark: its model, prompts and its own drafters (None when not shipped)."""
-
-    name: str
-    model: object
-    prompts: list
-    stops: list | None
-    spot: object = None
-    calibrated: object = None
-    exact: dict = field(default_factory=dict)      # T -> [exact Result per prompt]
-
-
-def target_setup(name: str, args) -> Setup:
-    t = load_target(name, args.targets_dir or TARGETS_DIR)
-    s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
-    try:
-        s.spot = drafter_for(t.model, "spot", args.drafters_dir)
-        s.calibrated = drafter_for(t.model, "calibrated", args.drafters_dir)
-    except ValueError as e:
-        print(f"bench: {name}: {e}", file=sys.stderr)
-    return s
-
-
-def random_setup(args) -> Setup:
-    """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
-    torch.manual_seed(args.seed)
-    cfg = SDARConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, mask_token_id=96,
-                     block_size=8, initializer_range=0.5)
-    model = SDARModel(cfg).eval()
-    rng = np.random.default_rng(args.seed)
-    prompts = [rng.integers(0, 96, 16).tolist() for _ in range(args.prompts)]
-    tables = {}
-    for T in (0.0, 1.0):
-        ds = record(model, prompts[:3], args.new_tokens, T, desc="calibrate")
-        tables[temperature_key(T)] = calibrate([ds.row(i) for i in range(len(ds))])
-    return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
-
-
-def make_drafter(name: str, setup: Setup, exact):
-    if name == "confidence":
-        return "confidence"
-    if name == "oracle":
-        return oracle_drafter(exact)
-    if name == "oracle-order":
-        return oracle_drafter(exact, stale_tokens=True)
-    return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
-
-
-# --- running ----------------------------------------------------------------------------------
-
-def gen(setup: Setup, prompt, T: float, args, **kw):
-    return spotref.generate(setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed,
-                            stop_ids=setup.stops, **kw)
-
-
-def run_exact(setup: Setup, T: float, args) -> list:
-    setup.exact[T] = [gen(setup, p, T, args) for p in setup.prompts]
-    return setup.exact[T]
-
-
-def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None) -> list:
-    """One configuration over all prompts; exits if any output differs from exact decoding."""
-    out = []
-    for prompt, ex in zip(setup.prompts, setup.exact[T]):
-        d = drafter if drafter is not None else make_drafter(name, setup, ex)
-        res = gen(setup, prompt, T, args, drafter=d, budget=N, depth=args.depth)
-        where = first_divergence(ex, res.tokens, setup.model.block_size, len(prompt))
-        if where is not None:
-            raise SystemExit(f"spotref bench: {setup.name}, T={T:g}, {name}, N={N}: OUTPUT DIFFERS "
-                             f"from exact decoding at {where}")
-        out.append(res)
-    return out
-
-
-def metrics(results: list) -> dict:
-    """Totals over one configuration's results (``answer_*``: on answer blocks alone)."""
-    tokens = sum(len(r.tokens) for r in results)
-    rounds = [(k, a) for r in results for (_, k), a in zip(r.stats["starts"], r.stats["accepted"])]
-    verify = [a for k, a in rounds if k > 0] or [a for _, a in rounds]
-    wall = sum(r.stats["wall_s"] for r in results)
-    answer = [answer_blocks(r) for r in results]                    # (tokens, passes) each
-    return dict(tokens=tokens, passes=sum(r.passes for r in results), denoise=len(rounds),
-                answer_tokens=sum(t for t, _ in answer), answer_passes=sum(p for _, p in answer),
-                commits=float(np.mean(verify)) if verify else 0.0, wall=wall,
-                book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
@@ -359,6 +280,8 @@ def plot(rows: list, path: str) -> str | None:
     log 2 so that the baselines and SPOT stay apart under the `oracle` line (PNG; None without
     matplotlib)."""
     targets, temps = list(dict.fromkeys(r.target for r in rows)), list(dict.fromkeys(r.T for r in rows))
+    if not rows:
+        return None
     series = {}
     for r in rows:
         if r.drafter != "exact" and not isinstance(r.N, str):
@@ -439,33 +362,23 @@ def pyplot():
     return plt, matplotlib.ticker
 
 
+def sets_path(plot_path) -> str:
+    """The SPOT-Sets figure's path: beside the report's plot (``results.png`` -> ``results-sets.png``)."""
+    p = Path(plot_path)
+    return str(p.with_name(f"{p.stem}-sets.png"))
+
+
 def gain_path(plot_path) -> str:
     """The gain figure's path: beside the report's plot (``results.png`` -> ``results-stability.png``)."""
     p = Path(plot_path)
     return str(p.with_name(f"{p.stem}-stability.png"))
 
 
-def parse_table(text: str, header: list) -> list[dict]:
-    """The rows ({column: cell}) of the first table in ``text`` whose header starts with ``header``."""
-    cells = lambda line: [x.strip() for x in line.strip().strip("|").split("|")]
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines)
-                  if line.startswith("|") and cells(line)[:len(header)] == header), None)
-    if start is None:
-        return []
-    head, out = cells(lines[start]), []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        out.append(dict(zip(head, cells(line))))
-    return out
-
-
 def rows_from_report(text: str) -> list:
     """The main table of a written report, parsed back (numbers as floats, N as int or str; a
     column that an older report lacks, such as the answer-block ones, reads as NaN)."""
     table_ = parse_table(text, COLUMNS[:4])
-    if not table_:
+    if not table_ and not parse_table(text, bench_sets.SET_COLUMNS[:5]):
         raise ValueError("no benchmark table in the report")
     num = lambda c: float(c) if c else float("nan")
     return [Row(c["target"], c["T"], c["drafter"], int(c["N"]) if c["N"].isdigit() else c["N"],
@@ -479,7 +392,8 @@ def stability_from_report(text: str) -> dict:
 
 
 def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: float,
-           stab: list = (), gain_png=None) -> str:
+           stab: list = (), gain_png=None, extra: list = ()) -> str:
+    """The report: the header, the one-position tables (when ``rows``), then ``extra`` lines."""
     cmd = " ".join(["python -m spotref.tools.bench"] + getattr(args, "argv", sys.argv[1:]))
     lines = [
         "# Benchmark: SPOT vs the baselines (generated by `spotref bench`)", "",
@@ -488,8 +402,12 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s)  ",
         f"Grid: {args.prompts_note}, T in {{{args.temperatures}}}, N in {{{args.budgets}}}"
+        f"{', tau in {' + ','.join(f'{t:g}' for t in args.taus) + '} (SPOT-Sets)' if args.taus else ''}"
         f"{' and auto' if args.auto else ''}; depth cap D = {args.depth}; seed {args.seed}; "
-        f"every row's tokens asserted identical to exact decoding.", "",
+        f"every row's tokens asserted identical to exact decoding.", ""]
+    if not rows:
+        return "\n".join(lines + list(extra)) + "\n"
+    lines += [
         "Columns: passes/token counts every target forward (prefill, denoise/verify, store); "
         "`fewer passes` = exact passes / passes; `fewer denoise` the same without prefill and store "
         "passes; commits/round = decisions per verify round; `speed-up` = exact wall time / wall time "
@@ -530,8 +448,8 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
                   f"![gain against stability]({Path(gain_png).name})" if gain_png else
                   "No gain figure: matplotlib is not installed.", ""]
     lines += [f"![passes vs budget]({Path(plot_path).name})" if plot_path else
-              "No plot: matplotlib is not installed (`pip install matplotlib`)."]
-    return "\n".join(lines) + "\n"
+              "No plot: matplotlib is not installed (`pip install matplotlib`).", "", *extra]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def setups_for(args) -> list:
@@ -561,7 +479,11 @@ def configure(args) -> None:
     args.T, args.N = list(args.temperatures), list(args.budgets)
     args.temperatures = ",".join(f"{t:g}" for t in args.T)        # as the report prints them
     args.budgets = ",".join(map(str, args.N))
-    args.drafter_names = list(args.drafters)
+    bad = [t for t in args.thresholds if not 0.0 < t < 1.0]
+    if bad:
+        raise ValueError(f"--thresholds: each tau must lie in (0, 1), got {', '.join(f'{t:g}' for t in bad)}")
+    args.taus = list(args.thresholds) if "threshold" in args.rules else []
+    args.drafter_names = list(args.drafters) if "one-position" in args.rules else []
     args.auto = not args.no_auto
     args.prompts_note = f"{args.prompts} prompts x {args.new_tokens} new tokens"
 
@@ -586,32 +508,37 @@ def run(args) -> int:
         except OSError as e:
             raise ValueError(f"--out {args.out!r}: cannot read the report: {e.strerror}") from None
         rows = rows_from_report(text)
-        done = [plot(rows, args.plot), gain_plot(rows, stability_from_report(text), gain_path(args.plot))]
+        done = [plot(rows, args.plot), gain_plot(rows, stability_from_report(text), gain_path(args.plot)),
+                bench_sets.plot(bench_sets.rows_from_report(text), sets_path(args.plot), pyplot)]
         print("\n".join(f"wrote {d}" for d in done if d) or "no plot: matplotlib is not installed")
         return 0
     torch.set_num_threads(1)
     t0 = time.time()
     configure(args)
-    makers, setups, rows, stab = setups_for(args), [], [], []
+    makers, setups, rows, stab, set_rows = setups_for(args), [], [], [], []
     outputs(args)                                         # the run directory, once the input is good
-    total = len(makers) * len(args.T) * len(args.drafter_names) * (len(args.N) + 1)
+    total = len(makers) * (len(args.T) * len(args.drafter_names) * (len(args.N) + 1) + bench_sets.configs(args))
     bar = progress(range(total), "bench")
     bar = bar if hasattr(bar, "update") else type("NoBar", (), {"update": lambda self, n: None})()
     print(f"bench: writing {args.out}", file=sys.stderr)
     for i, make in enumerate(makers):
         setups.append(make())
-        bench_target(setups[-1], args, rows, bar)
-        stab += [] if args.no_stability else stability_rows(setups[-1], args)
+        if args.drafter_names:
+            bench_target(setups[-1], args, rows, bar)
+        bench_sets.bench_sets(setups[-1], args, set_rows, bar)
+        stab += [] if args.no_stability or not rows else stability_rows(setups[-1], args)
         if i + 1 < len(makers):                           # partial report: a long run can be cut
-            write(args, rows, [], setups, time.time() - t0, stab, partial=True)
-    transfer = transfer_rows(setups, args) if len(setups) > 1 and not args.no_transfer else []
-    print(write(args, rows, transfer, setups, time.time() - t0, stab))
+            write(args, rows, [], setups, time.time() - t0, stab, set_rows, partial=True)
+    transfer = transfer_rows(setups, args) if len(setups) > 1 and rows and not args.no_transfer else []
+    print(write(args, rows, transfer, setups, time.time() - t0, stab, set_rows))
     return 0
 
 
-def write(args, rows, transfer, setups, seconds: float, stab: list, partial: bool = False) -> str:
+def write(args, rows, transfer, setups, seconds: float, stab: list, set_rows=(), partial: bool = False) -> str:
     gain = gain_plot(rows, {(r[0], r[1]): r[3] for r in stab}, gain_path(args.plot))
-    text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds, stab, gain)
+    sets_png = bench_sets.plot(set_rows, sets_path(args.plot), pyplot)
+    text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds, stab, gain,
+                  bench_sets.section(list(set_rows), setups, DEFAULT_TARGET, sets_png))
     if partial:
         text = text.replace("\n", "\n\n**Partial: the run was still going.**\n", 1)
     atomic_write_text(args.out, text)

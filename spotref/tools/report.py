@@ -32,3 +32,19 @@ def answer_blocks(result) -> tuple[int, int]:
         return len(result.tokens), result.passes
     blocks = result.stats["blocks"]                     # (new tokens, passes) per decoded block
     return sum(n for n, _ in blocks[:-1]), result.passes - blocks[-1][1]
+
+
+def parse_table(text: str, header: list) -> list[dict]:
+    """The rows ({column: cell}) of the first table in ``text`` whose header starts with ``header``."""
+    cells = lambda line: [x.strip() for x in line.strip().strip("|").split("|")]
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith("|") and cells(line)[:len(header)] == header), None)
+    if start is None:
+        return []
+    head, out = cells(lines[start]), []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        out.append(dict(zip(head, cells(line))))
+    return out

@@ -10,7 +10,10 @@
 3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
    at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
    measure offline acceptance curves (commits per round vs budget) for the cost model.
-4. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
+4. Train the set head for SPOT-Sets (``spotref.tools.train_sets``: threshold trajectories at
+   tau 0.9 / 0.7 / 0.5, the order model kept) and report its held-out set accuracy next to the
+   confidence sets'; ``--sets-only`` does this step alone on an existing checkpoint.
+5. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
    ``spotref/order_models/NAME.pt``): float16 weights and a header with the block size, feature
    width, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
    cache too) is written atomically; a corrupt cache file is a cache miss (recorded again).
@@ -39,6 +42,7 @@ from spotref.load.drafters import (
 )
 from spotref.load.files import run_dir
 from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import (
     nonneg_int,
@@ -76,6 +80,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     p.add_argument("--curves-only", action="store_true",
                    help="keep the checkpoint's weights; re-measure its offline curves on the held-out prompts")
+    p.add_argument("--sets-only", action="store_true",
+                   help="keep the checkpoint's order model (--out, default the shipped one); train its set head")
+    p.add_argument("--no-sets", action="store_true", help="skip the set head (SPOT-Sets)")
+    p.add_argument("--set-prompts", type=positive_int, default=60,
+                   help="training prompts per temperature and threshold for the set head")
+    p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -184,10 +194,13 @@ def prompts_for(target, n: int, split: str, tokens: int) -> list:
     return out
 
 
-def recorded(target, args, split: str, T: float) -> tj.Trajectories:
-    """Trajectories of ``split`` at temperature T, cached under --data-dir."""
-    n = args.prompts if split == "train" else args.test_prompts
-    path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}-n{n}"
+def recorded(target, args, split: str, T: float, threshold: float | None = None) -> tj.Trajectories:
+    """Trajectories of ``split`` at temperature T (threshold rule at ``threshold``), cached under --data-dir."""
+    if threshold is None:
+        n, rule = (args.prompts if split == "train" else args.test_prompts), ""
+    else:
+        n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
+    path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
                                f"-p{args.prompt_tokens}-g{args.new_tokens}.pt")
     if path.exists():
         try:
@@ -196,7 +209,7 @@ def recorded(target, args, split: str, T: float) -> tj.Trajectories:
             warnings.warn(f"{e}; recording it again")
     seeds = range(args.seeds) if T > 0 else (0,)
     ds = tj.record(target.model, prompts_for(target, n, split, args.prompt_tokens), args.new_tokens, T,
-                   seeds, target.stop_ids, desc=f"record {split} T={T:g}")
+                   seeds, target.stop_ids, desc=f"record {split} T={T:g}{rule}", threshold=threshold)
     ds.save(path)                                    # atomic, parent directories created
     return ds
 
@@ -224,7 +237,7 @@ def simulate(draft, ds: tj.Trajectories, seg: np.ndarray, N: int, D: int, T: flo
     out, i = [], 0
     while i < len(seg):
         r = ds.row(seg[i])
-        c = min(tj.accepted(draft(r, N, D, T), r) + 1, len(r.fut_pos))
+        c = min(tj.accepted(draft(r, N, D, T), r) + 1, len(r.fut_sets()))
         out.append(c)
         i += c
     return out
@@ -280,15 +293,18 @@ def run(args) -> int:
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
     if args.curves_only:
         return remeasure(target, args)
+    if args.sets_only:
+        return sets_only(target, args)
     out = out_path(args)                             # refuses --out with --update-shipped up front
     print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
-    model = order.OrderModel(target.model.block_size)
-    if args.init:
-        model.load_state_dict(load_order_model(args.init)[0].state_dict())      # block-relative features
+    model = order.OrderModel(target.model.block_size, set_hidden=None)           # the set head comes after
+    if args.init:                                                                # block-relative features
+        init = load_order_model(args.init)[0].state_dict()
+        model.load_state_dict({k: v for k, v in init.items() if not k.startswith("set_head.")})
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {order.temperature_key(T): accuracy(model, ds) for T, ds in test_sets.items()}
@@ -298,14 +314,51 @@ def run(args) -> int:
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     curve = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
+    sets = {}
+    if not args.no_sets:
+        model, sets = set_head(model, target, args)
     save_order_model(out, model, dict(
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
         heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
         training=dict(command=command(args),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
-                      heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d"))))
+                      heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d")),
+        **({"sets": sets} if sets else {})))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def set_head(model, target, args) -> tuple:
+    """(the model with a trained set head, the header's ``sets`` entry): threshold trajectories
+    at ``train_sets.TAUS``, T = 0 and 1; held-out set accuracy against the confidence sets'."""
+    t0 = time.time()
+    model = order.with_set_head(model)
+    data = {(T, tau): (recorded(target, args, "train", T, tau), recorded(target, args, "test", T, tau))
+            for T in (0.0, 1.0) for tau in ts.TAUS}
+    ts.train_sets(model, tj.Trajectories.concat([tr for tr, _ in data.values()]), args.set_steps, args.batch,
+                  args.lr, args.tf_depth, args.seed)
+    acc, base = {}, {}
+    for (T, tau), (_, test) in data.items():
+        a, b = ts.set_accuracy(model, test)
+        acc.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = a
+        base.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = b
+        print(f"held-out set accuracy T={T:g} tau={tau:g}: SPOT-Sets {a:.3f}, confidence sets {b:.3f}")
+    return model, dict(taus=list(ts.TAUS), heldout_accuracy=acc, confidence_accuracy=base,
+                       train_states=sum(len(tr) for tr, _ in data.values()),
+                       heldout_states=sum(len(te) for _, te in data.values()),
+                       seconds=round(time.time() - t0), command=command(args))
+
+
+def sets_only(target, args) -> int:
+    """``--sets-only``: the checkpoint (--out, default the shipped one) with a trained set head,
+    written where ``out_path`` says; its order model, calibration and curves are kept."""
+    src = Path(args.out) if args.out else shipped_path(args)
+    out = out_path(args)
+    model, header = load_order_model(src, target.model.block_size)
+    model, header["sets"] = set_head(model, target, args)
+    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    print(f"wrote {out}")
     return 0
 
 

@@ -5,7 +5,9 @@ drafts nothing (so the run is exact decoding) but saves, at every state after a 
 what a drafter can read: the state, its step, the top-32 stale probabilities, and for the next
 ``DEPTH + 1`` steps the coupled-noise stale tokens (and runner-up tokens) with their stale
 probabilities. The run's trajectory then gives the true commits from each state to the end of
-its block. Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
+its block: ``fut_pos`` / ``fut_tok`` in commit order and ``fut_when``, the step offset of each
+(0, 1, 2, ... under the one-position rule; under the threshold rule, ``record(threshold=tau)``,
+one offset per commit set, members in ascending position; ``tau`` is NaN for one-position rows). Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
 ``Trajectories.row(i)`` reads like ``drafters.inputs.ViewInputs`` so drafters can be evaluated offline
 (``accepted``): acceptance by state equality needs only the true commits.
 
@@ -26,7 +28,8 @@ from spotref.load.files import atomic_save
 from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
-FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "temp", "prompt")
+FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
+          "tau", "prompt")
 
 
 class Recorder:
@@ -50,20 +53,25 @@ class Recorder:
         return Draft.root()
 
 
-def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None) -> list[dict]:
-    """The rows of one exact generation, each with its true future commits and temperature."""
+def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None,
+               threshold: float | None = None) -> list[dict]:
+    """The rows of one exact generation, each with its true future commits, temperature and threshold."""
     rec = Recorder()
     res = spotref.generate(model, prompt, new_tokens, temperature=temperature, seed=seed, drafter=rec,
-                           budget=1, depth=0, stop_ids=stop_ids)
-    truth = {(b, k): d[0] for b, k, d in res.stats["trajectory"]}
+                           budget=1, depth=0, stop_ids=stop_ids, threshold=threshold)
+    truth = {(b, k): sorted(d) for b, k, d in res.stats["trajectory"]}
     B = model.block_size
     for row in rec.rows:
-        fut = [truth[(row["block"], k)] for k in range(row["step"], B) if (row["block"], k) in truth]
+        fut = [(d, c) for d, k in enumerate(range(row["step"], B)) if (row["block"], k) in truth
+               for c in truth[(row["block"], k)]]
         row["fut_pos"] = np.full(B, -1, np.int16)
         row["fut_tok"] = np.full(B, -1, np.int32)
-        row["fut_pos"][: len(fut)] = [p for p, _ in fut]
-        row["fut_tok"][: len(fut)] = [t for _, t in fut]
+        row["fut_when"] = np.full(B, -1, np.int16)
+        row["fut_pos"][: len(fut)] = [p for _, (p, _) in fut]
+        row["fut_tok"][: len(fut)] = [t for _, (_, t) in fut]
+        row["fut_when"][: len(fut)] = [d for d, _ in fut]
         row["temp"] = np.float32(temperature)
+        row["tau"] = np.float32(np.nan if threshold is None else threshold)
     return rec.rows
 
 
@@ -110,12 +118,12 @@ class Trajectories:
 
 
 def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,), stop_ids=None,
-           desc: str = "record") -> Trajectories:
-    """Trajectories of exact decoding on every prompt and seed."""
+           desc: str = "record", threshold: float | None = None) -> Trajectories:
+    """Trajectories of exact decoding (the threshold rule at ``threshold``) on every prompt and seed."""
     rows = []
     jobs = [(i, p, s) for i, p in enumerate(prompts) for s in seeds]
     for i, p, s in progress(jobs, desc):
-        for row in record_one(model, p, new_tokens, temperature, s, stop_ids):
+        for row in record_one(model, p, new_tokens, temperature, s, stop_ids, threshold):
             rows.append({**row, "prompt": np.int32(i)})
     arrays = {k: np.stack([r[k] for r in rows]) for k in FIELDS} if rows else {k: np.zeros(0) for k in FIELDS}
     return Trajectories(arrays, model.mask_id, model.block_size)
@@ -131,7 +139,15 @@ class Row:
         self.ctok, self.pc, self.ctok2, self.pc2 = a["ctok"][i], a["pc"][i], a["ctok2"][i], a["pc2"][i]
         n = int((a["fut_pos"][i] >= 0).sum())
         self.fut_pos, self.fut_tok = a["fut_pos"][i][:n].astype(np.int64), a["fut_tok"][i][:n]
-        self.temperature = float(a["temp"][i])
+        self.fut_when = a["fut_when"][i][:n].astype(np.int64)
+        self.temperature, self.tau = float(a["temp"][i]), float(a["tau"][i])
+
+    def fut_sets(self) -> list[frozenset]:
+        """The true decisions from this state on, one set of (position, token) per step."""
+        sets = [set() for _ in range(int(self.fut_when.max(initial=-1)) + 1)]
+        for w, p, t in zip(self.fut_when, self.fut_pos, self.fut_tok):
+            sets[w].add((int(p), int(t)))
+        return [frozenset(s) for s in sets]
 
     def _d(self, m: int) -> int:
         return min(m - self.step, len(self.ctok) - 1)
@@ -154,15 +170,15 @@ class Row:
 
 
 def accepted(draft: Draft, row: Row) -> int:
-    """Accepted depth of ``draft`` at ``row``, by state equality as in ``core.walk``: a node's
-    state is the set of commits on its path (merged DAG paths count)."""
-    sets = [frozenset()]
+    """Accepted depth (decisions) of ``draft`` at ``row``, by state equality as in ``core.walk``:
+    a node's state is the set of commits on its path at its depth (merged DAG paths count)."""
+    sets, depth = [frozenset()], [0]
     for p, cs in zip(draft.parents[1:], draft.commits[1:]):
         sets.append(sets[p] | set(cs))
-    known, s, d = set(sets), frozenset(), 0
-    while d < len(row.fut_pos):
-        s = s | {(int(row.fut_pos[d]), int(row.fut_tok[d]))}
-        if s not in known:
+        depth.append(depth[p] + 1)
+    known, s = set(zip(sets, depth)), frozenset()
+    for d, decision in enumerate(row.fut_sets()):
+        s = s | decision
+        if (s, d + 1) not in known:
             return d
-        d += 1
-    return d
+    return len(row.fut_sets())

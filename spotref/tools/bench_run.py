@@ -1,0 +1,122 @@
+"""Running one benchmark configuration: a target's setup (model, held-out prompts, its own
+drafters), exact decoding, a drafter over every prompt (asserted identical to exact decoding),
+and the totals a table row is made of. ``spotref.tools.bench`` (one-position rule) and
+``spotref.tools.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import spotref
+from spotref.conformance import first_divergence, oracle_drafter
+from spotref.drafters.calibrated import CalibratedDrafter, calibrate
+from spotref.drafters.order import OrderModel, temperature_key
+from spotref.drafters.spot import SpotDrafter
+from spotref.load.drafters import drafter_for
+from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.models import SDARConfig, SDARModel
+from spotref.tools.report import answer_blocks
+from spotref.tools.train_drafter import prompts_for
+from spotref.tools.trajectories import record
+
+
+@dataclass
+class Setup:
+    """A target to benchmark: its model, prompts and its own drafters (None when not shipped)."""
+
+    name: str
+    model: object
+    prompts: list
+    stops: list | None
+    spot: object = None
+    calibrated: object = None
+    exact: dict = field(default_factory=dict)      # T -> [exact Result per prompt]
+
+
+def target_setup(name: str, args) -> Setup:
+    t = load_target(name, args.targets_dir or TARGETS_DIR)
+    s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
+    try:
+        s.spot = drafter_for(t.model, "spot", args.drafters_dir)
+        s.calibrated = drafter_for(t.model, "calibrated", args.drafters_dir)
+    except ValueError as e:
+        print(f"bench: {name}: {e}", file=sys.stderr)
+    return s
+
+
+def random_setup(args) -> Setup:
+    """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
+    torch.manual_seed(args.seed)
+    cfg = SDARConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, mask_token_id=96,
+                     block_size=8, initializer_range=0.5)
+    model = SDARModel(cfg).eval()
+    rng = np.random.default_rng(args.seed)
+    prompts = [rng.integers(0, 96, 16).tolist() for _ in range(args.prompts)]
+    tables = {}
+    for T in (0.0, 1.0):
+        ds = record(model, prompts[:3], args.new_tokens, T, desc="calibrate")
+        tables[temperature_key(T)] = calibrate([ds.row(i) for i in range(len(ds))])
+    return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
+
+
+def make_drafter(name: str, setup: Setup, exact):
+    """A drafter by its bench name: the training-free ``confidence`` (confidence sets under the
+    threshold rule), the target's own ``spot`` / ``calibrated`` (None when not shipped), or a
+    ceiling reading ``exact``'s trajectory: ``oracle`` (the true decisions), ``oracle-order`` /
+    ``oracle-sets`` (the true positions or sets with the stale coupled tokens)."""
+    if name == "confidence":
+        return "confidence"
+    if name == "oracle":
+        return oracle_drafter(exact)
+    if name in ("oracle-order", "oracle-sets"):
+        return oracle_drafter(exact, stale_tokens=True)
+    return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def gen(setup: Setup, prompt, T: float, args, **kw):
+    return spotref.generate(setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed,
+                            stop_ids=setup.stops, **kw)
+
+
+def key(T: float, threshold: float | None):
+    """Where ``Setup.exact`` keeps a rule's exact runs: T (one-position rule) or (T, tau)."""
+    return T if threshold is None else (T, threshold)
+
+
+def run_exact(setup: Setup, T: float, args, threshold: float | None = None) -> list:
+    setup.exact[key(T, threshold)] = [gen(setup, p, T, args, threshold=threshold) for p in setup.prompts]
+    return setup.exact[key(T, threshold)]
+
+
+def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, threshold: float | None = None) -> list:
+    """One configuration over all prompts; exits if any output differs from exact decoding."""
+    out = []
+    for prompt, ex in zip(setup.prompts, setup.exact[key(T, threshold)]):
+        d = drafter if drafter is not None else make_drafter(name, setup, ex)
+        res = gen(setup, prompt, T, args, drafter=d, budget=N, depth=args.depth, threshold=threshold)
+        where = first_divergence(ex, res.tokens, setup.model.block_size, len(prompt))
+        if where is not None:
+            rule = "" if threshold is None else f", tau={threshold:g}"
+            raise SystemExit(f"spotref bench: {setup.name}, T={T:g}{rule}, {name}, N={N}: OUTPUT DIFFERS "
+                             f"from exact decoding at {where}")
+        out.append(res)
+    return out
+
+
+def metrics(results: list) -> dict:
+    """Totals over one configuration's results (``answer_*``: on answer blocks alone)."""
+    tokens = sum(len(r.tokens) for r in results)
+    rounds = [(k, a) for r in results for (_, k), a in zip(r.stats["starts"], r.stats["accepted"])]
+    verify = [a for k, a in rounds if k > 0] or [a for _, a in rounds]
+    wall = sum(r.stats["wall_s"] for r in results)
+    answer = [answer_blocks(r) for r in results]                    # (tokens, passes) each
+    return dict(tokens=tokens, passes=sum(r.passes for r in results), denoise=len(rounds),
+                answer_tokens=sum(t for t, _ in answer), answer_passes=sum(p for _, p in answer),
+                commits=float(np.mean(verify)) if verify else 0.0, wall=wall,
+                book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))

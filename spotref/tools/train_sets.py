@@ -1,0 +1,107 @@
+"""Train the order model's set head (SPOT-Sets): ``spotref train-drafter NAME`` runs it after the
+order model; ``--sets-only`` adds it to an existing checkpoint.
+
+1. Record exact threshold-decoding trajectories (``trajectories.record(threshold=tau)``) at the
+   thresholds users run (``TAUS``: 0.9, 0.7, 0.5), T = 0 and T = 1, on training and held-out
+   prompts; each row holds its true future commit sets.
+2. Train the set head alone (the encoder, the next-commit head and the token head stay as they
+   are, so the one-position drafter is unchanged): binary cross-entropy on "this masked position
+   is in the next commit set", at the recorded states and teacher-forced deeper ones (the state
+   after the first d true sets, with their draft marks and step), ``tau`` an input.
+3. Report held-out set accuracy, exact-set match of the top proposal against the true next set
+   (positions), for SPOT-Sets and for the confidence sets, per T and ``tau``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from spotref.drafters import order
+from spotref.drafters.confidence import ranked, threshold_options
+from spotref.drafters.sets import top_sets
+from spotref.tools import trajectories as tj
+from spotref.tools.report import progress
+
+TAUS = (0.9, 0.7, 0.5)      # thresholds the set head is trained and measured at
+
+
+def when_matrix(ds: tj.Trajectories, rows: np.ndarray) -> torch.Tensor:
+    """(n, B) int64: the future step offset at which each position is committed (-1: never)."""
+    a, B = ds.arrays, ds.block_size
+    pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))                     # (n, B), -1 padded
+    when = torch.from_numpy(a["fut_when"][rows].astype(np.int64))
+    out = torch.full((len(rows), B + 1), -1, dtype=torch.int64)
+    return out.scatter_(1, torch.where(pos >= 0, pos, B), when)[:, :B]
+
+
+def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
+    """Teacher-forced examples: row r advanced by its first d true commit sets.
+
+    Returns x (n, B, F), masked (n, B), tau (n,), y (n, B) float: in the next set."""
+    a = ds.arrays
+    when = when_matrix(ds, rows)                                                    # (n, B)
+    d = torch.from_numpy(depths)[:, None]                                           # (n, 1)
+    marks = torch.where((when >= 0) & (when < d), when + 1, 0)                      # draft depth
+    masked = (torch.from_numpy(a["tokens"][rows]) == ds.mask_id) & (marks == 0)
+    k = np.minimum(depths, a["pc"].shape[1] - 1)
+    pc = torch.from_numpy(a["pc"][rows, k].astype(np.float32))
+    step = torch.from_numpy(a["step"][rows].astype(np.int64) + depths)
+    x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step,
+                       torch.from_numpy(a["temp"][rows].astype(np.float32)))
+    return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
+
+
+def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
+    rows = rng.integers(len(ds), size=n)
+    left = ds.arrays["fut_when"][rows].max(1).astype(np.int64) + 1                  # decisions left
+    return rows, (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)
+
+
+def set_loss(model, x, masked, tau, y):
+    s, _ = model.sets(x, masked, tau)                                               # (n, B)
+    return torch.nn.functional.binary_cross_entropy_with_logits(s[masked], y[masked])
+
+
+def train_sets(model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: int, lr: float,
+               tf_depth: int, seed: int = 0) -> order.OrderModel:
+    """Train ``model.set_head`` on threshold trajectories; every other weight is kept."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(model.set_head.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    rng = np.random.default_rng(seed)
+    bar = progress(range(steps), "train set head")
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / steps))
+        model.train()
+        loss = set_loss(model, *set_batch(ds, *sample(ds, batch, tf_depth, rng)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if hasattr(bar, "set_postfix") and step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model.eval()
+
+
+@torch.no_grad()
+def set_accuracy(model, ds: tj.Trajectories, limit: int = 4000) -> tuple[float, float]:
+    """(SPOT-Sets, confidence sets): how often the top proposal's positions are the true next set."""
+    rows = np.arange(min(len(ds), limit))
+    if len(rows) == 0:
+        return float("nan"), float("nan")
+    x, masked, tau, y = set_batch(ds, rows, np.zeros(len(rows), np.int64))
+    z = model.eval().sets(x, masked, tau)[0].double().numpy()
+    pc = ds.arrays["pc"][rows, 0].astype(np.float64)
+    spot = conf = 0
+    for i in range(len(rows)):
+        m = np.flatnonzero(masked[i].numpy())
+        truth = tuple(np.flatnonzero(y[i].numpy()).tolist())
+        spot += top_sets(z[i, m], m, 1)[0][1] == truth
+        top = threshold_options(ranked(m, pc[i]), pc[i], np.zeros(len(pc[i]), np.int64), float(tau[i]))[0][1]
+        conf += tuple(j for j, _ in top) == truth
+    return spot / len(rows), conf / len(rows)

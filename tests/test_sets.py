@@ -1,0 +1,142 @@
+"""SPOT-Sets: set enumeration, the set head, threshold trajectories, set training, exactness."""
+import dataclasses
+import itertools
+from argparse import Namespace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import spotref
+from spotref.conformance import cases, check_case
+from spotref.drafters import order
+from spotref.drafters.sets import top_sets
+from spotref.drafters.spot import SpotDrafter
+from spotref.load import drafters as loaded
+from spotref.tools import train_drafter
+from spotref.tools import train_sets as ts
+from spotref.tools.trajectories import Trajectories, accepted, record, record_one
+
+
+@given(st.lists(st.floats(-30.0, 30.0), min_size=1, max_size=7), st.integers(1, 130))
+def test_top_sets_are_the_most_probable_nonempty_sets(z, k):
+    """Against brute force: the k best non-empty subsets, best first, no set twice, P renormalised."""
+    z = np.array(z)
+    pos = np.arange(len(z)) * 3 + 1
+    qc = 1 / (1 + np.exp(-z))
+    every = []
+    for m in itertools.product([False, True], repeat=len(z)):
+        m = np.array(m)
+        if m.any():
+            every.append((float(np.prod(np.where(m, qc, 1 - qc))), tuple(pos[m].tolist())))
+    total = sum(p for p, _ in every)
+    prob = {s: p / total for p, s in every}
+    got = top_sets(z, pos, k)
+    assert len(got) == min(k, len(every)) and len({s for _, s in got}) == len(got)
+    for p, s in got:
+        assert p == pytest.approx(prob[s], rel=1e-9, abs=1e-15)
+    best = sorted(prob.values(), reverse=True)
+    assert [p for p, _ in got] == pytest.approx(best[:len(got)], rel=1e-9, abs=1e-15)
+
+
+def random_set_head(model, seed):
+    """A SPOT drafter whose set head has random (not zero) weights: hostile-ish set proposals."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        om = order.OrderModel(model.block_size)
+        torch.nn.init.normal_(om.set_head[2].weight, std=3.0)
+        return SpotDrafter(om, strict=False)
+
+
+@settings(max_examples=25)
+@given(case=cases(), seed=st.integers(0, 3), tau=st.floats(0.01, 0.99))
+def test_spot_sets_drafter_is_exact(case, seed, tau):
+    """SPOT-Sets with any set-head weights: tokens identical to threshold decoding."""
+    case = dataclasses.replace(case, drafter="confidence", kwargs={**case.kwargs, "threshold": tau})
+
+    def generate_fn(model, prompt, n, drafter=None, **kw):
+        return spotref.generate(model, prompt, n, drafter=random_set_head(model, seed), **kw)
+    check_case(case, generate_fn)
+
+
+def test_an_untrained_set_head_proposes_the_confidence_set_first():
+    """Zero-initialised, the set head's top proposal is the stale set {c > tau} (else the most
+    confident position): SPOT-Sets starts from the training-free set and learns corrections."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    for T, tau in [(0.0, 0.5), (1.0, 0.3), (0.0, 0.9)]:
+        ds = record(model, [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], 24, T, seeds=(0,), threshold=tau)
+        spot, conf = ts.set_accuracy(order.OrderModel(8), ds)
+        assert spot == conf
+
+
+@pytest.mark.parametrize("T,tau", [(0.0, 0.5), (1.0, 0.3), (1.0, 0.9)])
+def test_threshold_trajectories_hold_the_true_sets(T, tau):
+    """fut_sets replays the exact run's decisions; a chain of them is accepted in full offline."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    prompt = [1, 2, 3, 4, 5]
+    exact = spotref.generate(model, prompt, 24, temperature=T, seed=1, threshold=tau)
+    ds = record(model, [prompt], 24, T, seeds=(1,), threshold=tau)
+    blocks = [r["block"] for r in record_one(model, prompt, 24, T, 1, threshold=tau)]   # the rows' blocks
+    truth = {(b, k): frozenset(d) for b, k, d in exact.stats["trajectory"]}
+    B = 8
+    assert len(ds) == len(blocks) > 0 and np.isclose(ds.arrays["tau"], tau).all()
+    for i, b in enumerate(blocks):
+        row = ds.row(i)
+        want = [truth[(b, k)] for k in range(row.step, B) if (b, k) in truth]
+        assert row.fut_sets() == want
+        chain = spotref.Draft.chain([tuple(sorted(s)) for s in want])
+        assert accepted(chain, row) == len(want)
+        if len(want) > 1:                                   # a true set one step early: not accepted
+            assert accepted(spotref.Draft.chain([tuple(sorted(want[1]))]), row) == 0
+
+
+def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8, [20, 21]]
+    ds = Trajectories.concat([record(model, prompts, 24, T, seeds=(0,), threshold=tau)
+                              for T in (0.0, 1.0) for tau in (0.9, 0.5)])
+    om = order.OrderModel(8)
+    before = {k: v.clone() for k, v in om.state_dict().items()}
+    rows = np.arange(len(ds))
+    loss0 = ts.set_loss(om, *ts.set_batch(ds, rows, np.zeros(len(ds), np.int64))).item()
+    ts.train_sets(om, ds, steps=60, batch=32, lr=3e-3, tf_depth=3)
+    loss1 = ts.set_loss(om, *ts.set_batch(ds, rows, np.zeros(len(ds), np.int64))).item()
+    assert loss1 < loss0
+    changed = {k for k, v in om.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed and all(k.startswith("set_head.") for k in changed)
+
+
+def test_checkpoints_without_a_set_head_draft_confidence_sets(tmp_path):
+    """A pre-SPOT-Sets checkpoint loads; under the threshold rule it drafts the confidence sets."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    loaded.save_order_model(tmp_path / "old.pt", order.OrderModel(8, set_hidden=None), {})
+    old = loaded.load_drafter(str(tmp_path / "old.pt"))
+    assert not old.model.has_sets and "set_hidden" not in old.model.config
+    kw = dict(temperature=1.0, seed=2, threshold=0.5, budget=8, depth=4)
+    a = spotref.generate(model, [1, 2, 3], 24, drafter=old, **kw)
+    b = spotref.generate(model, [1, 2, 3], 24, drafter="confidence", **kw)
+    assert a.tokens == b.tokens and a.passes == b.passes
+    new = order.with_set_head(old.model)
+    assert new.has_sets and all(torch.equal(new.state_dict()[k], v) for k, v in old.model.state_dict().items())
+
+
+def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    ck = tmp_path / "d.pt"
+    loaded.save_order_model(ck, order.OrderModel(8, set_hidden=None), {"note": "kept", "curves": {"spot": {}}})
+    target = SimpleNamespace(name="tiny", model=model, stop_ids=None,
+                             heldout=lambda n, seed, split: [(f"{seed}{i}" * 9, None) for i in range(n)],
+                             encode=lambda text: [1 + (ord(c) % 50) for c in text])
+    args = Namespace(out=str(ck), update_shipped=False, data_dir=str(tmp_path / "data"), set_prompts=2,
+                     test_prompts=2, prompt_tokens=8, new_tokens=16, seeds=1, set_steps=20, batch=16,
+                     lr=3e-3, tf_depth=3, seed=0, argv=["tiny", "--sets-only"])
+    assert train_drafter.sets_only(target, args) == 0
+    om, header = loaded.load_order_model(ck)
+    assert om.has_sets and header["note"] == "kept" and header["curves"] == {"spot": {}}
+    acc = header["sets"]["heldout_accuracy"]
+    assert set(acc) == {"0", "1"} and set(acc["0"]) == {"0.9", "0.7", "0.5"}
+    assert all(0.0 <= a <= 1.0 for t in acc.values() for a in t.values())
