@@ -22,21 +22,30 @@ from spotref.tools import train_sets as ts
 from spotref.tools.trajectories import Trajectories, accepted, record, record_one
 
 
-@given(st.lists(st.floats(-30.0, 30.0), min_size=1, max_size=7), st.integers(1, 130))
-def test_top_sets_are_the_most_probable_nonempty_sets(z, k):
-    """Against brute force: the k best non-empty subsets, best first, no set twice, P renormalised."""
+@given(st.lists(st.floats(-30.0, 30.0), min_size=1, max_size=7), st.integers(1, 130), st.booleans(), st.data())
+def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
+    """Against brute force: the k best decisions, best first, no set twice. With a fallback
+    distribution P({j}) also gets P(E = {}) p_next(j); without one the empty set is renormalised away."""
     z = np.array(z)
-    pos = np.arange(len(z)) * 3 + 1
-    qc = 1 / (1 + np.exp(-z))
-    every = []
-    for m in itertools.product([False, True], repeat=len(z)):
+    n, pos = len(z), np.arange(len(z)) * 3 + 1
+    q = 1 / (1 + np.exp(-z))
+    p_next = None
+    if fallback:
+        w = np.array(data.draw(st.lists(st.floats(0.01, 1.0), min_size=n, max_size=n)))
+        p_next = w / w.sum()
+    prob, empty = {}, float(np.prod(1 - q))
+    for m in itertools.product([False, True], repeat=n):
         m = np.array(m)
         if m.any():
-            every.append((float(np.prod(np.where(m, qc, 1 - qc))), tuple(pos[m].tolist())))
-    total = sum(p for p, _ in every)
-    prob = {s: p / total for p, s in every}
-    got = top_sets(z, pos, k)
-    assert len(got) == min(k, len(every)) and len({s for _, s in got}) == len(got)
+            prob[tuple(pos[m].tolist())] = float(np.prod(np.where(m, q, 1 - q)))
+    if p_next is None:
+        prob = {s: p / (1 - empty) for s, p in prob.items()}
+    else:
+        for i in range(n):
+            prob[(int(pos[i]),)] += empty * p_next[i]
+        assert sum(prob.values()) == pytest.approx(1.0)
+    got = top_sets(z, pos, k, p_next)
+    assert len(got) == min(k, len(prob)) and len({s for _, s in got}) == len(got)
     for p, s in got:
         assert p == pytest.approx(prob[s], rel=1e-9, abs=1e-15)
     best = sorted(prob.values(), reverse=True)
@@ -63,14 +72,23 @@ def test_spot_sets_drafter_is_exact(case, seed, tau):
     check_case(case, generate_fn)
 
 
-def test_an_untrained_set_head_proposes_the_confidence_set_first():
-    """Zero-initialised, the set head's top proposal is the stale set {c > tau} (else the most
-    confident position): SPOT-Sets starts from the training-free set and learns corrections."""
+def test_an_untrained_set_head_reads_the_stale_confidences():
+    """Zero-initialised, the set head's most probable exceed set is the stale set {c > tau} and
+    its fallback is the most confident stale position: SPOT-Sets starts from the training-free
+    sets and learns corrections."""
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    om = order.OrderModel(8).eval()
     for T, tau in [(0.0, 0.5), (1.0, 0.3), (0.0, 0.9)]:
         ds = record(model, [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], 24, T, seeds=(0,), threshold=tau)
-        spot, conf = ts.set_accuracy(order.OrderModel(8), ds)
-        assert spot == conf
+        rows = np.arange(len(ds))
+        x, masked, taus, _ = ts.set_batch(ds, rows, np.zeros(len(ds), np.int64))
+        with torch.no_grad():
+            z, s, _ = om.sets(x, masked, taus)
+        pc = torch.from_numpy(ds.arrays["pc"][:, 0].astype(np.float32))
+        stale = masked & (pc > tau)
+        assert torch.equal(z > 0, stale)
+        conf = torch.where(masked, pc, -1.0)
+        assert torch.equal(s.argmax(-1), conf.argmax(-1))
 
 
 @pytest.mark.parametrize("T,tau", [(0.0, 0.5), (1.0, 0.3), (1.0, 0.9)])
@@ -107,7 +125,7 @@ def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
     loss1 = ts.set_loss(om, *ts.set_batch(ds, rows, np.zeros(len(ds), np.int64))).item()
     assert loss1 < loss0
     changed = {k for k, v in om.state_dict().items() if not torch.equal(v, before[k])}
-    assert changed and all(k.startswith("set_head.") for k in changed)
+    assert changed and all(k.startswith("set_") for k in changed)
 
 
 def test_checkpoints_without_a_set_head_draft_confidence_sets(tmp_path):

@@ -24,11 +24,13 @@ log(p_coupled): an untrained model ranks by stale confidence, the training-free 
 learns corrections to it. 0.62M parameters at these sizes.
 
 SPOT-Sets (the threshold rule, SPEC section 2) reads the same encoder through a set head: for a
-threshold ``tau`` it gives, per masked position, the logit of "this position is in the target's
-next commit set" (every ``c_j > tau``, else the single most confident). The head is a small MLP
-over the encoder's output, ``log(p_coupled / tau) / LOG_SCALE`` and ``tau`` (``tau`` is an input,
-so one model serves every threshold), added to ``SET_SCALE * log(p_coupled / tau)``: untrained,
-it is the stale set ``{c > tau}``, the training-free set, and it learns corrections to it.
+threshold ``tau`` it gives, per masked position, the logit of "this position's confidence will
+exceed tau" (the rule commits every such position, else the single most confident: the
+next-commit head's distribution, ``spotref.drafters.sets``). The head is a small MLP over the
+encoder's output, ``log(p_coupled / tau) / LOG_SCALE`` and ``tau`` (``tau`` is an input, so one
+model serves every threshold), added to ``s * log(p_coupled / tau)`` with a learned scale ``s``
+(``SET_SCALE`` at first): untrained, it is the stale set ``{c > tau}``, the training-free set, and
+it learns corrections to it.
 Checkpoints without a set head (``set_hidden`` absent from the config) still load; their
 drafter drafts the confidence sets under the threshold rule.
 """
@@ -48,15 +50,16 @@ FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION                # top, structure, 
 LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
 SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
-SET_SCALE = 20.0    # untrained set logit 20 log(p_coupled / tau): the stale set {c > tau}
+SET_SCALE = 4.0     # untrained exceed logit 4 log(p_coupled / tau): the stale set {c > tau} (a learned scale)
 SET_HIDDEN = 64     # the set head's hidden width
 
 
 class OrderModel(nn.Module):
     """features (N, B, F), masked (N, B) bool -> (scores (N, B), -inf where not masked; token logits (N, B)).
 
-    ``sets(x, masked, tau)``: the set head's logits (N, B) (-inf where not masked) and the token
-    logits. ``set_hidden=None``: no set head (the checkpoints shipped before SPOT-Sets)."""
+    ``sets(x, masked, tau)``: the set head's exceed logits (N, B) (-inf where not masked), the
+    next-commit scores and the token logits. ``set_hidden=None``: no set head (the checkpoints
+    shipped before SPOT-Sets)."""
 
     def __init__(self, block_size: int, d_model: int = 128, layers: int = 3, heads: int = 8,
                  ff: int = 512, feature_width: int = FEATURE_WIDTH, top_k: int = TOP_K,
@@ -82,6 +85,7 @@ class OrderModel(nn.Module):
         if set_hidden:
             self.set_head = nn.Sequential(nn.Linear(d_model + len(SET_INPUTS), set_hidden), nn.GELU(),
                                           nn.Linear(set_hidden, 1))
+            self.set_scale = nn.Parameter(torch.tensor(math.log(SET_SCALE)))   # log of the skip's scale
             with torch.no_grad():                                      # untrained: the stale set
                 self.set_head[2].weight.zero_()
                 self.set_head[2].bias.zero_()
@@ -105,14 +109,15 @@ class OrderModel(nn.Module):
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
     def sets(self, x: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor):
-        """(set logits (N, B), -inf where not masked; token logits (N, B)) under thresholds tau (N,)."""
+        """Under thresholds tau (N,): (exceed-set logits (N, B), -inf where not masked;
+        next-commit scores (N, B); token logits (N, B)), from one encoder pass."""
         h = self.encode(x)                                            # (N, B, d)
         N, B, _ = h.shape
         rel = x[..., LOG_PC] * LOG_SCALE - tau.float().log()[:, None]  # (N, B) log(p_coupled / tau)
         inp = torch.cat([h, (rel / LOG_SCALE)[..., None], tau.float()[:, None, None].expand(N, B, 1)], -1)
-        s = SET_SCALE * rel + self.set_head(inp)[..., 0]
-        tok = (self.head(h) + self.skip(x))[..., 1]
-        return s.masked_fill(~masked, -torch.inf), tok
+        s = self.set_scale.exp() * rel + self.set_head(inp)[..., 0]
+        out = self.head(h) + self.skip(x)                             # (N, B, 2)
+        return s.masked_fill(~masked, -torch.inf), out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
 
 def with_set_head(model: OrderModel, set_hidden: int = SET_HIDDEN) -> OrderModel:
@@ -122,7 +127,7 @@ def with_set_head(model: OrderModel, set_hidden: int = SET_HIDDEN) -> OrderModel
     cfg = {k: v for k, v in model.config.items() if k != "set_hidden"}
     new = OrderModel(**cfg, set_hidden=set_hidden)
     missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
-    assert not unexpected and all(k.startswith("set_head.") for k in missing), (missing, unexpected)
+    assert not unexpected and all(k.startswith("set_") for k in missing), (missing, unexpected)
     return new.eval()
 
 

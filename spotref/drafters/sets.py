@@ -1,17 +1,27 @@
-"""SPOT-Sets proposals: the most probable commit sets under independent membership probabilities.
+"""SPOT-Sets proposals: the most probable commit sets of the threshold rule.
 
-Under the threshold rule a decision is a set: every masked position whose confidence exceeds
-``tau`` (else the single most confident). The order model's set head gives, per masked position,
-the logit ``z_j`` of P(j is in the next set). Read as a product of Bernoullis, the most probable
-set is ``{z_j > 0}``; every other set flips some positions, each flip costing ``|z_j|`` of
-log-probability. ``top_sets`` enumerates the sets best-first by total flip cost (the k smallest
-subset sums of the sorted costs, no set twice), leaving out the empty set (the rule always commits
-at least one position) and renormalising by it. Everything is computed from the logits, in log
-space: positions far below 1/2 keep their order (the most confident one is the best singleton).
+Under the threshold rule the decision is the exceed set ``E = {j : c_j > tau}`` when it is not
+empty, else the single most confident position. SPOT-Sets models both parts: the order model's
+set head gives, per masked position, the logit ``z_j`` of ``j in E`` (independent Bernoullis),
+and its next-commit head gives ``p_next``, the distribution of the most confident position (the
+one-position rule's next commit). So
 
->>> z = np.log([0.9 / 0.1, 0.2 / 0.8, 0.6 / 0.4])            # P(member) 0.9, 0.2, 0.6
+    P(S) = P(E = S)                          for |S| >= 2,
+    P({j}) = P(E = {j}) + P(E = {}) p_next(j).
+
+The most probable exceed set is ``{z_j > 0}``; every other one flips some positions, each flip
+costing ``|z_j|`` of log-probability, so ``exceed_sets`` enumerates them best-first (the k
+smallest subset sums of the sorted costs, each set once). ``top_sets`` adds the fallback
+singletons and keeps the k best (exact: a set outside the k best exceed sets that is not a
+singleton cannot beat them). Everything is computed from the logits in log space, so positions
+far below 1/2 keep their order. Without ``p_next`` the empty set is simply left out and the rest
+renormalised.
+
+>>> z = np.log([0.9 / 0.1, 0.2 / 0.8, 0.6 / 0.4])            # P(in E) 0.9, 0.2, 0.6
 >>> [(round(p, 3), s) for p, s in top_sets(z, np.array([4, 7, 9]), 4)]
 [(0.446, (4, 9)), (0.298, (4,)), (0.112, (4, 7, 9)), (0.074, (4, 7))]
+>>> [(round(p, 3), s) for p, s in top_sets(z, np.array([4, 7, 9]), 3, p_next=np.array([0.1, 0.1, 0.8]))]
+[(0.432, (4, 9)), (0.291, (4,)), (0.108, (4, 7, 9))]
 """
 from __future__ import annotations
 
@@ -23,24 +33,20 @@ import numpy as np
 LOGIT_CAP = 700.0   # |z| beyond this is capped (exp(-700) is still a float64)
 
 
-def top_sets(z: np.ndarray, positions: np.ndarray, k: int) -> list[tuple[float, tuple]]:
-    """The ``k`` most probable non-empty subsets of ``positions`` (n,) when each is a member
-    independently with logit ``z`` (n,): [(P(set | not empty), positions ascending), ...]."""
+def exceed_sets(z: np.ndarray, k: int) -> list[tuple[float, np.ndarray]]:
+    """The ``k`` most probable non-empty sets when index i is a member independently with logit
+    ``z[i]``, best first: [(log P(E = set), member mask (n,) bool), ...]."""
     z = np.clip(np.asarray(z, dtype=np.float64), -LOGIT_CAP, LOGIT_CAP)
-    if len(z) == 0 or k < 1:
-        return []
     base, cost = z > 0, np.abs(z)                           # the most probable set; cost of a flip
     order = np.argsort(cost, kind="stable")
-    log_top = -np.logaddexp(0.0, -cost).sum()               # log P(base)
-    log_nonempty = np.log(-np.expm1(-np.logaddexp(0.0, z).sum()))    # log (1 - P(empty))
+    log_top = -np.logaddexp(0.0, -cost).sum()               # log P(E = base)
     out, heap = [], [(0.0, -1, ())]
     while heap and len(out) < k:
         c, last, flips = heapq.heappop(heap)
         member = base.copy()
         member[list(flips)] ^= True
         if member.any():
-            p = math.exp(log_top - c - log_nonempty)
-            out.append((p, tuple(int(j) for j in np.sort(positions[member]))))
+            out.append((log_top - c, member))
         nxt = last + 1
         if nxt < len(z):
             i = order[nxt]
@@ -50,10 +56,34 @@ def top_sets(z: np.ndarray, positions: np.ndarray, k: int) -> list[tuple[float, 
     return out
 
 
-def set_options(z: np.ndarray, ok: np.ndarray, masked: np.ndarray, tokens: np.ndarray, limit: int):
-    """[(prob, ((j, x_j), ...)), ...]: the ``limit`` most probable sets over ``masked`` with
+def top_sets(z: np.ndarray, positions: np.ndarray, k: int, p_next: np.ndarray | None = None) -> list[tuple[float, tuple]]:
+    """The ``k`` most probable decisions over ``positions`` (n,): [(P(set), positions ascending), ...].
+
+    z: (n,) logits of membership of the exceed set; p_next: (n,) the fallback's distribution
+    (None: the empty exceed set left out, the rest renormalised)."""
+    z = np.clip(np.asarray(z, dtype=np.float64), -LOGIT_CAP, LOGIT_CAP)
+    if len(z) == 0 or k < 1:
+        return []
+    log_empty = -np.logaddexp(0.0, z).sum()                 # log P(E = {})
+    sets = {tuple(np.flatnonzero(m)): lp for lp, m in exceed_sets(z, k)}
+    if p_next is None:
+        shift = -np.log(-np.expm1(log_empty))               # / P(E not empty)
+        probs = {s: math.exp(lp + shift) for s, lp in sets.items()}
+    else:
+        log_in, log_out = -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)       # log q_i, log (1 - q_i)
+        probs = {s: math.exp(lp) for s, lp in sets.items()}
+        for i in range(len(z)):                              # the singletons, fallback included
+            probs[(i,)] = math.exp(log_empty - log_out[i] + log_in[i]) + math.exp(log_empty) * float(p_next[i])
+    best = sorted(probs.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+    return [(p, tuple(int(positions[i]) for i in s)) for s, p in best]
+
+
+def set_options(z: np.ndarray, p_next: np.ndarray, ok: np.ndarray, masked: np.ndarray, tokens: np.ndarray,
+                limit: int):
+    """[(prob, ((j, x_j), ...)), ...]: the ``limit`` most probable decisions over ``masked`` with
     their coupled tokens; prob = P(set) x prod over members of P(coupled token right).
 
-    z: (B,) membership logits; ok: (B,) token-right probabilities; tokens: (B,) coupled tokens."""
+    z: (B,) exceed-set logits; p_next: (B,) next-commit probabilities; ok: (B,) token-right
+    probabilities; tokens: (B,) coupled tokens."""
     return [(p * float(np.prod(ok[list(s)])), tuple((j, int(tokens[j])) for j in s))
-            for p, s in top_sets(z[masked], masked, limit)]
+            for p, s in top_sets(z[masked], masked, limit, p_next[masked])]

@@ -10,10 +10,10 @@ the token is uncertain a second edge carries the runner-up token (``second``). E
 merged by the growth. Tokens are coupled-noise matched (``view.coupled_tokens(step)``).
 
 Under the threshold rule (SPOT-Sets) the tree's edges are whole commit sets: the order model's
-set head gives each masked position's probability of being in the next set at ``tau``, and
-``spotref.drafters.sets`` proposes the most probable sets with their coupled-noise tokens (edge
-probability: P(set) x P(every member's coupled token right)); growth, merging and the level-batched
-calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
+set head gives each masked position's probability of exceeding ``tau``, its next-commit head the
+fallback (the most confident position), and ``spotref.drafters.sets`` proposes the most probable
+decisions with their coupled-noise tokens (edge probability: P(set) x P(every member's coupled
+token right)); growth, merging and the level-batched calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
 (``spotref.drafters.confidence.threshold_options``).
 
 Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``, ``drafter_for``).
@@ -103,30 +103,16 @@ class SpotDrafter(torch.nn.Module):
 
     @torch.no_grad()
     def set_scores(self, inp, states, steps, marks, tau: float):
-        """(logit of P(j in the next set) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
+        """At N hypothetical states: (exceed-set logits (N, B), P(next = j) (N, B),
+        P(coupled token right) (N, B))."""
         x, masked = self.inputs(inp, states, steps, marks)
-        s, t = self.model.sets(x, masked, torch.full((len(states),), float(tau)))
-        return s, torch.sigmoid(t)
+        z, s, t = self.model.sets(x, masked, torch.full((len(states),), float(tau)))
+        return z, torch.softmax(s, -1), torch.sigmoid(t)
 
     def set_options(self, inp, states, steps, marks, tau: float, limit: int):
-        z, ok = self.set_scores(inp, states, steps, marks, tau)
-        z, ok = z.double().numpy(), ok.double().numpy()
-        return [set_options(z[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
+        z, p, ok = (a.double().numpy() for a in self.set_scores(inp, states, steps, marks, tau))
+        return [set_options(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
                 for i, k in enumerate(steps)]
-
-    def options(self, inp, states, steps, marks, limit: int):
-        p, q = self.scores(inp, states, steps, marks)
-        out = []
-        for i, k in enumerate(steps):
-            x = inp.coupled(k)[0]
-            masked = np.flatnonzero(states[i] == inp.mask_id)
-            best = ranked(masked, p[i].numpy())[:limit]
-            pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
-            opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
-            if self.second:
-                opts += self.runner_up(inp, k, best, p[i], q[i])
-            out.append(opts)
-        return out
 
     def runner_up(self, inp, k, best, p, q):
         """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)."""

@@ -5,9 +5,11 @@ order model; ``--sets-only`` adds it to an existing checkpoint.
    thresholds users run (``TAUS``: 0.9, 0.7, 0.5), T = 0 and T = 1, on training and held-out
    prompts; each row holds its true future commit sets.
 2. Train the set head alone (the encoder, the next-commit head and the token head stay as they
-   are, so the one-position drafter is unchanged): binary cross-entropy on "this masked position
-   is in the next commit set", at the recorded states and teacher-forced deeper ones (the state
-   after the first d true sets, with their draft marks and step), ``tau`` an input.
+   are, so the one-position drafter is unchanged): the negative log-likelihood of the true next
+   decision under the SPOT-Sets model (the exceed set, or for a single commit also the fallback
+   to the next-commit head's choice; ``spotref.drafters.sets``), at the recorded states and
+   teacher-forced deeper ones (the state after the first d true sets, with their draft marks and
+   step), ``tau`` an input.
 3. Report held-out set accuracy, exact-set match of the top proposal against the true next set
    (positions), for SPOT-Sets and for the confidence sets, per T and ``tau``.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from spotref.drafters import order
 from spotref.drafters.confidence import ranked, threshold_options
@@ -58,16 +61,24 @@ def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
 
 
 def set_loss(model, x, masked, tau, y):
-    s, _ = model.sets(x, masked, tau)                                               # (n, B)
-    return torch.nn.functional.binary_cross_entropy_with_logits(s[masked], y[masked])
+    """Mean negative log-likelihood of the true decisions y (n, B) under the SPOT-Sets model
+    (``spotref.drafters.sets``): the exceed set, or for a singleton also the fallback."""
+    z, s, _ = model.sets(x, masked, tau)                                            # (n, B) each
+    zero = torch.zeros_like(z)
+    log_in = torch.where(masked, -F.softplus(-z), zero)                             # log q_j
+    log_out = torch.where(masked, -F.softplus(z), zero)                             # log (1 - q_j)
+    lp = (y * log_in + (1 - y) * log_out).sum(-1)                                   # log P(E = truth)
+    fallback = log_out.sum(-1) + torch.log_softmax(s, -1).gather(1, y.argmax(-1, keepdim=True))[:, 0]
+    lp = torch.where(y.sum(-1) == 1, torch.logaddexp(lp, fallback), lp)
+    return -lp.mean()
 
 
 def train_sets(model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: int, lr: float,
                tf_depth: int, seed: int = 0) -> order.OrderModel:
-    """Train ``model.set_head`` on threshold trajectories; every other weight is kept."""
+    """Train the set head (``set_*`` parameters) on threshold trajectories; every other weight is kept."""
     for p in model.parameters():
         p.requires_grad_(False)
-    params = list(model.set_head.parameters())
+    params = [p for n, p in model.named_parameters() if n.startswith("set_")]
     for p in params:
         p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
@@ -95,13 +106,14 @@ def set_accuracy(model, ds: tj.Trajectories, limit: int = 4000) -> tuple[float, 
     if len(rows) == 0:
         return float("nan"), float("nan")
     x, masked, tau, y = set_batch(ds, rows, np.zeros(len(rows), np.int64))
-    z = model.eval().sets(x, masked, tau)[0].double().numpy()
+    z, s, _ = model.eval().sets(x, masked, tau)
+    z, p = z.double().numpy(), torch.softmax(s, -1).double().numpy()
     pc = ds.arrays["pc"][rows, 0].astype(np.float64)
     spot = conf = 0
     for i in range(len(rows)):
         m = np.flatnonzero(masked[i].numpy())
         truth = tuple(np.flatnonzero(y[i].numpy()).tolist())
-        spot += top_sets(z[i, m], m, 1)[0][1] == truth
+        spot += top_sets(z[i, m], m, 1, p[i, m])[0][1] == truth
         top = threshold_options(ranked(m, pc[i]), pc[i], np.zeros(len(pc[i]), np.int64), float(tau[i]))[0][1]
         conf += tuple(j for j, _ in top) == truth
     return spot / len(rows), conf / len(rows)
