@@ -39,7 +39,8 @@ def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
         if m.any():
             prob[tuple(pos[m].tolist())] = float(np.prod(np.where(m, q, 1 - q)))
     if p_next is None:
-        prob = {s: p / (1 - empty) for s, p in prob.items()}
+        nonempty = -np.expm1(np.log1p(-q).sum())                 # 1 - P(E = {}), without cancellation
+        prob = {s: p / nonempty for s, p in prob.items()}
     else:
         for i in range(n):
             prob[(int(pos[i]),)] += empty * p_next[i]
