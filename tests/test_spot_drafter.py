@@ -16,16 +16,16 @@ from spotref.drafters.budget import choose_budget, expected_commits, resolve_bud
 from spotref.drafters.calibrated import CalibratedDrafter
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import OrderModel
-from spotref.drafters.spot import SpotDrafter
+from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.tools import train_drafter
 from spotref.tools.trajectories import Recorder, accepted, record
 
 
-def spot_for(model, seed=0, second=0.5):
+def spot_for(model, seed=0, second=0.5, calls="level"):
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return SpotDrafter(OrderModel(model.block_size), second=second)
+        return SpotDrafter(OrderModel(model.block_size), second=second, calls=calls)
 
 
 def random_calibrated(seed=0):
@@ -47,10 +47,26 @@ def with_drafter(make):
 
 
 @settings(max_examples=25)
-@given(case=cases(), seed=st.integers(0, 3), second=st.sampled_from([0.0, 0.5, 1.0]))
-def test_spot_drafter_is_exact(case, seed, second):
-    """Untrained order models of any weights: tokens identical to exact decoding, every rule."""
-    check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second)))
+@given(case=cases(), seed=st.integers(0, 3), second=st.sampled_from([0.0, 0.5, 1.0]), calls=st.sampled_from(CALLS))
+def test_spot_drafter_is_exact(case, seed, second, calls):
+    """Untrained order models of any weights, one call per level or per round: tokens identical
+    to exact decoding, every rule."""
+    check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second, calls)))
+
+
+def test_one_call_per_round_calls_the_order_model_once():
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    for calls, want in (("root", 1), ("level", 5)):
+        d = spot_for(model, calls=calls)
+        n = []
+        d.model.register_forward_hook(lambda *a: n.append(1))
+        exact = spotref.generate(model, [1, 2, 3], 16)
+        got = spotref.generate(model, [1, 2, 3], 16, drafter=d, budget=16, depth=5)
+        assert got.tokens == exact.tokens
+        rounds = sum(1 for _, k in got.stats["starts"] if k > 0)
+        assert (len(n) == rounds) if want == 1 else (len(n) > rounds)
+    with pytest.raises(ValueError, match="calls must be one of level, root"):
+        SpotDrafter(OrderModel(8), calls="leaf")
 
 
 @settings(max_examples=25)

@@ -28,11 +28,12 @@ import torch
 from spotref.draft import Draft
 from spotref.drafters import order
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
-from spotref.drafters.grow import grow_levels
+from spotref.drafters.grow import grow, grow_levels
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.sets import set_options
 
 SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
+CALLS = ("level", "root")   # order-model calls per round: one per tree level, or one at the root
 
 
 def _root(inp, budget: int, depth: int):
@@ -47,16 +48,20 @@ class SpotDrafter(torch.nn.Module):
     """``drafter(view) -> Draft`` from a trained ``OrderModel`` (a ``torch.nn.Module`` holding it).
 
     second: add a runner-up token edge where P(coupled token right) < second (0: never);
-    strict: refuse a target whose block size is not the order model's (False: allow transfer).
+    strict: refuse a target whose block size is not the order model's (False: allow transfer);
+    calls: "level" (one order-model call per tree level, the default) or "root" (one call per
+    round: the root's next-commit distribution read as a Plackett-Luce ranking, ``draft_root``).
     """
 
     name = "spot"
 
     def __init__(self, model: order.OrderModel, header: dict | None = None, second: float = SECOND,
-                 strict: bool = True):
+                 strict: bool = True, calls: str = "level"):
         super().__init__()
+        if calls not in CALLS:
+            raise ValueError(f"calls must be one of {', '.join(CALLS)}, got {calls!r}")
         self.model, self.header = model.eval(), header or {}
-        self.second, self.strict = second, strict
+        self.second, self.strict, self.calls = second, strict, calls
 
     @property
     def curves(self) -> dict:
@@ -78,8 +83,27 @@ class SpotDrafter(torch.nn.Module):
 
     def draft(self, inp, budget: int, depth: int) -> Draft:
         """The tree over ``inp`` (ViewInputs, or recorded inputs for offline evaluation)."""
+        if self.calls == "root":
+            return self.draft_root(inp, budget, depth)
         return grow_levels(_root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget),
                            _width(budget, depth))
+
+    def draft_root(self, inp, budget: int, depth: int) -> Draft:
+        """One order-model call per round: P(next = j) at the root, read as a Plackett-Luce
+        ranking (at a node, j comes next with p_j / the mass of the positions still masked there),
+        times the root's P(coupled token right); best-first growth (``grow``) without model calls."""
+        B = len(inp.tokens)
+        p, q = (a[0] for a in self.scores(inp, [inp.tokens], [inp.step], [np.zeros(B, dtype=np.int64)]))
+        p64 = p.double().numpy()
+
+        def options(state, step):
+            masked = np.flatnonzero(state == inp.mask_id)
+            mass = max(float(p64[masked].sum()), 1e-300)
+            best, x = ranked(masked, p64)[:budget], inp.coupled(step)[0]
+            pn = p / mass                                                      # Plackett-Luce at this node
+            opts = [(float(pn[j] * q[j]), ((int(j), int(x[j])),)) for j in best]
+            return opts + (self.runner_up(inp, step, best, pn, q) if self.second else [])
+        return grow(_root(inp, budget, depth), options)
 
     def draft_sets(self, inp, budget: int, depth: int, tau: float) -> Draft:
         """SPOT-Sets: the tree of commit sets under the threshold ``tau``."""
@@ -100,6 +124,20 @@ class SpotDrafter(torch.nn.Module):
         """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
         s, t = self.model(*self.inputs(inp, states, steps, marks))
         return torch.softmax(s, -1), torch.sigmoid(t)
+
+    def options(self, inp, states, steps, marks, limit: int):
+        p, q = self.scores(inp, states, steps, marks)
+        out = []
+        for i, k in enumerate(steps):
+            x = inp.coupled(k)[0]
+            masked = np.flatnonzero(states[i] == inp.mask_id)
+            best = ranked(masked, p[i].numpy())[:limit]
+            pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
+            opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
+            if self.second:
+                opts += self.runner_up(inp, k, best, p[i], q[i])
+            out.append(opts)
+        return out
 
     @torch.no_grad()
     def set_scores(self, inp, states, steps, marks, tau: float):
