@@ -3,7 +3,11 @@ import math
 from types import SimpleNamespace as NS
 
 import pytest
+from helpers import tiny_model
 
+import spotref
+from spotref.drafters.order import OrderModel
+from spotref.drafters.spot import SpotDrafter
 from spotref.tools import bench, bench_run, bench_sets
 
 
@@ -149,6 +153,27 @@ def test_costmodel_table(capsys):
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out
+
+
+@pytest.mark.parametrize("calls", ["level", "root"])
+def test_costmodel_profile(capsys, calls):
+    """Where a round's time goes: one row per N, the drafter's parts adding up to its time."""
+    from spotref.tools import costmodel
+    assert costmodel.main(["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls]) == 0
+    out = capsys.readouterr().out
+    rows = bench.parse_table(out, costmodel.PROFILE_COLUMNS[:2])
+    assert [int(r["N"]) for r in rows] == list(costmodel.PROFILE_BUDGETS)
+    assert all(float(r["target ms"]) > 0 and float(r["order-model calls ms"]) > 0 for r in rows)
+    assert f"({calls} calls)" in out
+
+
+def test_drafter_split_adds_up():
+    from spotref.tools import costmodel
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    d = SpotDrafter(OrderModel(8))
+    split = costmodel.drafter_split(lambda: spotref.generate(model, [1, 2, 3], 16, drafter=d, budget=8, depth=4))
+    assert set(split) == {"order-model calls", "drafter inputs", "tree growth"}
+    assert sum(split.values()) == pytest.approx(1.0) and split["order-model calls"] > 0.05
 
 
 def test_prompts_for_counts_the_prompts_it_leaves_out():

@@ -1,10 +1,23 @@
-"""``python -m spotref.tools.costmodel``: the table behind ``budget="auto"`` on this machine."""
+"""``python -m spotref.tools.costmodel``: the table behind ``budget="auto"`` on this machine.
+
+``--profile`` measures first where a SPOT round's time goes, per node budget N: the target pass,
+the drafter's order-model calls, its inputs (stale distributions, coupled tokens, features), tree
+growth (the rest of the drafter), building the verify batch and the walk (decisions and
+acceptance). The totals (target, drafter, build + walk) are the decoder's own timers on a plain
+run; the splits inside the drafter and inside build + walk are the shares ``cProfile`` measures on
+a second run of the same generations (its per-call overhead inflates Python-heavy parts, so the
+split is a guide, the totals are not).
+"""
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 
 import torch
 
+import spotref
+from spotref import decode
 from spotref.drafters.budget import (
     BUDGETS,
     choose_budget,
@@ -15,6 +28,55 @@ from spotref.drafters.budget import (
 from spotref.load.drafters import resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.tools.report import table
+from spotref.tools.train_drafter import prompts_for
+
+PROFILE_BUDGETS = (2, 4, 8, 16, 64)
+DRAFTER_PARTS = {                                # (file suffix, function): its cumulative time is the part
+    "order-model calls": [("drafters/order.py", "forward"), ("drafters/order.py", "sets")],
+    "drafter inputs": [("drafters/spot.py", "inputs"), ("drafters/inputs.py", "__init__"),
+                       ("drafters/inputs.py", "top"), ("draft.py", "of")],
+}
+PROFILE_COLUMNS = ["N", "rounds", "target ms", "order-model calls ms", "drafter inputs ms", "tree growth ms",
+                   "build + walk ms", "commits/round", "drafting + bookkeeping"]
+
+
+def cumulative(stats: pstats.Stats, funcs) -> float:
+    """Cumulative seconds of the functions ``funcs`` [(file suffix, name[, first line])] in a cProfile run."""
+    return sum(ct for (file, line, name), (_, _, _, ct, _) in stats.stats.items()
+               if any(name == f[1] and file.replace("\\", "/").endswith(f[0]) and f[2:] in ((), (line,))
+                      for f in funcs))
+
+
+def drafter_split(run) -> dict:
+    """Shares of the drafter's time ("order-model calls", "drafter inputs", "tree growth") in a
+    cProfile run of ``run()``."""
+    prof = cProfile.Profile()
+    prof.runcall(run)
+    st = pstats.Stats(prof)
+    call = ("decode.py", "propose", decode.propose.__code__.co_firstlineno)     # the drafter's call
+    total = max(cumulative(st, [call, ("draft.py", "of")]), 1e-12)
+    parts = {k: cumulative(st, f) / total for k, f in DRAFTER_PARTS.items()}
+    return {**parts, "tree growth": max(0.0, 1.0 - sum(parts.values()))}
+
+
+def profile_rows(model, drafter, prompts: list, new_tokens: int, T: float, depth: int, budgets=PROFILE_BUDGETS):
+    """One row per N (``PROFILE_COLUMNS``): per verify round, the target pass, the drafter's parts,
+    build + walk; commits per round; the drafting + bookkeeping share of the wall time."""
+    rows = []
+    for N in budgets:
+        run = lambda: [spotref.generate(model, p, new_tokens, temperature=T, seed=0, drafter=drafter, budget=N,
+                                        depth=depth) for p in prompts]
+        st = [r.stats for r in run()]
+        rounds = sum(1 for s in st for _, k in s["starts"] if k > 0)
+        tot = {k: sum(s[k] for s in st) for k in ("model_s", "draft_s", "book_s", "wall_s")}
+        split = drafter_split(run)
+        ms = lambda x: 1e3 * x / max(rounds, 1)
+        commits = sum(a for s in st for (_, k), a in zip(s["starts"], s["accepted"]) if k > 0) / max(rounds, 1)
+        rows.append([N, rounds, ms(tot["model_s"]), ms(tot["draft_s"] * split["order-model calls"]),
+                     ms(tot["draft_s"] * split["drafter inputs"]), ms(tot["draft_s"] * split["tree growth"]),
+                     ms(tot["book_s"]), commits,
+                     f"{100 * (tot['draft_s'] + tot['book_s']) / max(tot['wall_s'], 1e-12):.0f}%"])
+    return rows
 
 
 def main(argv=None) -> int:
@@ -25,10 +87,25 @@ def main(argv=None) -> int:
     p.add_argument("--drafter", default="spot")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--depth", type=int, default=32)
+    p.add_argument("--profile", action="store_true",
+                   help="where a round's time goes, per N (target, order-model calls, drafter inputs, tree growth, build + walk)")
+    p.add_argument("--prompts", type=int, default=4, help="--profile: held-out prompts")
+    p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
+    p.add_argument("--calls", choices=("level", "root"), default="level",
+                   help="the SPOT drafter's order-model calls: one per tree level, or one per round")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    model = load_target(args.target).model
+    target = load_target(args.target)
+    model = target.model
     drafter = resolve_drafter(args.drafter, model)
+    if args.drafter == "spot":
+        drafter.calls = args.calls
+    if args.profile:
+        prompts = prompts_for(target, args.prompts, "test", 64)
+        print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
+              f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:")
+        print(table(PROFILE_COLUMNS, profile_rows(model, drafter, prompts, args.new_tokens, args.temperature, args.depth)))
+        return 0
     tv = verify_times(model, repeats=5)
     td = draft_times(drafter, model, depth=args.depth, temperature=args.temperature)
     e = {N: expected_commits(drafter, N, args.temperature) for N in BUDGETS}
