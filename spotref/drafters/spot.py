@@ -119,7 +119,7 @@ class SpotDrafter(torch.nn.Module):
                            torch.tensor(steps), inp.temperature)                    # (N, B, F)
         return x, masked
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def scores(self, inp, states, steps, marks):
         """(P(next = j) (N, B), P(coupled token right) (N, B)) at N hypothetical states."""
         s, t = self.model(*self.inputs(inp, states, steps, marks))
@@ -139,7 +139,7 @@ class SpotDrafter(torch.nn.Module):
             out.append(opts)
         return out
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def set_scores(self, inp, states, steps, marks, tau: float):
         """At N hypothetical states: (exceed-set logits (N, B), P(next = j) (N, B),
         P(coupled token right) (N, B))."""

@@ -68,11 +68,13 @@ from spotref.tools.report import parse_table, progress, table
 from spotref.tools.trajectories import record
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
+EXTRA_DRAFTERS = ("spot-root",)          # on request (--drafters): SPOT with one order-model call per round
 COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer denoise",
            "answer passes/token", "answer fewer passes", "commits/round", "tokens/s", "speed-up",
            "bookkeeping"]
 STABILITY_COLUMNS = ["target", "T", "states", "d = 0 top-1", "d = 0 top-2", "d = 0 top-1, end-of-text excluded"]
-GAIN_DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")   # the gain figure's
+GAIN_DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
+EXTRA_DRAFTERS = ("spot-root",)          # on request (--drafters): SPOT with one order-model call per round   # the gain figure's
 
 
 class Row(NamedTuple):
@@ -120,8 +122,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="decision rules to bench: one-position (the drafters' table), threshold (SPOT-Sets); default both")
     p.add_argument("--thresholds", type=real_list(0.0), default=None,
                    help="comma list of thresholds tau for the SPOT-Sets rows (default 0.9,0.7,0.5; with --quick 0.9)")
-    p.add_argument("--drafters", type=choice_list(DRAFTERS), default=list(DRAFTERS),
-                   help=f"comma list of drafters (default: all of {','.join(DRAFTERS)})")
+    p.add_argument("--drafters", type=choice_list(DRAFTERS + EXTRA_DRAFTERS), default=list(DRAFTERS),
+                   help=f"comma list of drafters (default: all of {','.join(DRAFTERS)}; also "
+                        f"{','.join(EXTRA_DRAFTERS)}: SPOT with one order-model call per round)")
     p.add_argument("--prompts", type=positive_int, default=None,
                    help="held-out prompts per target (default 8; with --quick 2)")
     p.add_argument("--prompt-tokens", type=positive_int, default=64,
@@ -167,7 +170,7 @@ def bench_target(setup: Setup, args, rows: list, bar) -> None:
             for N in args.N:
                 rows.append(row(setup, T, name, N, metrics(run_drafter(setup, T, name, N, args)), ex))
                 bar.update(1)
-            if args.auto and name in ("confidence", "calibrated", "spot"):
+            if args.auto and name in ("confidence", "calibrated", "spot", "spot-root"):
                 rows.append(auto_row(setup, T, name, args, ex))
                 bar.update(1)
 

@@ -67,13 +67,17 @@ def make_drafter(name: str, setup: Setup, exact):
     """A drafter by its bench name: the training-free ``confidence`` (confidence sets under the
     threshold rule), the target's own ``spot`` / ``calibrated`` (None when not shipped), or a
     ceiling reading ``exact``'s trajectory: ``oracle`` (the true decisions), ``oracle-order`` /
-    ``oracle-sets`` (the true positions or sets with the stale coupled tokens)."""
+    ``oracle-sets`` (the true positions or sets with the stale coupled tokens); ``spot-root``: the
+    target's SPOT drafter with one order-model call per round."""
     if name == "confidence":
         return "confidence"
     if name == "oracle":
         return oracle_drafter(exact)
     if name in ("oracle-order", "oracle-sets"):
         return oracle_drafter(exact, stale_tokens=True)
+    if name == "spot-root":              # the same order model, one call per round
+        return None if setup.spot is None else SpotDrafter(setup.spot.model, setup.spot.header,
+                                                           strict=setup.spot.strict, calls="root")
     return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
 
 
