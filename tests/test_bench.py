@@ -167,6 +167,19 @@ def test_costmodel_profile(capsys, calls):
     assert f"({calls} calls)" in out
 
 
+def test_gpu_projection_roofline(capsys):
+    """SDAR-8B on one H200: memory-bound (flat) up to about 165 tokens per forward, then linear."""
+    from spotref.tools import costmodel
+    t = {N: costmodel.roofline_ms(N) for N in (1, 2, 4, 5, 8, 64)}
+    assert 3.0 < t[1] < 3.4 and t[1] == t[2] == t[4] == t[5] and t[8] > t[5]
+    assert t[64] / t[8] == pytest.approx(8.0)
+    assert costmodel.main(["stdlib-b32", "--gpu-projection"]) == 0
+    out = capsys.readouterr().out
+    rows = bench.parse_table(out, ["N", "t(N)/t(1)"])
+    assert [int(r["N"]) for r in rows] == list(costmodel.PROJECT_BUDGETS) and "a projection" in out
+    assert float(rows[0]["speed-up spot T=0"]) == 1.0
+
+
 def test_drafter_split_adds_up():
     from spotref.tools import costmodel
     model = tiny_model(V=61, B=8, init=1.0, seed=3)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+from types import SimpleNamespace
 
 import torch
 
 import spotref
 from spotref import decode
+from spotref.drafters import order
 from spotref.drafters.budget import (
     BUDGETS,
     choose_budget,
@@ -25,10 +27,41 @@ from spotref.drafters.budget import (
     expected_commits,
     verify_times,
 )
-from spotref.load.drafters import resolve_drafter
+from spotref.load.drafters import drafter_for, resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.tools.report import table
 from spotref.tools.train_drafter import prompts_for
+
+# --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
+H200 = dict(flops=790e12, bandwidth=4.8e12)       # dense bf16 FLOP/s, HBM bytes/s
+SDAR_8B = dict(weights=7.57e9, layers=36, kv_heads=8, head_dim=128)   # params read per forward:
+# 36 layers x (attention 41.9M + MLP 151M) + lm_head 622M (../shared/sdar-8b-chat/config.json;
+# the embedding table is gathered, not read whole)
+PROJECT_BUDGETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def roofline_ms(N: int, block: int = 32, context: int = 512, gpu=H200, model=SDAR_8B) -> float:
+    """Milliseconds of one verify forward over N block states: bf16 weights and the KV cache read
+    once, 2 FLOPs per weight per token; the larger of the memory and compute times."""
+    kv_bytes = 2 * model["layers"] * model["kv_heads"] * model["head_dim"] * 2 * context
+    memory = (2 * model["weights"] + kv_bytes) / gpu["bandwidth"]
+    compute = 2 * model["weights"] * N * block / gpu["flops"]
+    return 1e3 * max(memory, compute)
+
+
+def projection_rows(curves: dict, budgets=PROJECT_BUDGETS) -> list:
+    """[N, t(N)/t(1), then per (drafter, T) in ``curves``: E(N) and E(N) t(1) / t(N)] (a free drafter)."""
+    t1 = roofline_ms(1)
+    rows = []
+    for N in budgets:
+        r = roofline_ms(N) / t1
+        row = [N, r]
+        for name, T in curves:
+            e = expected_commits(SimpleNamespace(curves={order.temperature_key(T): curves[(name, T)]}), N, T)
+            row += [e, e / r]
+        rows.append(row)
+    return rows
+
 
 PROFILE_BUDGETS = (2, 4, 8, 16, 64)
 DRAFTER_PARTS = {                                # (file suffix, function): its cumulative time is the part
@@ -93,8 +126,12 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
     p.add_argument("--calls", choices=("level", "root"), default="level",
                    help="the SPOT drafter's order-model calls: one per tree level, or one per round")
+    p.add_argument("--gpu-projection", action="store_true",
+                   help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.gpu_projection:
+        return project(args.target)
     target = load_target(args.target)
     model = target.model
     drafter = resolve_drafter(args.drafter, model)
@@ -113,6 +150,21 @@ def main(argv=None) -> int:
     print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))
     print(f"budget='auto' picks N = {choose_budget({N: tv[N] + td[N] for N in BUDGETS}, e)}; "
           f"exact decoding: {1 / tv[1]:.0f} commits/s (one verify of N = 1 per commit)")
+    return 0
+
+
+def project(name: str) -> int:
+    """Print the GPU projection table for a bundled target's drafter curves."""
+    model = load_target(name).model
+    spot, cal = drafter_for(model, "spot"), drafter_for(model, "calibrated")
+    curves = {(d, T): c.curves.get(order.temperature_key(T)) for d, c in (("spot", spot), ("calibrated", cal))
+              for T in (0.0, 1.0) if c.curves.get(order.temperature_key(T))}
+    head = ["N", "t(N)/t(1)"] + [f"{h} {d} T={T:g}" for d, T in curves for h in ("E(N)", "speed-up")]
+    flat = roofline_ms(1) * 1e-3 * H200["flops"] / (2 * SDAR_8B["weights"])       # tokens before compute-bound
+    print(f"SDAR-8B on one H200 (roofline: {roofline_ms(1):.2f} ms per forward, flat up to {flat:.0f} tokens "
+          f"= {flat / 32:.1f} block states), acceptance E(N) from {name}'s drafters "
+          f"(offline curves, commits per round), drafter cost left out: a projection:")
+    print(table(head, projection_rows(curves)))
     return 0
 
 
