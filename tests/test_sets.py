@@ -159,3 +159,21 @@ def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
     acc = header["sets"]["heldout_accuracy"]
     assert set(acc) == {"0", "1"} and set(acc["0"]) == {"0.9", "0.7", "0.5"}
     assert all(0.0 <= a <= 1.0 for t in acc.values() for a in t.values())
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda v, j, k: ((j, 5), (j, 6)), "is already committed"),                  # a position twice
+    (lambda v, j, k: ((j, 5), (k, 7)), "is already committed"),                  # a committed member
+])
+def test_invalid_sets_are_refused_by_name(bad, message):
+    """Sets with a duplicate position or a committed member never reach the model: ValueError."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+
+    def drafter(view):
+        masked = view.masked.tolist()
+        done = [p for p in range(len(view.tokens)) if p not in masked]
+        if len(masked) < 1 or not done:
+            return spotref.Draft.root()
+        return spotref.Draft((-1, 0), ((), tuple(bad(view, masked[0], done[0]))))
+    with pytest.raises(ValueError, match=message):
+        spotref.generate(model, [1, 2, 3], 16, threshold=0.5, drafter=drafter, budget=4, depth=2)
