@@ -220,6 +220,22 @@ def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
     assert [target.tokenizer.decode([i]) for i in target.tokenizer.encode("307")] == ["3", "0", "7"]
 
 
+def test_the_math_quality_report(gsm_run, capsys):
+    """A gsm target gets the math report: answers by steps, equations, stability without fill."""
+    from spotref.tools import quality, quality_math
+    tmp, _ = gsm_run
+    status = quality.main(["tiny", "--targets-dir", str(tmp / "targets"), "--prompts", "3", "--new-tokens", "16"])
+    r = json.loads(capsys.readouterr().out)
+    assert status == (0 if r["meets_bar"] else 1) and r["problems"] == 3
+    assert sum(n for _, n in r["answers_by_steps"].values()) == 3 and 0 <= r["answers"] <= 1
+    assert 0 <= r["stability_d0_text"] <= 1 and r["stability_d0_commits"] >= r["stability_d0_text_commits"]
+    assert r["meets_bar"] == all(r[k] >= v for k, v in quality_math.BAR.items())
+    from spotref.load.targets import load_target
+    code = load_target("stdlib-b32")
+    with pytest.raises(ValueError, match="not a math target"):
+        quality_math.problems_of(code, 2)
+
+
 def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
     from spotref.load.targets import load_target
     tmp, state = gsm_run

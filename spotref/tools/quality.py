@@ -2,6 +2,10 @@
 
 ``python -m spotref.tools.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
 
+A math target (its corpus is ``gsm``) gets the math report instead (``spotref.tools.quality_math``:
+answers by number of steps, equations, stability without end-of-text fill; ``--prompts`` held-out
+problems, default 500). The rest of this docstring is the code report.
+
 Prompts (``heldout_prompts``): ``--prompts`` held-out code texts from a random line start
 (seed 0, the same text for every target), cut to ``--prompt-tokens`` tokens. Decoding:
 ``spotref.generate`` at T = 0, one-position rule, EOS as stop id. Numbers, over all generated
@@ -40,6 +44,7 @@ import spotref
 from spotref.draft import Draft
 from spotref.load.files import atomic_write_text
 from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.tools import quality_math
 from spotref.tools.corpus import build_corpus, heldout_code, whitespace_share
 
 
@@ -140,9 +145,10 @@ def passes_bar(r: dict) -> bool:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``spotref target-quality`` / ``python -m spotref.tools.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
-    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=None, help="held-out prompts (default 64; a math target: 500)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="a multiple of the block size")
-    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 128; a math target: 256)")
+    p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
 
@@ -150,12 +156,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
     torch.set_num_threads(args.threads)
-    target = load_target(args.target)
-    r = report(target, heldout_prompts(args.prompts), args.prompt_tokens, args.new_tokens)
-    r["meets_bar"] = passes_bar(r)
+    target = load_target(args.target, args.targets_dir or TARGETS_DIR)
+    if (target.meta.get("corpus") or {}).get("name") == "gsm":
+        r = quality_math.report(target, args.prompts or 500, args.new_tokens or 256)
+    else:
+        r = report(target, heldout_prompts(args.prompts or 64), args.prompt_tokens, args.new_tokens or 128)
+        r["meets_bar"] = passes_bar(r)
     print(json.dumps(r, indent=1))
     if args.write_meta:
-        path = Path(args.target) if args.target.endswith(".json") else TARGETS_DIR / f"{args.target}.json"
+        path = Path(args.target) if args.target.endswith(".json") else \
+            Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
         meta = json.loads(path.read_text())
         meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
         meta["quality_samples"] = r["samples"]

@@ -56,6 +56,12 @@ class Recorder:
 def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None,
                threshold: float | None = None) -> list[dict]:
     """The rows of one exact generation, each with its true future commits, temperature and threshold."""
+    return record_run(model, prompt, new_tokens, temperature, seed, stop_ids, threshold)[0]
+
+
+def record_run(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None,
+               threshold: float | None = None) -> tuple[list[dict], object]:
+    """(``record_one``'s rows, the generation's ``Result``)."""
     rec = Recorder()
     res = spotref.generate(model, prompt, new_tokens, temperature=temperature, seed=seed, drafter=rec,
                            budget=1, depth=0, stop_ids=stop_ids, threshold=threshold)
@@ -72,7 +78,13 @@ def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, st
         row["fut_when"][: len(fut)] = [d for d, _ in fut]
         row["temp"] = np.float32(temperature)
         row["tau"] = np.float32(np.nan if threshold is None else threshold)
-    return rec.rows
+    return rec.rows, res
+
+
+def stack(rows: list, mask_id: int, block_size: int) -> "Trajectories":
+    """Rows (``record_one``'s, each with a "prompt" index) stacked into ``Trajectories``."""
+    arrays = {k: np.stack([r[k] for r in rows]) for k in FIELDS} if rows else {k: np.zeros(0) for k in FIELDS}
+    return Trajectories(arrays, mask_id, block_size)
 
 
 @dataclass
@@ -125,8 +137,7 @@ def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,)
     for i, p, s in progress(jobs, desc):
         for row in record_one(model, p, new_tokens, temperature, s, stop_ids, threshold):
             rows.append({**row, "prompt": np.int32(i)})
-    arrays = {k: np.stack([r[k] for r in rows]) for k in FIELDS} if rows else {k: np.zeros(0) for k in FIELDS}
-    return Trajectories(arrays, model.mask_id, model.block_size)
+    return stack(rows, model.mask_id, model.block_size)
 
 
 class Row:
