@@ -180,6 +180,14 @@ def test_gpu_projection_roofline(capsys):
     assert float(rows[0]["speed-up spot T=0"]) == 1.0
 
 
+def test_fused_store_rows():
+    from spotref.tools import costmodel
+    model = tiny_model(V=61, B=4, init=1.0, seed=3)
+    rows = costmodel.fused_store_rows(model, [[1, 2, 3, 4, 5]], 12, None, 1, repeats=1)
+    (off, p_off, _), (on, p_on, _) = rows
+    assert (off, on) == ("off", "on") and p_on < p_off                     # one pass fewer per block
+
+
 def test_drafter_split_adds_up():
     from spotref.tools import costmodel
     model = tiny_model(V=61, B=8, init=1.0, seed=3)

@@ -15,6 +15,7 @@ import cProfile
 import pstats
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 import spotref
@@ -61,6 +62,18 @@ def projection_rows(curves: dict, budgets=PROJECT_BUDGETS) -> list:
             row += [e, e / r]
         rows.append(row)
     return rows
+
+
+def fused_store_rows(model, prompts: list, new_tokens: int, drafter, budget: int, repeats: int = 3) -> list:
+    """[fused store, passes/token, tokens/s (median of ``repeats``, the two settings alternated)]."""
+    walls, passes, tokens = {False: [], True: []}, {}, {}
+    for _ in range(repeats):
+        for fused in (False, True):
+            res = [spotref.generate(model, p, new_tokens, drafter=drafter, budget=budget, fused_store=fused)
+                   for p in prompts]
+            walls[fused].append(sum(r.stats["wall_s"] for r in res))
+            passes[fused], tokens[fused] = sum(r.passes for r in res), sum(len(r.tokens) for r in res)
+    return [["on" if f else "off", passes[f] / tokens[f], tokens[f] / float(np.median(walls[f]))] for f in (False, True)]
 
 
 PROFILE_BUDGETS = (2, 4, 8, 16, 64)
@@ -126,6 +139,8 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
     p.add_argument("--calls", choices=("level", "root"), default="level",
                    help="the SPOT drafter's order-model calls: one per tree level, or one per round")
+    p.add_argument("--fused-store", action="store_true",
+                   help="exact decoding and SPOT at N = 4 with and without the fused store: passes/token and tokens/s")
     p.add_argument("--gpu-projection", action="store_true",
                    help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves")
     args = p.parse_args(argv)
@@ -137,6 +152,12 @@ def main(argv=None) -> int:
     drafter = resolve_drafter(args.drafter, model)
     if args.drafter == "spot":
         drafter.calls = args.calls
+    if args.fused_store:
+        prompts = prompts_for(target, args.prompts, "test", 64)
+        for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
+            print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
+            print(table(["fused store", "passes/token", "tokens/s"], fused_store_rows(model, prompts, args.new_tokens, d, N)))
+        return 0
     if args.profile:
         prompts = prompts_for(target, args.prompts, "test", 64)
         print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
