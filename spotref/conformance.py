@@ -131,6 +131,8 @@ def near_miss_drafter(exact, seed: int):
         V, B, mask = view.rule.vocab_size, len(view.tokens), view.mask_id
         t, sets = DraftBuilder(view.tokens, view.step), view.threshold is not None
         for _ in range(rng.randrange(view.budget)):
+            if len(t) >= view.budget:
+                break
             p = rng.randrange(len(t))
             masked = [j for j in range(B) if t.states[p][j] == mask]
             if not masked or t.depths[p] >= view.depth:
@@ -145,11 +147,11 @@ def near_miss_drafter(exact, seed: int):
                 s.append((j, view.coupled_token(j, t.steps[p])))
             elif kind == "token" and s:
                 i = rng.randrange(len(s))
-                s[i] = (s[i][0], rng.choice([v for v in range(V) if v != mask]))
+                s[i] = (s[i][0], rng.choice([v for v in range(V) if v not in (mask, s[i][1])] or [s[i][1]]))
             if not s:
                 j = rng.choice(masked)
                 s = [(j, view.coupled_token(j, t.steps[p]))]
-            if kind == "split" and len(s) > 1 and t.depths[p] + 1 < view.depth:
+            if kind == "split" and len(s) > 1 and t.depths[p] + 1 < view.depth and len(t) + 2 <= view.budget:
                 cut = rng.randrange(1, len(s))
                 p = t.add(p, tuple(sorted(s[:cut])))
                 s = s[cut:]

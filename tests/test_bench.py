@@ -29,7 +29,7 @@ def test_quick_bench_writes_the_report(tmp_path):
     assert "## SPOT-Sets: the threshold rule" in text and "asserted identical to threshold decoding" in text
     assert {(r.T, r.tau, r.drafter) for r in sets} == {(T, "0.9", d) for T in ("0", "1")
                                                         for d in ("threshold", *bench_sets.SET_DRAFTERS)}
-    assert all(r.fewer_passes >= 1 for r in sets) and any(r.N == "auto=1" or str(r.N).startswith("auto") for r in sets)
+    assert all(r.fewer_passes >= 1 for r in sets) and any(str(r.N).startswith("auto") for r in sets)
     oracle = [r for r in sets if r.drafter == "oracle-sets" and r.N == 4]
     assert oracle and all(r.fewer_passes > 1 for r in oracle)    # the true sets are accepted
 
@@ -157,7 +157,7 @@ def test_costmodel_table(capsys):
 
 @pytest.mark.parametrize("calls", ["level", "root"])
 def test_costmodel_profile(capsys, calls):
-    """Where a round's time goes: one row per N, the drafter's parts adding up to its time."""
+    """Where a round's time goes: one row per N, each part measured."""
     from spotref.tools import costmodel
     assert costmodel.main(["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls]) == 0
     out = capsys.readouterr().out

@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spotref
-from spotref.conformance import cases, check_case
+from spotref.conformance import cases, check_case, spot_drafter
 from spotref.drafters import order
 from spotref.drafters.sets import top_sets
-from spotref.drafters.spot import SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.tools import train_drafter
 from spotref.tools import train_sets as ts
@@ -53,15 +52,6 @@ def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
     assert [p for p, _ in got] == pytest.approx(best[:len(got)], rel=1e-9, abs=1e-15)
 
 
-def random_set_head(model, seed):
-    """A SPOT drafter whose set head has random (not zero) weights: hostile-ish set proposals."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        om = order.OrderModel(model.block_size)
-        torch.nn.init.normal_(om.set_head[2].weight, std=3.0)
-        return SpotDrafter(om, strict=False)
-
-
 @settings(max_examples=25)
 @given(case=cases(), seed=st.integers(0, 3), tau=st.floats(0.01, 0.99))
 def test_spot_sets_drafter_is_exact(case, seed, tau):
@@ -69,7 +59,7 @@ def test_spot_sets_drafter_is_exact(case, seed, tau):
     case = dataclasses.replace(case, drafter="confidence", kwargs={**case.kwargs, "threshold": tau})
 
     def generate_fn(model, prompt, n, drafter=None, **kw):
-        return spotref.generate(model, prompt, n, drafter=random_set_head(model, seed), **kw)
+        return spotref.generate(model, prompt, n, drafter=spot_drafter(seed)(model.block_size), **kw)
     check_case(case, generate_fn)
 
 
@@ -111,6 +101,9 @@ def test_threshold_trajectories_hold_the_true_sets(T, tau):
         assert accepted(chain, row) == len(want)
         if len(want) > 1:                                   # a true set one step early: not accepted
             assert accepted(spotref.Draft.chain([tuple(sorted(want[1]))]), row) == 0
+        first = sorted(want[0])
+        if len(first) > 1:                                  # the right tokens, but in two steps
+            assert accepted(spotref.Draft.chain([tuple(first[:1]), tuple(first[1:])]), row) == 0
 
 
 def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
@@ -161,19 +154,40 @@ def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
     assert all(0.0 <= a <= 1.0 for t in acc.values() for a in t.values())
 
 
-@pytest.mark.parametrize("bad,message", [
-    (lambda v, j, k: ((j, 5), (j, 6)), "is already committed"),                  # a position twice
-    (lambda v, j, k: ((j, 5), (k, 7)), "is already committed"),                  # a committed member
-])
-def test_invalid_sets_are_refused_by_name(bad, message):
-    """Sets with a duplicate position or a committed member never reach the model: ValueError."""
+@pytest.mark.parametrize("kind", ["duplicate", "committed"])
+def test_invalid_sets_are_refused_by_name(kind):
+    """Sets with a position twice or a committed member raise ValueError naming the position,
+    and the invalid state never reaches the model."""
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    bad, seen = {}, []
+    real = model.denoise
+    model.denoise = lambda cache, states: seen.append(states.clone()) or real(cache, states)
 
     def drafter(view):
         masked = view.masked.tolist()
         done = [p for p in range(len(view.tokens)) if p not in masked]
-        if len(masked) < 1 or not done:
+        if not masked or not done:
             return spotref.Draft.root()
-        return spotref.Draft((-1, 0), ((), tuple(bad(view, masked[0], done[0]))))
-    with pytest.raises(ValueError, match=message):
+        j, k = masked[0], done[0]
+        bad["pos"] = j if kind == "duplicate" else k
+        pairs = ((j, 5), (j, 6)) if kind == "duplicate" else ((j, 5), (k, 7))
+        return spotref.Draft((-1, 0), ((), pairs))
+    with pytest.raises(ValueError) as e:
         spotref.generate(model, [1, 2, 3], 16, threshold=0.5, drafter=drafter, budget=4, depth=2)
+    assert f"node 1: position {bad['pos']} is already committed" in str(e.value)
+    assert all(len(s) == 1 for s in seen)          # only root rows ever ran: the bad node never did
+
+
+def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
+    """--init and --sets-only start from the order model alone; a headless model says what is missing."""
+    om = order.OrderModel(8)
+    bare = order.without_set_head(om)
+    assert not bare.has_sets and order.without_set_head(bare) is bare
+    kept = {k: v for k, v in om.state_dict().items() if not k.startswith("set_")}
+    assert kept.keys() == bare.state_dict().keys()
+    assert all(torch.equal(bare.state_dict()[k], v) for k, v in kept.items())
+    fresh = order.OrderModel(8, set_hidden=None)
+    fresh.load_state_dict(bare.state_dict())                   # what train-drafter --init does
+    x = torch.zeros(2, 8, order.FEATURE_WIDTH)
+    with pytest.raises(ValueError, match="no set head"):
+        bare.sets(x, torch.ones(2, 8, dtype=torch.bool), torch.full((2,), 0.5))

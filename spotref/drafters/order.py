@@ -111,6 +111,9 @@ class OrderModel(nn.Module):
     def sets(self, x: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor):
         """Under thresholds tau (N,): (exceed-set logits (N, B), -inf where not masked;
         next-commit scores (N, B); token logits (N, B)), from one encoder pass."""
+        if not self.has_sets:
+            raise ValueError("this order model has no set head (a checkpoint from before SPOT-Sets): "
+                             "spotref train-drafter NAME --sets-only adds one")
         h = self.encode(x)                                            # (N, B, d)
         N, B, _ = h.shape
         rel = x[..., LOG_PC] * LOG_SCALE - tau.float().log()[:, None]  # (N, B) log(p_coupled / tau)
@@ -128,6 +131,15 @@ def with_set_head(model: OrderModel, set_hidden: int = SET_HIDDEN) -> OrderModel
     new = OrderModel(**cfg, set_hidden=set_hidden)
     missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("set_") for k in missing), (missing, unexpected)
+    return new.eval()
+
+
+def without_set_head(model: OrderModel) -> OrderModel:
+    """A copy of ``model`` without its set head (the order model alone), or ``model`` itself."""
+    if not model.has_sets:
+        return model
+    new = OrderModel(**{k: v for k, v in model.config.items() if k != "set_hidden"}, set_hidden=None)
+    new.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("set_")})
     return new.eval()
 
 

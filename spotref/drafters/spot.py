@@ -30,7 +30,7 @@ from spotref.drafters import order
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.grow import grow, grow_levels
 from spotref.drafters.inputs import ViewInputs
-from spotref.drafters.sets import set_options
+from spotref.drafters.sets import set_options as set_proposals
 
 SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
 CALLS = ("level", "root")   # order-model calls per round: one per tree level, or one at the root
@@ -50,7 +50,8 @@ class SpotDrafter(torch.nn.Module):
     second: add a runner-up token edge where P(coupled token right) < second (0: never);
     strict: refuse a target whose block size is not the order model's (False: allow transfer);
     calls: "level" (one order-model call per tree level, the default) or "root" (one call per
-    round: the root's next-commit distribution read as a Plackett-Luce ranking, ``draft_root``).
+    round: the root's next-commit distribution read as a Plackett-Luce ranking, ``draft_root``;
+    one-position rule only: SPOT-Sets always calls once per level).
     """
 
     name = "spot"
@@ -93,14 +94,15 @@ class SpotDrafter(torch.nn.Module):
         ranking (at a node, j comes next with p_j / the mass of the positions still masked there),
         times the root's P(coupled token right); best-first growth (``grow``) without model calls."""
         B = len(inp.tokens)
-        p, q = (a[0] for a in self.scores(inp, [inp.tokens], [inp.step], [np.zeros(B, dtype=np.int64)]))
-        p64 = p.double().numpy()
+        p, q = (a[0].double().numpy() for a in self.scores(inp, [inp.tokens], [inp.step],
+                                                             [np.zeros(B, dtype=np.int64)]))
 
         def options(state, step):
             masked = np.flatnonzero(state == inp.mask_id)
-            mass = max(float(p64[masked].sum()), 1e-300)
-            best, x = ranked(masked, p64)[:budget], inp.coupled(step)[0]
-            pn = p / mass                                                      # Plackett-Luce at this node
+            mass = float(p[masked].sum())
+            if mass <= 0.0:                          # every remaining position underflowed: no guess
+                return []
+            best, x, pn = ranked(masked, p)[:budget], inp.coupled(step)[0], p / mass   # Plackett-Luce here
             opts = [(float(pn[j] * q[j]), ((int(j), int(x[j])),)) for j in best]
             return opts + (self.runner_up(inp, step, best, pn, q) if self.second else [])
         return grow(_root(inp, budget, depth), options)
@@ -149,7 +151,7 @@ class SpotDrafter(torch.nn.Module):
 
     def set_options(self, inp, states, steps, marks, tau: float, limit: int):
         z, p, ok = (a.double().numpy() for a in self.set_scores(inp, states, steps, marks, tau))
-        return [set_options(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
+        return [set_proposals(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
                 for i, k in enumerate(steps)]
 
     def runner_up(self, inp, k, best, p, q):

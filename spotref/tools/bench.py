@@ -73,8 +73,7 @@ COLUMNS = ["target", "T", "drafter", "N", "passes/token", "fewer passes", "fewer
            "answer passes/token", "answer fewer passes", "commits/round", "tokens/s", "speed-up",
            "bookkeeping"]
 STABILITY_COLUMNS = ["target", "T", "states", "d = 0 top-1", "d = 0 top-2", "d = 0 top-1, end-of-text excluded"]
-GAIN_DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
-EXTRA_DRAFTERS = ("spot-root",)          # on request (--drafters): SPOT with one order-model call per round   # the gain figure's
+GAIN_DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")   # the gain figure's
 
 
 class Row(NamedTuple):

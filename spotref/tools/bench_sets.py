@@ -20,6 +20,7 @@ from spotref.tools.bench_run import gen, make_drafter, metrics, run_drafter, run
 from spotref.tools.report import parse_table, table
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
+AUTO_DRAFTERS = ("confidence", "spot")      # the ones with a budget="auto" row (its N from the one-position cost model)
 SET_COLUMNS = ["target", "T", "tau", "drafter", "N", "passes/token", "tokens/pass", "fewer passes",
                "answer fewer passes", "commits/round", "tokens/s", "speed-up", "bookkeeping"]
 SET_GOALS = dict(over_threshold=1.59,        # SPOT-Sets tokens/pass over threshold alone, tau 0.9, N 64, T 0
@@ -53,8 +54,9 @@ def set_row(setup, T: float, tau: float, name: str, N, m: dict, ex: dict) -> Set
 
 
 def configs(args) -> int:
-    """How many rows one target adds (for the progress bar)."""
-    return len(args.T) * len(args.taus) * len(SET_DRAFTERS) * (len(args.N) + 1)
+    """How many drafted rows one target adds (for the progress bar)."""
+    autos = sum(1 for d in SET_DRAFTERS if d in AUTO_DRAFTERS) if args.auto else 0
+    return len(args.T) * len(args.taus) * (len(SET_DRAFTERS) * len(args.N) + autos)
 
 
 def bench_sets(setup, args, rows: list, bar) -> None:
@@ -69,7 +71,7 @@ def bench_sets(setup, args, rows: list, bar) -> None:
                     m = metrics(run_drafter(setup, T, name, N, args, threshold=tau))
                     rows.append(set_row(setup, T, tau, name, N, m, ex))
                     bar.update(1)
-                if args.auto and name in ("confidence", "spot"):
+                if args.auto and name in AUTO_DRAFTERS:
                     rows.append(auto_set_row(setup, T, tau, name, args, ex))
                     bar.update(1)
 
@@ -115,7 +117,7 @@ def accuracy_rows(setups: list) -> list:
     for s in setups:
         sets = (getattr(s.spot, "header", None) or {}).get("sets") if s.spot is not None else None
         if not sets:
-            out.append([s.name, "-", "-", "no set head in this checkpoint", "-"])
+            out.append([s.name, "-", "-", "no trained set head in this checkpoint", "-"])
             continue
         for T, per_tau in sets["heldout_accuracy"].items():
             for tau, a in per_tau.items():

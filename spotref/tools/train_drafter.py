@@ -303,8 +303,7 @@ def run(args) -> int:
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
     model = order.OrderModel(target.model.block_size, set_hidden=None)           # the set head comes after
     if args.init:                                                                # block-relative features
-        init = load_order_model(args.init)[0].state_dict()
-        model.load_state_dict({k: v for k, v in init.items() if not k.startswith("set_head.")})
+        model.load_state_dict(order.without_set_head(load_order_model(args.init)[0]).state_dict())
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc = {order.temperature_key(T): accuracy(model, ds) for T, ds in test_sets.items()}
@@ -356,7 +355,8 @@ def sets_only(target, args) -> int:
     src = Path(args.out) if args.out else shipped_path(args)
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
-    model, header["sets"] = set_head(model, target, args)
+    model, header["sets"] = set_head(order.without_set_head(model), target, args)     # a fresh set head
+    header["n_params"] = order.n_params(model)
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
     return 0
