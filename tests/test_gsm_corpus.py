@@ -86,3 +86,19 @@ def test_describe_and_main(capsys):
     assert meta["seed"] == 5 and meta["difficulty"]["max_steps"] == 3 and len(meta["templates"]) >= 30
     assert gsm.main(["--n", "2", "--level", "1"]) == 0
     assert capsys.readouterr().out.count("#### ") == 2
+
+
+def test_drills_are_right_and_within_the_level():
+    from collections import Counter
+
+    import numpy as np
+    ops = Counter()
+    for i in range(400):
+        for level in (0, 3):
+            d = gsm.LEVELS[level]
+            p = gsm.drill(np.random.default_rng([i, level]), d)
+            (a, op, b, c, ok), = gsm.equations(p.solution)
+            assert ok and gsm.final_answer(p.solution) == c == p.answer and p.question == f"What is {a} {op} {b}?"
+            assert 1 <= c <= d.max_result and p.steps == 1 and p.template == "drill"
+            ops[op] += 1
+    assert set(ops) == {"+", "-", "*", "/"} and ops["+"] > 1.5 * ops["*"] and ops["-"] > 1.5 * ops["/"]

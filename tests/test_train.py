@@ -220,6 +220,18 @@ def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
     assert [target.tokenizer.decode([i]) for i in target.tokenizer.encode("307")] == ["3", "0", "7"]
 
 
+def test_drill_share_mixes_drills_into_fresh_problems():
+    from spotref.tools.train import fresh_problem
+    d = gsm.LEVELS[0]
+    plain = [fresh_problem(5, 7, j, d).question for j in range(40)]
+    assert plain == [fresh_problem(5, 7, j, d, 0.0).question for j in range(40)]     # 0: unchanged
+    mixed = [fresh_problem(5, 7, j, d, 0.5) for j in range(40)]
+    drills = [p for p in mixed if p.template == "drill"]
+    assert 8 <= len(drills) <= 32 and all(not gsm.is_heldout(p.question) for p in mixed)
+    assert [p.question for p in mixed if p.template != "drill"] == [q for q, p in zip(plain, mixed) if p.template != "drill"]
+    assert all(p.template == "drill" for p in (fresh_problem(5, 7, j, d, 1.0) for j in range(10)))
+
+
 def test_the_math_quality_report(gsm_run, capsys):
     """A gsm target gets the math report: answers by steps, equations, stability without fill."""
     from spotref.tools import quality, quality_math

@@ -738,6 +738,31 @@ def stamps_album(c):
 
 # --- drawing problems ----------------------------------------------------------------------
 
+DRILL_OPS = ("+", "-", "+", "-", "*", "/")      # addition and subtraction twice as often
+
+
+def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3]) -> Problem:
+    """An arithmetic drill (a training aid, not one of the templates: the corpus is unchanged):
+    "What is a op b?" answered by the one equation, with the operands and the result inside
+    ``d``'s limits (products and quotients from factors up to ``max_factor``)."""
+    op = DRILL_OPS[int(rng.integers(len(DRILL_OPS)))]
+    for _ in range(1000):                                  # the operation is kept, the numbers redrawn
+        c = Ctx(rng, d)
+        try:
+            if op in "+-":
+                a, b = c.n(2), c.n()
+                b = b if op == "+" else c.n(1, a - 1)        # a - b >= 1
+            else:
+                a, b = c.n(), c.f()
+                a = b * c.n(1, d.max_result // b) if op == "/" else a
+            text, value = c.eq(a, op, b)
+        except Retry:
+            continue
+        question = f"What is {a} {op} {b}?"
+        return Problem(question, f"{text}\n#### {value}", value, 1, "drill")
+    raise RuntimeError(f"no drill fits {d}")
+
+
 def is_heldout(question: str) -> bool:
     """The held-out split, by the SHA-256 of the question text."""
     return hashlib.sha256(question.encode("utf-8")).digest()[0] < 256 * HELDOUT_FRAC

@@ -47,7 +47,9 @@ by step, a share ``--curriculum-lower`` of the rows from the schedule's lower le
 moved on; ``--adaptive LEVEL,...`` (e.g. ``0,1,2,3``) moves instead to the next level when, every
 ``--adapt-every`` steps, exact decoding (T = 0) of ``--adapt-n`` held-out problems of the current
 level gets ``--adapt-answers`` of the answers and ``--adapt-equations`` of the equations right
-(the level and the evaluations are in the checkpoint, so a resume is exact). The held-out loss then uses rows of held-out documents, masked the same way.
+(the level and the evaluations are in the checkpoint, so a resume is exact); ``--drill-share P``
+makes a share P of those rows arithmetic drills (``gsm.drill``: "What is a op b?", addition and
+subtraction twice as often) at the row's level. The held-out loss then uses rows of held-out documents, masked the same way.
 """
 from __future__ import annotations
 
@@ -367,10 +369,13 @@ def corpus_level(args) -> int:
     return GSM_DEFAULTS["corpus_level"] if args.corpus_level is None else args.corpus_level
 
 
-def fresh_problem(seed: int, step: int, j: int, difficulty) -> gsm.Problem:
-    """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one."""
+def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0) -> gsm.Problem:
+    """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one; a
+    drill (``gsm.drill``) with probability ``drill_share`` (0: the draws are unchanged)."""
+    drill = drill_share > 0 and np.random.Generator(np.random.PCG64([seed, 13, step, j])).random() < drill_share
     for i in range(100):
-        p = gsm.draw(np.random.Generator(np.random.PCG64([seed, 11, step, j, i])), difficulty)
+        rng = np.random.Generator(np.random.PCG64([seed, 11, step, j, i]))
+        p = gsm.drill(rng, difficulty) if drill else gsm.draw(rng, difficulty)
         if not gsm.is_heldout(p.question):
             return p
     raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
@@ -381,8 +386,8 @@ def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int |
     one), or documents of ``rows`` drawn with ``rng``."""
     align, max_len = row_align(args), args.seq_len
     if args.fresh_problems:
-        docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j, level)]).document
-                for j in range(args.batch)]
+        docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j, level)],
+                              getattr(args, "drill_share", 0.0)).document for j in range(args.batch)]
         return [encode_row(d, tok, align, args.answer_only, max_len) for d in docs]
     return [rows.rows[i] for i in rng.integers(0, len(rows), size=args.batch)]
 
@@ -426,6 +431,8 @@ def check_recipe(args) -> None:
         raise ValueError("--rows-per-doc weights the loss per token: it needs --weighting tokens")
     if args.fresh_problems and args.corpus != "gsm":
         raise ValueError("--fresh-problems applies to --corpus gsm only")
+    if getattr(args, "drill_share", 0.0) and not args.fresh_problems:
+        raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
     if args.curriculum and not args.fresh_problems:
         raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
     if args.adaptive and not args.fresh_problems:
@@ -453,7 +460,7 @@ def recipe(args: dict) -> dict:
                          "heldout": "the first n held-out problems of spotref.load.gsm (seed 0), T = 0"}
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
-            "rope_theta": args.get("rope_theta")}
+            "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0)}
 
 
 # --- setup ----------------------------------------------------------------------------------
@@ -489,6 +496,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh-problems", action="store_true",
                    help="--rows-per-doc --corpus gsm: draw each step's problems afresh from (--corpus-seed, step), "
                         "deterministically, instead of from --corpus-size fixed ones")
+    p.add_argument("--drill-share", type=real_range(0.0, 1.0), default=0.0,
+                   help="--fresh-problems: share of rows that are arithmetic drills (gsm.drill), default 0")
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
                         "(spotref.load.gsm.LEVELS)")
@@ -580,7 +589,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--rows-per-doc": args.get("rows_per_doc", False), "--answer-only": args.get("answer_only", False),
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
-            "--adaptive": args.get("adaptive"),
+            "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
 
