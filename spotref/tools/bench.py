@@ -38,10 +38,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from spotref.drafters.budget import resolve_budget
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.drafters import resolve_drafter
-from spotref.load.files import atomic_write, atomic_write_text, run_dir
+from spotref.load.files import atomic_write_text, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
 from spotref.tools import bench_sets, stability
 from spotref.tools.bench_run import (  # noqa: F401  (answer_blocks, gen: read by the tests)
@@ -51,6 +49,7 @@ from spotref.tools.bench_run import (  # noqa: F401  (answer_blocks, gen: read b
     make_drafter,
     metrics,
     random_setup,
+    run_auto,
     run_drafter,
     run_exact,
     target_setup,
@@ -64,7 +63,7 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
-from spotref.tools.report import parse_table, progress, table
+from spotref.tools.report import parse_table, progress, pyplot, save_png, table
 from spotref.tools.trajectories import record
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
@@ -175,11 +174,8 @@ def bench_target(setup: Setup, args, rows: list, bar) -> None:
 
 
 def auto_row(setup: Setup, T: float, name: str, args, ex: dict) -> Row:
-    d = resolve_drafter(make_drafter(name, setup, None), setup.model)
-    N = resolve_budget("auto", setup.model, d, args.depth, T)
-    fresh = metrics([gen(setup, p, T, args) for p in setup.prompts])      # exact, timed next to it
-    return row(setup, T, name, f"auto={N}", metrics(run_drafter(setup, T, name, N, args, drafter=d)),
-               {**ex, "wall": fresh["wall"]})
+    N, m, wall = run_auto(setup, T, name, args)
+    return row(setup, T, name, f"auto={N}", m, {**ex, "wall": wall})
 
 
 def stability_rows(setup: Setup, args) -> list:
@@ -306,10 +302,7 @@ def plot(rows: list, path: str) -> str | None:
         ax.set(xlabel="node budget N", ylabel="fewer passes than exact (x)", title=f"{tgt}, T = {T}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
-    return path
+    return save_png(plt, fig, path)
 
 
 def gain_plot(rows: list, stab: dict, path: str) -> str | None:
@@ -327,10 +320,7 @@ def gain_plot(rows: list, stab: dict, path: str) -> str | None:
         targets = [(tgt, x) for (tgt, TT), x in stab.items() if TT == T]
         gain_panel(axes[0][j], mpl[1], by_key(rows), targets, T, N, "fewer_passes", "all blocks")
         gain_panel(axes[1][j], mpl[1], by_key(rows), targets, T, N, "answer_fewer_passes", "answer blocks alone")
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
-    return path
+    return save_png(plt, fig, path)
 
 
 def gain_panel(ax, ticker, k: dict, targets: list, T: str, N: int, attr: str, what: str) -> None:
@@ -350,18 +340,6 @@ def gain_panel(ax, ticker, k: dict, targets: list, T: str, N: int, attr: str, wh
            title=f"T = {T}, {what}")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left")
-
-
-def pyplot():
-    """(matplotlib.pyplot, matplotlib.ticker) on the Agg backend, or None when not installed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:
-        return None                                   # the report says why there is no plot
-    return plt, matplotlib.ticker
 
 
 def sets_path(plot_path) -> str:
@@ -511,7 +489,7 @@ def run(args) -> int:
             raise ValueError(f"--out {args.out!r}: cannot read the report: {e.strerror}") from None
         rows = rows_from_report(text)
         done = [plot(rows, args.plot), gain_plot(rows, stability_from_report(text), gain_path(args.plot)),
-                bench_sets.plot(bench_sets.rows_from_report(text), sets_path(args.plot), pyplot)]
+                bench_sets.plot(bench_sets.rows_from_report(text), sets_path(args.plot))]
         print("\n".join(f"wrote {d}" for d in done if d) or "no plot: matplotlib is not installed")
         return 0
     torch.set_num_threads(1)
@@ -538,7 +516,7 @@ def run(args) -> int:
 
 def write(args, rows, transfer, setups, seconds: float, stab: list, set_rows=(), partial: bool = False) -> str:
     gain = gain_plot(rows, {(r[0], r[1]): r[3] for r in stab}, gain_path(args.plot))
-    sets_png = bench_sets.plot(set_rows, sets_path(args.plot), pyplot)
+    sets_png = bench_sets.plot(set_rows, sets_path(args.plot))
     text = report(args, rows, transfer, setups, plot(rows, args.plot), seconds, stab, gain,
                   bench_sets.section(list(set_rows), setups, DEFAULT_TARGET, sets_png))
     if partial:

@@ -15,7 +15,8 @@ from spotref.conformance import first_divergence, oracle_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.drafters import drafter_for
+from spotref.drafters.budget import resolve_budget
+from spotref.load.drafters import drafter_for, resolve_drafter
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.report import answer_blocks
@@ -111,6 +112,15 @@ def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, t
                              f"from exact decoding at {where}")
         out.append(res)
     return out
+
+
+def run_auto(setup: Setup, T: float, name: str, args, threshold: float | None = None) -> tuple:
+    """budget="auto" for drafter ``name``: (the N the cost model picks, its metrics, exact
+    decoding's wall time re-measured right before it: the machine is shared and drifts)."""
+    d = resolve_drafter(make_drafter(name, setup, None), setup.model)
+    N = resolve_budget("auto", setup.model, d, args.depth, T)
+    fresh = metrics([gen(setup, p, T, args, threshold=threshold) for p in setup.prompts])
+    return N, metrics(run_drafter(setup, T, name, N, args, drafter=d, threshold=threshold)), fresh["wall"]
 
 
 def metrics(results: list) -> dict:

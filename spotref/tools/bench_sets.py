@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from spotref.drafters.budget import resolve_budget
-from spotref.load.drafters import resolve_drafter
-from spotref.load.files import atomic_write
-from spotref.tools.bench_run import gen, make_drafter, metrics, run_drafter, run_exact
-from spotref.tools.report import parse_table, table
+from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact
+from spotref.tools.report import parse_table, pyplot, save_png, table
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
 AUTO_DRAFTERS = ("confidence", "spot")      # the ones with a budget="auto" row (its N from the one-position cost model)
@@ -77,11 +74,8 @@ def bench_sets(setup, args, rows: list, bar) -> None:
 
 
 def auto_set_row(setup, T: float, tau: float, name: str, args, ex: dict) -> SetRow:
-    d = resolve_drafter(make_drafter(name, setup, None), setup.model)
-    N = resolve_budget("auto", setup.model, d, args.depth, T)
-    fresh = metrics([gen(setup, p, T, args, threshold=tau) for p in setup.prompts])   # re-timed next to it
-    m = metrics(run_drafter(setup, T, name, N, args, drafter=d, threshold=tau))
-    return set_row(setup, T, tau, name, f"auto={N}", m, {**ex, "wall": fresh["wall"]})
+    N, m, wall = run_auto(setup, T, name, args, threshold=tau)
+    return set_row(setup, T, tau, name, f"auto={N}", m, {**ex, "wall": wall})
 
 
 def goal_rows(rows: list, field: str = "fewer_passes") -> list:
@@ -157,7 +151,7 @@ def rows_from_report(text: str) -> list:
             for c in parse_table(text, SET_COLUMNS[:5])]
 
 
-def plot(rows: list, path: str, pyplot) -> str | None:
+def plot(rows: list, path: str) -> str | None:
     """Fewer passes than threshold alone vs N: a panel per (target, T) row and tau column."""
     mpl = pyplot()
     panels = list(dict.fromkeys((r.target, r.T) for r in rows))
@@ -180,7 +174,4 @@ def plot(rows: list, path: str, pyplot) -> str | None:
                    title=f"{tgt}, T = {T}, tau = {tau}")
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
-    return path
+    return save_png(plt, fig, path)

@@ -2,6 +2,8 @@
 progress bars (tqdm when installed) and the answer-block pass count every table reports."""
 from __future__ import annotations
 
+from spotref.load.files import atomic_write
+
 
 def progress(iterable, desc: str, total: int | None = None):
     """A tqdm bar when tqdm is installed, else the iterable itself (no progress shown)."""
@@ -48,3 +50,23 @@ def parse_table(text: str, header: list) -> list[dict]:
             break
         out.append(dict(zip(head, cells(line))))
     return out
+
+
+def pyplot():
+    """(matplotlib.pyplot, matplotlib.ticker) on the Agg backend, or None when not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return None                                   # the report says why there is no plot
+    return plt, matplotlib.ticker
+
+
+def save_png(plt, fig, path: str) -> str:
+    """Lay out ``fig``, write it to ``path`` as a PNG atomically, close it; returns ``path``."""
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+    return path

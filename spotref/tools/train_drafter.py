@@ -114,13 +114,6 @@ def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     return x, masked, y, ok
 
 
-def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
-    rows = rng.integers(len(ds), size=n)
-    left = (ds.arrays["fut_pos"][rows] >= 0).sum(1)                               # true commits left
-    depths = (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)   # shallow first
-    return rows, depths
-
-
 def loss_fn(model, x, masked, y, ok):
     s, t = model(x, masked)                                                       # (n, B), (n, B)
     ce = torch.nn.functional.cross_entropy(s, y)
@@ -159,7 +152,7 @@ def train(model, ds: tj.Trajectories, args, log=print):
         for g in opt.param_groups:
             g["lr"] = lr
         model.train()
-        loss, acc = loss_fn(model, *batch(ds, *sample(ds, args.batch, args.tf_depth, rng)))
+        loss, acc = loss_fn(model, *batch(ds, *tj.teacher_sample(ds, args.batch, args.tf_depth, rng)))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -54,12 +54,6 @@ def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
 
 
-def sample(ds: tj.Trajectories, n: int, tf_depth: int, rng) -> tuple:
-    rows = rng.integers(len(ds), size=n)
-    left = ds.arrays["fut_when"][rows].max(1).astype(np.int64) + 1                  # decisions left
-    return rows, (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)
-
-
 def set_loss(model, x, masked, tau, y):
     """Mean negative log-likelihood of the true decisions y (n, B) under the SPOT-Sets model
     (``spotref.drafters.sets``): the exceed set, or for a singleton also the fallback."""
@@ -88,7 +82,7 @@ def train_sets(model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: 
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / steps))
         model.train()
-        loss = set_loss(model, *set_batch(ds, *sample(ds, batch, tf_depth, rng)))
+        loss = set_loss(model, *set_batch(ds, *tj.teacher_sample(ds, batch, tf_depth, rng)))
         opt.zero_grad()
         loss.backward()
         opt.step()

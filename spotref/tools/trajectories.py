@@ -140,6 +140,14 @@ def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,)
     return stack(rows, model.mask_id, model.block_size)
 
 
+def teacher_sample(ds: "Trajectories", n: int, tf_depth: int, rng) -> tuple:
+    """(rows (n,), depths (n,)): ``n`` recorded states and how many true decisions to advance
+    each by, d = floor(u^2 min(decisions left, tf_depth + 1)) (shallow levels more often)."""
+    rows = rng.integers(len(ds), size=n)
+    left = ds.arrays["fut_when"][rows].max(1).astype(np.int64) + 1                  # decisions left
+    return rows, (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)
+
+
 class Row:
     """One recorded state, read like ``ViewInputs`` (``DrafterInputs``) (plus the truth)."""
 
