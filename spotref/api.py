@@ -15,7 +15,7 @@ import torch
 
 import spotref
 from spotref.decode import Block, Result, Stats, decode, fill_block
-from spotref.drafters.budget import resolve_budget
+from spotref.drafters.budget import auto_drafter
 from spotref.load.drafters import MODEL_DRAFTERS, resolve_drafter
 from spotref.load.targets import load_target
 from spotref.rules import CONFIDENCES, DecisionRule
@@ -95,14 +95,15 @@ class Speculator:
         self.depth = check_int("depth", depth, 0)
         self.core = resolve_core(core)
         self.drafter = None if drafter is None else speculator_drafter(drafter, model)
-        self.budget = self.resolve_budget(budget, model)
+        self.drafter, self.budget = self.resolve_budget(budget, model)
 
-    def resolve_budget(self, budget, model) -> int:
-        """An int budget as given; ``"auto"``: the cost model's N for the model on this machine."""
+    def resolve_budget(self, budget, model) -> tuple:
+        """(drafter, N): an int budget as given; ``"auto"``: the cost model's N for the model on
+        this machine, each round's tree cut to the nodes worth their verify time."""
         if budget != "auto":
-            return int(budget)
+            return self.drafter, int(budget)
         if self.drafter is None:
-            return 1
+            return None, 1
         if model is None:
             raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
         return auto_budget(model, self.drafter, self.depth, self.rule.temperature)
@@ -168,16 +169,16 @@ def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:
                          f"model's max_position_embeddings ({max_positions})")
 
 
-_AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): N}
+_AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): (drafter, N)}
 
 
-def auto_budget(model, drafter, depth: int, temperature: float) -> int:
-    """budget="auto": the cost model's N for this model and drafter on this machine (measured
-    once per process and model, see ``spotref.drafters.budget``)."""
+def auto_budget(model, drafter, depth: int, temperature: float) -> tuple:
+    """budget="auto": (the drafter cut per round, the cost model's N) for this model and drafter
+    on this machine (measured once per process and model, see ``spotref.drafters.budget``)."""
     known = _AUTO_BUDGETS.setdefault(model, {})
     key = (drafter, depth, temperature > 0)
     if key not in known:
-        known[key] = resolve_budget("auto", model, drafter, depth, temperature)
+        known[key] = auto_drafter(model, drafter, depth, temperature)
     return known[key]
 
 

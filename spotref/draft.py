@@ -7,7 +7,8 @@ itself would have decided, so a drafter can cost passes but never change the out
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -25,10 +26,13 @@ class Draft:
              parent has a smaller index.
     commits: commits[i] is a tuple of (position, token) pairs: one under the one-position rule,
              a set under the threshold rule, () for the root.
+    probs:   optional, the drafter's estimate that each node's state is reached (root 1.0), for a
+             per-round budget (``spotref.drafters.budget.trim``); never read by verification.
     """
 
     parents: tuple
     commits: tuple
+    probs: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if isinstance(self.parents, (str, bytes)) or not hasattr(self.parents, "__iter__"):
@@ -40,6 +44,8 @@ class Draft:
             if not is_index(p):
                 raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
         object.__setattr__(self, "commits", tuple(_pairs(i, c) for i, c in enumerate(self.commits)))
+        if self.probs is not None:
+            object.__setattr__(self, "probs", _probs(self.probs, len(self.parents)))
 
     @classmethod
     def root(cls) -> "Draft":
@@ -52,6 +58,11 @@ class Draft:
 
     def __len__(self) -> int:
         return len(self.parents)
+
+    def prefix(self, n: int) -> "Draft":
+        """The first ``n`` nodes (a tree: every parent comes before its children)."""
+        n = max(1, min(int(n), len(self)))
+        return Draft(self.parents[:n], self.commits[:n], None if self.probs is None else self.probs[:n])
 
 
 def apply(state: np.ndarray, commits) -> np.ndarray:
@@ -71,6 +82,19 @@ def _pairs(i, c):
         if not is_index(p) or not is_index(t):      # True is not position 1
             raise ValueError(f"draft node {i}: commit ({p!r}, {t!r}) is not a pair of ints")
     return pairs
+
+
+def _probs(probs, n: int) -> tuple:
+    try:
+        out = tuple(float(p) for p in probs)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft: probs must be a sequence of numbers, got {probs!r}") from None
+    if len(out) != n:
+        raise ValueError(f"draft: {len(out)} probs for {n} nodes")
+    for i, p in enumerate(out):
+        if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+            raise ValueError(f"draft node {i}: prob {p!r} is not in [0, 1]")
+    return out
 
 
 class Drafter(Protocol):

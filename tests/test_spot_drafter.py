@@ -241,5 +241,7 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     want = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
                                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
     assert after["header"]["curves"] == want and "curves_command" in after["header"]
-    assert {k: v for k, v in after["header"].items() if k not in ("curves", "curves_command")} == \
-        {k: v for k, v in before["header"].items() if k != "curves"}
+    assert after["header"]["node_calibration"] == train_drafter.node_calibration(sd, data)
+    remeasured = ("curves", "curves_command", "node_calibration")
+    assert {k: v for k, v in after["header"].items() if k not in remeasured} == \
+        {k: v for k, v in before["header"].items() if k not in remeasured}

@@ -7,8 +7,16 @@ average: the drafter's offline acceptance curve, measured on held-out trajectori
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
 almost linearly past a few rows, so the answer is a small tree; on a GPU with an 8B target,
-t(N) is nearly flat and the answer is large. ``spotref.generate`` calls ``resolve_budget`` for
-``budget="auto"``; ``python -m spotref.tools.costmodel`` prints the table behind the choice.
+t(N) is nearly flat and the answer is large. ``python -m spotref.tools.costmodel`` prints the
+table behind the choice.
+
+Per round (``RoundBudget``): the drafter drafts at that N, and each round's tree is then cut to
+the nodes worth their verify time. Node n (in order of falling path probability, ``Draft.probs``)
+adds ``reach(p_n)`` expected commits, where ``reach`` maps the drafter's path probability to the
+rate at which such nodes were reached on held-out trajectories (``calibration_table``, stored in
+the drafter's checkpoint), and costs ``verify(n + 1) - verify(n)`` seconds; it is kept while it
+commits at least at the run's expected rate ``E(N) / t(N)`` (commits per second). A draft
+without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``.
 """
 from __future__ import annotations
 
@@ -19,11 +27,13 @@ import weakref
 import numpy as np
 import torch
 
-from spotref.draft import View
+from spotref.draft import Draft, View
 from spotref.drafters import order
 from spotref.rules import DecisionRule
 
 BUDGETS = (1, 2, 4, 8, 16, 32, 64)
+BINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)   # calibration bins
+MIN_COUNT = 20                      # nodes a calibration bin needs to count
 PRIOR = {1: 1.0, 64: 2.5}          # E(N) for a drafter without a measured curve (log-interpolated)
 _TIMES = weakref.WeakKeyDictionary()     # model -> {(budgets, context): {N: seconds}}
 
@@ -92,9 +102,66 @@ def resolve_budget(budget, model, drafter, depth: int, temperature: float) -> in
     """``budget`` itself when an int; for ``"auto"`` the cost model's choice on this machine."""
     if budget != "auto":
         return budget
+    return auto_drafter(model, drafter, depth, temperature)[1]
+
+
+def auto_drafter(model, drafter, depth: int, temperature: float) -> tuple:
+    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N)."""
     if drafter is None:
-        return 1
+        return None, 1
     tv = verify_times(model)
     td = draft_times(drafter, model, depth=depth, temperature=temperature)
     t = {N: tv[N] + td[N] for N in BUDGETS}
-    return choose_budget(t, {N: expected_commits(drafter, N, temperature) for N in BUDGETS})
+    e = {N: expected_commits(drafter, N, temperature) for N in BUDGETS}
+    N = choose_budget(t, e)
+    if N == 1:
+        return drafter, 1
+    table = (getattr(drafter, "node_calibration", None) or {}).get(order.temperature_key(temperature))
+    return RoundBudget(drafter, tv, e[N] / t[N], table), N
+
+
+def calibration_table(probs, reached, bins=BINS) -> list:
+    """[[mean path probability, rate reached, nodes], ...] per bin of ``probs`` with at least
+    ``MIN_COUNT`` nodes: how often a drafted node of that probability was reached (held out)."""
+    probs, reached = np.asarray(probs, dtype=np.float64), np.asarray(reached, dtype=np.float64)
+    which = np.clip(np.searchsorted(bins, probs, side="right") - 1, 0, len(bins) - 2)
+    out = []
+    for b in range(len(bins) - 1):
+        sel = which == b
+        if sel.sum() >= MIN_COUNT:
+            out.append([float(probs[sel].mean()), float(reached[sel].mean()), int(sel.sum())])
+    return out
+
+
+def reach(table, p: float) -> float:
+    """The calibrated chance that a node of path probability ``p`` is reached: ``table``
+    interpolated, non-decreasing in p (``p`` itself without a table)."""
+    if not table:
+        return float(p)
+    xs = [0.0] + [r[0] for r in table] + [1.0]
+    ys = np.maximum.accumulate([0.0] + [r[1] for r in table] + [table[-1][1]])
+    return float(np.interp(p, xs, ys))
+
+
+def trim(draft: Draft, verify: dict, rate: float, table=None) -> Draft:
+    """The prefix of ``draft`` whose nodes are each worth their verify time: node n stays while
+    reach(p_n) >= rate * (verify(n + 1) - verify(n)) (verify: {states: seconds}, interpolated)."""
+    if draft.probs is None or len(draft) < 2:
+        return draft
+    ns = sorted(verify)
+    t = lambda n: float(np.interp(n, ns, [verify[k] for k in ns]))
+    n = 1
+    while n < len(draft) and reach(table, draft.probs[n]) >= rate * (t(n + 1) - t(n)):
+        n += 1
+    return draft.prefix(n)
+
+
+class RoundBudget:
+    """A drafter whose every tree is cut by ``trim``: ``RoundBudget(drafter, verify, rate,
+    table)(view) -> Draft``."""
+
+    def __init__(self, drafter, verify: dict, rate: float, table=None):
+        self.drafter, self.verify, self.rate, self.table = drafter, dict(verify), float(rate), table
+
+    def __call__(self, view) -> Draft:
+        return trim(self.drafter(view), self.verify, self.rate, self.table)

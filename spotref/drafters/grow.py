@@ -5,7 +5,8 @@ target's next decision at a hypothetical state, with probabilities. The tree kee
 the candidate with the highest cumulative path probability until it holds N nodes (root
 included); candidates that reach a state already in the tree are skipped, so no budget is spent
 on a state twice. ``options`` is called once per expanded node; a drafter that batches its model
-calls per tree level can use ``grow_levels`` instead.
+calls per tree level can use ``grow_levels`` instead. Both put the nodes in order of falling
+path probability (``Draft.probs``), so a prefix of the draft keeps its most probable nodes.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from spotref.draft import Draft, DraftBuilder
 def grow(view, options) -> Draft:
     """The best-first tree over ``options`` within ``view.budget`` and ``view.depth``."""
     t = DraftBuilder(view.tokens, view.step)
-    heap, tick = [], 0
+    heap, tick, cums = [], 0, [1.0]
 
     def expand(node, cum):
         nonlocal tick
@@ -34,8 +35,14 @@ def grow(view, options) -> Draft:
         neg, _, node, cs = heapq.heappop(heap)
         i, added = t.merge(node, cs)              # a state already in the tree costs no budget
         if added:
+            cums.append(-neg)
             expand(i, -neg)
-    return t.draft()
+    return Draft(t.parents, t.commits, _clip(cums))
+
+
+def _clip(cums) -> list:
+    """Path probabilities as node probs (float products can overshoot 1 by an ulp)."""
+    return [min(max(float(c), 0.0), 1.0) for c in cums]
 
 
 def grow_levels(view, options_batch, width: int) -> Draft:
@@ -104,4 +111,5 @@ class _Levels(DraftBuilder):
             if self.parents[i] in index:
                 index[i] = len(keep) + 1
                 keep.append(i)
-        return Draft([-1] + [index[self.parents[i]] for i in keep], [()] + [self.commits[i] for i in keep])
+        return Draft([-1] + [index[self.parents[i]] for i in keep], [()] + [self.commits[i] for i in keep],
+                     _clip([1.0] + [self.cums[i] for i in keep]))

@@ -69,6 +69,12 @@ class SpotDrafter(torch.nn.Module):
         """Offline commits per round vs budget ({"0"|"1": {N: commits}}), for the cost model."""
         return self.header.get("curves", {}).get("spot", {})
 
+    @property
+    def node_calibration(self) -> dict:
+        """{"0"|"1": [[path probability, rate reached, nodes], ...]} measured on held-out
+        trajectories, for the per-round budget (``spotref.drafters.budget.trim``)."""
+        return self.header.get("node_calibration", {})
+
     def forward(self, view) -> Draft:
         B = len(view.tokens)
         if self.strict and B != self.model.block_size:

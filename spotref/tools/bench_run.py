@@ -15,7 +15,7 @@ from spotref.conformance import first_divergence, oracle_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
-from spotref.drafters.budget import resolve_budget
+from spotref.drafters.budget import auto_drafter
 from spotref.load.drafters import drafter_for, resolve_drafter
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel
@@ -117,8 +117,7 @@ def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, t
 def run_auto(setup: Setup, T: float, name: str, args, threshold: float | None = None) -> tuple:
     """budget="auto" for drafter ``name``: (the N the cost model picks, its metrics, exact
     decoding's wall time re-measured right before it: the machine is shared and drifts)."""
-    d = resolve_drafter(make_drafter(name, setup, None), setup.model)
-    N = resolve_budget("auto", setup.model, d, args.depth, T)
+    d, N = auto_drafter(setup.model, resolve_drafter(make_drafter(name, setup, None), setup.model), args.depth, T)
     fresh = metrics([gen(setup, p, T, args, threshold=threshold) for p in setup.prompts])
     return N, metrics(run_drafter(setup, T, name, N, args, drafter=d, threshold=threshold)), fresh["wall"]
 

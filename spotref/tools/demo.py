@@ -77,17 +77,17 @@ def demo(args) -> int:
     name, model, prompts, stops = setup(args)
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
-    budgets = {f"{drafter} N={b}": b for b in args.budgets}
     name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
+    budgets = {f"{name_of} N={b}": (drafter, b) for b in args.budgets}
     if args.budget_auto:
-        n = auto_budget(model, drafter, args.depth, args.temperature)
-        budgets[f"{name_of} auto (N={n})"] = n
+        cut, n = auto_budget(model, drafter, args.depth, args.temperature)   # cut per round
+        budgets[f"{name_of} auto (N={n})"] = (cut, n)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, args.gen_length, **kw)
         runs["exact"].append(exact)
-        for key, b in budgets.items():
-            spot = spotref.generate(model, prompt, args.gen_length, drafter=drafter, budget=b,
+        for key, (d, b) in budgets.items():
+            spot = spotref.generate(model, prompt, args.gen_length, drafter=d, budget=b,
                                     depth=args.depth, **kw)
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")

@@ -9,7 +9,9 @@
    the coupled stale token at the true next position is the target's token.
 3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
    at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
-   measure offline acceptance curves (commits per round vs budget) for the cost model.
+   measure offline acceptance curves (commits per round vs budget) for the cost model, and how
+   often its drafted nodes of each path probability were reached (the per-round budget's
+   calibration).
 4. Train the set head for SPOT-Sets (``spotref.tools.train_sets``: threshold trajectories at
    tau 0.9 / 0.7 / 0.5, the order model kept) and report its held-out set accuracy next to the
    confidence sets'; ``--sets-only`` does this step alone on an existing checkpoint.
@@ -31,6 +33,7 @@ import numpy as np
 import torch
 
 from spotref.drafters import order
+from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
 from spotref.load.corpora import ASSISTANT
@@ -257,6 +260,25 @@ def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, 
     return out
 
 
+def node_calibration(spot, test_sets: dict, N: int = 64, depth: int = 16, limit: int = 400) -> dict:
+    """{T: calibration_table}: how often the SPOT drafter's nodes of each path probability were
+    reached, over simulated rounds along the held-out trajectories (for the per-round budget)."""
+    out = {}
+    for T, ds in test_sets.items():
+        probs, hits, rounds = [], [], 0
+
+        def draft(r, n, d, t):
+            tree = spot.draft(r, n, d)
+            probs.extend(tree.probs[1:]), hits.extend(tj.reached(tree, r)[1:])
+            return tree
+        for seg in segments(ds):
+            rounds += len(simulate(draft, ds, seg, N, depth, T))
+            if rounds >= limit:
+                break
+        out[order.temperature_key(T)] = calibration_table(probs, hits)
+    return out
+
+
 def shipped_curves(spot, cal, test_sets: dict) -> dict:
     """The curves a checkpoint stores: its SPOT drafter's and its calibrated graph's."""
     return curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
@@ -306,6 +328,7 @@ def run(args) -> int:
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     curve = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
+    reach = node_calibration(SpotDrafter(model), test_sets)
     sets = {}
     if not args.no_sets:
         model, sets = set_head(model, target, args)
@@ -313,6 +336,7 @@ def run(args) -> int:
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
         heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
+        node_calibration=reach,
         training=dict(command=command(args),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
                       heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d")),
@@ -363,8 +387,10 @@ def remeasure(target, args) -> int:
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
+    header["node_calibration"] = node_calibration(SpotDrafter(model, header), test_sets)
     header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
+    print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
     return 0

@@ -188,6 +188,20 @@ class Row:
         return n
 
 
+def reached(draft: Draft, row: Row) -> list:
+    """Per node of ``draft``: whether the target's decisions from ``row`` reach its state (its
+    commits are the first ``depth`` true decisions, as a set)."""
+    truth, s = [frozenset()], frozenset()
+    for decision in row.fut_sets():
+        s = s | decision
+        truth.append(s)
+    sets, depth = [frozenset()], [0]
+    for p, cs in zip(draft.parents[1:], draft.commits[1:]):
+        sets.append(sets[p] | set(cs))
+        depth.append(depth[p] + 1)
+    return [d < len(truth) and sets[i] == truth[d] for i, d in enumerate(depth)]
+
+
 def accepted(draft: Draft, row: Row) -> int:
     """Accepted depth (decisions) of ``draft`` at ``row``, by state equality as in ``core.walk``:
     a node's state is the set of commits on its path at its depth (merged DAG paths count)."""

@@ -1,0 +1,132 @@
+"""The per-round budget (``budget="auto"``): node path probabilities on drafts, their held-out
+calibration, the cut of each round's tree, and exact output whatever the cut."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import spotref
+from spotref.conformance import cases, check_case
+from spotref.draft import Draft, View
+from spotref.drafters import budget
+from spotref.drafters.budget import MIN_COUNT, RoundBudget, auto_drafter, calibration_table, reach, trim
+from spotref.drafters.order import OrderModel
+from spotref.drafters.spot import CALLS, SpotDrafter
+from spotref.rules import DecisionRule
+
+
+def spot_for(model, seed=0, calls="level"):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return SpotDrafter(OrderModel(model.block_size), calls=calls)
+
+
+def chain(probs) -> Draft:
+    return Draft(tuple(range(-1, len(probs) - 1)), ((),) + tuple(((i, 1),) for i in range(len(probs) - 1)), probs)
+
+
+def test_draft_probs_are_checked_and_kept_by_prefix():
+    d = chain((1.0, 0.9, 0.5, 0.1))
+    assert d.prefix(2) == Draft((-1, 0), ((), ((0, 1),))) and d.prefix(2).probs == (1.0, 0.9)
+    assert d.prefix(0).parents == (-1,) and d.prefix(99) == d
+    assert d == Draft(d.parents, d.commits)                       # probs never change what is verified
+    with pytest.raises(ValueError, match="3 probs for 4 nodes"):
+        Draft(d.parents, d.commits, (1.0, 0.5, 0.2))
+    with pytest.raises(ValueError, match=r"node 2: prob 1.5 is not in \[0, 1\]"):
+        Draft(d.parents, d.commits, (1.0, 0.5, 1.5, 0.1))
+    with pytest.raises(ValueError, match="probs must be a sequence of numbers"):
+        Draft(d.parents, d.commits, "abcd")
+
+
+def view_of(model, budget_n=16, depth=6, T=0.0):
+    B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
+    cache = model.prefill(torch.arange(1, B + 1))                                # one prompt block
+    state = np.full(B, mask_id, dtype=np.int64)
+    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()          # (B, V)
+    state[0] = 4
+    return View.of(state, 1, 0, stale, DecisionRule(mask_id, V, B, T, 0), budget_n, depth)
+
+
+@pytest.mark.parametrize("calls", CALLS)
+@pytest.mark.parametrize("T", [0.0, 1.0])
+def test_grown_drafts_carry_falling_path_probabilities(calls, T):
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    d = spot_for(model, calls=calls)(view_of(model, T=T))
+    assert d.probs is not None and len(d.probs) == len(d) > 2 and d.probs[0] == 1.0
+    assert all(a >= b for a, b in zip(d.probs[1:], d.probs[2:]))               # best first
+    assert all(d.probs[p] >= q for p, q in zip(d.parents[1:], d.probs[1:]))  # a child never above its parent
+
+
+def test_calibration_table_bins_and_reach_is_monotone():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0, 1, 5000)
+    hit = rng.uniform(0, 1, 5000) < p ** 2                       # over-confident drafter
+    table = calibration_table(p, hit)
+    assert all(n >= MIN_COUNT for _, _, n in table) and sum(n for _, _, n in table) == 5000
+    assert reach(table, 0.5) == pytest.approx(0.25, abs=0.05)
+    xs = np.linspace(0, 1, 101)
+    ys = [reach(table, x) for x in xs]
+    assert all(a <= b for a, b in zip(ys, ys[1:])) and 0.0 <= ys[0] and ys[-1] <= 1.0
+    assert reach(None, 0.3) == reach([], 0.3) == 0.3                  # no table: the drafter's own probability
+    assert calibration_table([0.5] * (MIN_COUNT - 1), [True] * (MIN_COUNT - 1)) == []
+
+
+def test_trim_keeps_the_nodes_worth_their_verify_time():
+    d = chain((1.0, 0.9, 0.5, 0.1, 0.01))
+    verify = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.7}                       # 0.1 s a state
+    assert len(trim(d, verify, rate=2.0)) == 3                     # keep while reach >= 0.2
+    assert len(trim(d, verify, rate=0.0)) == 5
+    assert len(trim(d, verify, rate=100.0)) == 1
+    assert trim(Draft(d.parents, d.commits), verify, rate=100.0) == d        # no probs: kept whole
+    table = [[0.5, 0.05, 100], [0.9, 0.6, 100]]                       # calibrated: the 0.5 node is rarely reached
+    assert len(trim(d, verify, rate=2.0, table=table)) == 2
+
+
+@settings(max_examples=60)
+@given(probs=st.lists(st.floats(0, 1), min_size=1, max_size=12), rate=st.floats(0, 50), slope=st.floats(0, 0.2))
+def test_trim_is_the_first_failing_node(probs, rate, slope):
+    probs = [1.0] + sorted(probs, reverse=True)
+    verify = {n: 1.0 + slope * n for n in (1, 2, 4, 8, 16)}
+    n = len(trim(chain(tuple(probs)), verify, rate))
+    want = next((i for i in range(1, len(probs)) if probs[i] < rate * slope * (1 - 1e-12)), len(probs))
+    assert n == want or abs(probs[min(n, len(probs) - 1)] - rate * slope) < 1e-9
+
+
+@settings(max_examples=20)
+@given(case=cases(), seed=st.integers(0, 3), calls=st.sampled_from(CALLS), rate=st.sampled_from([0.0, 0.5, 5.0, 1e3]))
+def test_a_cut_tree_is_exact(case, seed, calls, rate):
+    """Each round's tree cut at any rate: tokens identical to exact decoding, every rule."""
+    def generate_fn(model, prompt, n, drafter=None, **kw):
+        cut = RoundBudget(spot_for(model, seed, calls), {1: 1.0, 64: 1.0 + 63 * 0.01}, rate)
+        return spotref.generate(model, prompt, n, drafter=cut, **kw)
+    check_case(dataclasses.replace(case, drafter="confidence"), generate_fn)
+
+
+def test_a_high_rate_cuts_trees_and_costs_passes_not_tokens():
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    full = spotref.generate(model, [1, 2, 3], 24, drafter=spot_for(model), budget=16, depth=6)
+    cut = spotref.generate(model, [1, 2, 3], 24, drafter=RoundBudget(spot_for(model), {1: 1.0, 64: 1.63}, 1e3),
+                           budget=16, depth=6)
+    assert cut.tokens == full.tokens == spotref.generate(model, [1, 2, 3], 24).tokens
+    assert max(cut.stats["draft_nodes"]) == 1 < max(full.stats["draft_nodes"])
+
+
+def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
+    model = tiny_model(V=61, B=8)
+    d = spot_for(model)
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}},
+                "node_calibration": {"0": [[0.5, 0.4, 50]]}}
+    monkeypatch.setattr(budget, "verify_times", lambda model: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
+    monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.1 for N in budget.BUDGETS})
+    cut, N = auto_drafter(model, d, 8, 0.0)
+    t = 1.0 + 0.01 * N + 0.1
+    assert isinstance(cut, RoundBudget) and cut.drafter is d and N > 1
+    assert cut.rate == pytest.approx(budget.expected_commits(d, N, 0.0) / t)
+    assert cut.table == [[0.5, 0.4, 50]]
+    monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.0 if N == 1 else 100.0 for N in budget.BUDGETS})
+    assert auto_drafter(model, d, 8, 0.0) == (d, 1)                     # drafting never pays: no cut
+    assert auto_drafter(model, None, 8, 0.0) == (None, 1)
