@@ -34,3 +34,27 @@ def test_demo_table_counts_answer_blocks_apart():
     spot = dict(zip(demo.COLUMNS, rows[1]))
     assert spot["fewer passes"] == 67 / 15 and spot["answer fewer passes"] == 34 / 10
     assert spot["answer passes/token"] == 10 / 32
+
+
+def test_demo_shows_a_held_out_prompt_and_its_output(capsys):
+    assert main(["demo", "--model", "stdlib-b32", "--prompts", "1", "--gen-length", "16", "--no-auto",
+                 "--budgets", "4", "--show", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "--- held-out prompt 1 ---" in out and "--- output (exact decoding, " in out
+    assert "--- spot N=4: identical, " in out and "expected answer" not in out      # code: no answer
+
+
+def test_demo_show_grades_a_math_answer(capsys):
+    from types import SimpleNamespace as NS
+
+    from spotref.tools import demo
+    env = NS(texts=["Q: 2 + 3?"], answers=[5], stops=[0], decode=lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids)))
+    runs = {"exact": [NS(tokens=[5, 0], passes=9)], "spot N=4": [NS(tokens=[5, 0], passes=4)],
+            "bad": [NS(tokens=[6, 0], passes=4)]}
+    demo.show(env, 0, runs)
+    out = capsys.readouterr().out
+    assert "expected answer: 5; the model's: 5 (right)" in out and "exact decoding, 9 passes" in out
+    assert "spot N=4: identical, 4 passes" in out and "bad: DIFFERENT" in out
+    env.answers = [7]
+    demo.show(env, 0, runs)
+    assert "the model's: 5 (wrong)" in capsys.readouterr().out

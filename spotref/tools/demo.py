@@ -2,19 +2,24 @@
 
 Runs on the default bundled target when one ships (``spotref.list_targets()``), else on a
 random SDAR model (acceptance numbers from random weights say little: they only show the
-machinery). Prints one table: passes, commits per denoise/verify pass, tokens/s and ratios,
-all measured in this one process, and passes again on answer blocks alone (the blocks before the
-one holding end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no number.
+machinery). On a target it first shows ``--show`` of its held-out prompts: the prompt, the
+expected answer where the domain has one (a math target's ``#### N``), the output, and each SPOT
+run's verdict (identical to exact decoding, and its passes against exact decoding's). Then one
+table: passes, commits per denoise/verify pass, tokens/s and ratios, all measured in this one
+process, and passes again on answer blocks alone (the blocks before the one holding
+end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no number.
 """
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import torch
 
 import spotref
 from spotref.api import auto_budget
 from spotref.load.drafters import find_checkpoint, resolve_drafter
+from spotref.load.gsm import final_answer
 from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import int_list, nonneg_int, positive_int, seed_int
@@ -40,6 +45,8 @@ def add_arguments(p):
                    help="store each finished block inside the next block's first pass (one pass fewer per block)")
     p.add_argument("--model", default="default",
                    help="bundled target name, 'default' (the default target, else random) or 'random'")
+    p.add_argument("--show", type=nonneg_int, default=1,
+                   help="prompts shown in full with their outputs (a target's only; default 1)")
 
 
 def random_setup(n_prompts: int, seed: int):
@@ -50,13 +57,17 @@ def random_setup(n_prompts: int, seed: int):
     torch.manual_seed(seed)
     rng = random.Random(seed)
     prompts = [[rng.randrange(511) for _ in range(rng.randrange(8, 48))] for _ in range(n_prompts)]
-    return "random SDAR (untrained)", SDARModel(cfg).eval(), prompts, None
+    return SimpleNamespace(name="random SDAR (untrained)", model=SDARModel(cfg).eval(), prompts=prompts,
+                           stops=None, texts=None, answers=None, decode=None)
 
 
 def target_setup(name: str, n_prompts: int):
     """A bundled target and its own held-out prompts (``Target.heldout``, seed 0), taken whole."""
     target = load_target(name)
-    return name, target.model, [target.encode(t) for t, _ in target.heldout(n_prompts, seed=0)], target.stop_ids
+    held = target.heldout(n_prompts, seed=0)
+    return SimpleNamespace(name=name, model=target.model, prompts=[target.encode(t) for t, _ in held],
+                           stops=target.stop_ids, texts=[t for t, _ in held], answers=[a for _, a in held],
+                           decode=target.tokenizer.decode)
 
 
 def setup(args):
@@ -72,9 +83,34 @@ def best_drafter(model) -> str:
     return "spot" if find_checkpoint(model) is not None else "confidence"
 
 
+SHOWN = 600                                   # characters of a prompt or output shown
+
+
+def clip(text: str, n: int = SHOWN) -> str:
+    """The last ``n`` characters of a prompt (where its question is), marked when cut."""
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def show(env, i: int, runs: dict) -> None:
+    """Prompt ``i``: its text, the expected answer, the output and every SPOT run's verdict."""
+    exact = runs["exact"][i]
+    text = env.decode([t for t in exact.tokens if t not in (env.stops or ())])
+    print(f"\n--- held-out prompt {i + 1} ---\n{clip(env.texts[i])}")
+    if env.answers[i] is not None:
+        got = final_answer(text)                                    # the number after "####"
+        verdict = "no answer" if got is None else ("right" if got == env.answers[i] else "wrong")
+        print(f"--- expected answer: {env.answers[i]}; the model's: {'-' if got is None else got} ({verdict})")
+    print(f"--- output (exact decoding, {exact.passes} passes) ---\n{text[:SHOWN]}")
+    for key, results in runs.items():
+        if key != "exact":
+            same = "identical" if results[i].tokens == exact.tokens else "DIFFERENT"
+            print(f"--- {key}: {same}, {results[i].passes} passes")
+
+
 def demo(args) -> int:
     torch.set_num_threads(args.threads)
-    name, model, prompts, stops = setup(args)
+    env = setup(args)
+    name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
     name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
@@ -92,6 +128,8 @@ def demo(args) -> int:
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
             runs[key].append(spot)
+    for i in range(min(args.show, len(prompts)) if env.decode else 0):
+        show(env, i, runs)
     print(f"\nmodel: {name}; {len(prompts)} prompts x {args.gen_length} new tokens, T = {args.temperature}, "
           f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
           f"every output identical to exact decoding: yes\n")
