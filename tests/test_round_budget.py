@@ -130,3 +130,20 @@ def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.0 if N == 1 else 100.0 for N in budget.BUDGETS})
     assert auto_drafter(model, d, 8, 0.0) == (d, 1)                     # drafting never pays: no cut
     assert auto_drafter(model, None, 8, 0.0) == (None, 1)
+
+
+def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypatch):
+    model = tiny_model(V=61, B=8)
+    d = spot_for(model)
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}, "spot-root": {"0": {"1": 1.0, "64": 3.8}}}}
+    monkeypatch.setattr(budget, "verify_times", lambda model: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
+    cost = {"level": 0.5, "root": 0.1}                               # per round: per-level calls cost more
+    monkeypatch.setattr(budget, "draft_times", lambda dr, *a, **k: {N: cost[dr.calls] for N in budget.BUDGETS})
+    cut, N = auto_drafter(model, d, 8, 0.0)
+    assert cut.drafter.calls == "root" and cut.drafter.model is d.model and N > 1
+    assert d.with_calls("root").curves == {"0": {"1": 1.0, "64": 3.8}}
+    cost["level"] = 0.1                                                # equal cost: the better curve wins
+    cut, N = auto_drafter(model, d, 8, 0.0)
+    assert cut.drafter is d
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}      # no per-round curve: the per-level one
+    assert d.with_calls("root").curves == d.curves

@@ -239,6 +239,7 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
     sd, cal = loaded.load_drafter(str(path)), CalibratedDrafter.from_header(before["header"])
     want = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
+                                 "spot-root": lambda r, N, D, T: sd.with_calls("root").draft(r, N, D),
                                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
     assert after["header"]["curves"] == want and "curves_command" in after["header"]
     assert after["header"]["node_calibration"] == train_drafter.node_calibration(sd, data)

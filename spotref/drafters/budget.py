@@ -106,14 +106,21 @@ def resolve_budget(budget, model, drafter, depth: int, temperature: float) -> in
 
 
 def auto_drafter(model, drafter, depth: int, temperature: float) -> tuple:
-    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N)."""
+    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N). A drafter
+    with ``variants()`` (the SPOT drafter: order-model calls per level or per round) is replaced
+    by the variant whose best N commits the most per second."""
     if drafter is None:
         return None, 1
     tv = verify_times(model)
-    td = draft_times(drafter, model, depth=depth, temperature=temperature)
-    t = {N: tv[N] + td[N] for N in BUDGETS}
-    e = {N: expected_commits(drafter, N, temperature) for N in BUDGETS}
-    N = choose_budget(t, e)
+    best = None
+    for d in getattr(drafter, "variants", lambda: [drafter])():
+        td = draft_times(d, model, depth=depth, temperature=temperature)
+        t = {N: tv[N] + td[N] for N in BUDGETS}
+        e = {N: expected_commits(d, N, temperature) for N in BUDGETS}
+        N = choose_budget(t, e)
+        if best is None or e[N] / t[N] > best[0]:
+            best = (e[N] / t[N], d, N, e, t)
+    _, drafter, N, e, t = best
     if N == 1:
         return drafter, 1
     table = (getattr(drafter, "node_calibration", None) or {}).get(order.temperature_key(temperature))

@@ -66,8 +66,19 @@ class SpotDrafter(torch.nn.Module):
 
     @property
     def curves(self) -> dict:
-        """Offline commits per round vs budget ({"0"|"1": {N: commits}}), for the cost model."""
-        return self.header.get("curves", {}).get("spot", {})
+        """Offline commits per round vs budget ({"0"|"1": {N: commits}}) of this drafter's calls
+        ("spot": per level, "spot-root": per round; the per-level curve where no other was
+        measured), for the cost model."""
+        measured = self.header.get("curves", {})
+        return measured.get("spot-root" if self.calls == "root" else "spot") or measured.get("spot", {})
+
+    def with_calls(self, calls: str) -> "SpotDrafter":
+        """The same order model and header, drafting with ``calls``."""
+        return SpotDrafter(self.model, self.header, self.second, self.strict, calls)
+
+    def variants(self) -> list:
+        """The drafters the cost model chooses among: one order-model call per level, or per round."""
+        return [self if self.calls == c else self.with_calls(c) for c in CALLS]
 
     @property
     def node_calibration(self) -> dict:

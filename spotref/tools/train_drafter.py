@@ -281,7 +281,9 @@ def node_calibration(spot, test_sets: dict, N: int = 64, depth: int = 16, limit:
 
 def shipped_curves(spot, cal, test_sets: dict) -> dict:
     """The curves a checkpoint stores: its SPOT drafter's and its calibrated graph's."""
+    root = spot.with_calls("root")
     return curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
+                   "spot-root": lambda r, N, D, T: root.draft(r, N, D),
                    "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
 
 
