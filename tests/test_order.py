@@ -44,6 +44,34 @@ def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
     assert (top[:, :-1] >= top[:, 1:]).all()                # sorted, descending
 
 
+def test_the_certainty_feature_resolves_confidences_near_one():
+    pc = torch.tensor([[0.99999, 0.9999, 0.999999, 0.5]])                       # (1, 4)
+    masked = torch.ones(1, 4, dtype=torch.bool)
+    x = order.features(torch.zeros(4, 32), pc, masked, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1), 0.0)
+    assert x.shape == (1, 4, 49) and order.CERTAIN == 48
+    assert torch.allclose(x[0, :, order.CERTAIN], -(1 - pc[0]).log() / order.LOG_SCALE)
+    s, _ = order.OrderModel(4).eval()(x, masked)                 # untrained: the stale-confidence order
+    assert s[0].argsort(descending=True).tolist() == [2, 0, 1, 3]
+    old = order.OrderModel(4, feature_width=48).eval()           # before the feature: log(p) alone, a near tie
+    s48, _ = old(x, masked)
+    assert (s48[0, :3] - s48[0, :3].max()).abs().max() < 1e-3
+
+
+def test_features_are_append_only_and_a_48_wide_checkpoint_reads_its_48():
+    x, masked = random_inputs()
+    m = order.OrderModel(8, feature_width=48).eval()
+    with torch.no_grad():
+        assert torch.equal(m(x, masked)[0], m(x[..., :48].contiguous(), masked)[0])
+    with pytest.raises(AssertionError, match="want"):
+        order.OrderModel(8)(x[..., :48], masked)                   # a 49-wide model needs all 49
+
+
+def test_the_shipped_checkpoints_keep_their_width():
+    from spotref.load.drafters import list_checkpoints, load_drafter
+    for name in list_checkpoints():
+        assert load_drafter(name).model.config["feature_width"] in (48, order.FEATURE_WIDTH), name
+
+
 def test_checkpoint_round_trip(tmp_path):
     m = order.OrderModel(8).eval()
     save_order_model(tmp_path / "d.pt", m, {"target": {"name": "t", "fingerprint": "f"}})

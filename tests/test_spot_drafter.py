@@ -19,6 +19,7 @@ from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.tools import train_drafter
+from spotref.tools import trajectories as tj
 from spotref.tools.trajectories import Recorder, accepted, record
 
 
@@ -231,7 +232,7 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     ck = tmp_path / "d.pt"
     ck.write_bytes(path.read_bytes())
     for T, ds in data.items():                       # the held-out trajectory cache remeasure reads
-        ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128.pt")
+        ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128-v{tj.FORMAT}.pt")
     args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompt_tokens=64, new_tokens=128, seeds=1)
     assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
     before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)

@@ -11,16 +11,23 @@ vocabulary-agnostic by construction):
   the target would see if its logits had not changed), also as its log / ``LOG_SCALE``; the
   temperature as T / (1 + T) (the order behaves differently when sampling);
 * position (``POSITION`` numbers): j / B, and sin / cos at ``N_FREQ`` frequencies (2 pi f j / B),
-  so attention can tell neighbours apart without a learned, block-size-bound position table.
+  so attention can tell neighbours apart without a learned, block-size-bound position table;
+* certainty (``CERTAINTY``): -log(1 - p_coupled) / ``LOG_SCALE``. Near certainty the
+  probabilities above all read 1: which of several positions at 0.9999.. the target commits first
+  shows only in 1 - p (on the gsm target the stale-confidence order predicts 0.647 of the next
+  commits from float32 confidences and 0.539 from float16 ones).
 
-In all ``TOP_K + len(STRUCT) + POSITION`` = 32 + 7 + 9 = 48 numbers (the shipped checkpoints').
+In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY)`` = 32 + 7 + 9 + 1 = 49 numbers.
+Features are append-only: a model reads the first ``feature_width`` of them, so checkpoints
+trained on the first 48 (before the certainty feature) load and draft as they did.
 
 A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
 B positions gives two numbers per position: the next-commit score (non-masked positions get
 -inf, so a softmax over the scores is the distribution of the next commit position) and a
 token logit (will the coupled stale token be the target's token when this position is
 committed?). A linear skip from the features to the two outputs starts the score at
-log(p_coupled): an untrained model ranks by stale confidence, the training-free order, and
+log(p_coupled) - log(1 - p_coupled) (the log-odds; log(p_coupled) for a model without the
+certainty feature): an untrained model ranks by stale confidence, the training-free order, and
 learns corrections to it. 0.62M parameters at these sizes.
 
 SPOT-Sets (the threshold rule, SPEC section 2) reads the same encoder through a set head: for a
@@ -46,7 +53,10 @@ N_FREQ = 4          # sin/cos position frequencies
 STRUCT = ("masked", "in_draft", "draft_depth / B", "step / B", "p_coupled",
           "log(p_coupled) / LOG_SCALE", "T / (1 + T)")       # the structure features, in order
 POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
-FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION                # top, structure, position: 48
+CERTAINTY = ("-log(1 - p_coupled) / LOG_SCALE",)               # resolves confidences near 1
+FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION + len(CERTAINTY)   # top, structure, position, certainty: 49
+CERTAIN = TOP_K + len(STRUCT) + POSITION                      # the certainty feature's index
+WIDTHS = (CERTAIN, FEATURE_WIDTH)                             # checkpoints read: before / with certainty
 LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
 SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
@@ -79,6 +89,8 @@ class OrderModel(nn.Module):
         with torch.no_grad():                                          # untrained: the confidence order
             self.skip.weight.zero_()
             self.skip.weight[0, LOG_PC] = LOG_SCALE
+            if feature_width > CERTAIN:
+                self.skip.weight[0, CERTAIN] = LOG_SCALE
             self.head.weight.zero_()
             self.head.bias.zero_()
         self.set_head = None
@@ -98,14 +110,18 @@ class OrderModel(nn.Module):
     def has_sets(self) -> bool:
         return self.set_head is not None
 
+    def take(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, B, F >= feature_width) features -> the first feature_width, what this model reads."""
+        F = self.config["feature_width"]
+        assert x.ndim == 3 and x.shape[-1] >= F, f"features {tuple(x.shape)}, want (N, B, >= {F})"
+        return x[..., :F]
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, B, F) features -> (N, B, d) normalised encoder output."""
-        N, B, F = x.shape
-        assert F == self.config["feature_width"], f"features {tuple(x.shape)}, want (N, B, {self.config['feature_width']})"
-        return self.norm(self.encoder(self.embed(x)))
+        return self.norm(self.encoder(self.embed(self.take(x))))
 
     def forward(self, x: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        out = self.head(self.encode(x)) + self.skip(x)                # (N, B, 2)
+        out = self.head(self.encode(x)) + self.skip(self.take(x))     # (N, B, 2)
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
     def sets(self, x: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor):
@@ -119,7 +135,7 @@ class OrderModel(nn.Module):
         rel = x[..., LOG_PC] * LOG_SCALE - tau.float().log()[:, None]  # (N, B) log(p_coupled / tau)
         inp = torch.cat([h, (rel / LOG_SCALE)[..., None], tau.float()[:, None, None].expand(N, B, 1)], -1)
         s = self.set_scale.exp() * rel + self.set_head(inp)[..., 0]
-        out = self.head(h) + self.skip(x)                             # (N, B, 2)
+        out = self.head(h) + self.skip(self.take(x))                  # (N, B, 2)
         return s.masked_fill(~masked, -torch.inf), out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
 
@@ -184,7 +200,8 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
                           (step.float() / B)[:, None].expand(N, B), pc,
                           pc.clamp_min(1e-9).log() / LOG_SCALE,
                           (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, len(STRUCT))
-    return torch.cat([top.float(), struct, pos], -1)
+    certain = -(1 - pc).clamp_min(1e-9).log()[..., None] / LOG_SCALE                 # (N, B, 1)
+    return torch.cat([top.float(), struct, pos, certain], -1)
 
 
 CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k", "set_hidden")
@@ -208,9 +225,9 @@ def check_config(cfg, path) -> dict:
 
 def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
     cfg = check_config(header.get("config"), path)
-    if cfg.get("feature_width") != FEATURE_WIDTH or cfg.get("top_k") != TOP_K:
+    if cfg.get("feature_width") not in WIDTHS or cfg.get("top_k") != TOP_K:
         raise ValueError(f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
-                         f"(top-{cfg.get('top_k')}); this spotref computes {FEATURE_WIDTH} (top-{TOP_K})")
+                         f"(top-{cfg.get('top_k')}); this spotref reads {' or '.join(map(str, WIDTHS))} (top-{TOP_K})")
     if block_size is not None and cfg["block_size"] != block_size:
         raise ValueError(f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
                          f"the target's block size is {block_size}")

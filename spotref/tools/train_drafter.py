@@ -197,7 +197,7 @@ def recorded(target, args, split: str, T: float, threshold: float | None = None)
     else:
         n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
     path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
-                               f"-p{args.prompt_tokens}-g{args.new_tokens}.pt")
+                               f"-p{args.prompt_tokens}-g{args.new_tokens}-v{tj.FORMAT}.pt")
     if path.exists():
         try:
             return tj.Trajectories.load(path)

@@ -28,6 +28,7 @@ from spotref.load.files import atomic_save
 from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
+FORMAT = 2          # 2: stale probabilities of the coupled tokens in float32 (1: float16, which reads 1 near certainty)
 FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
           "tau", "prompt")
 
@@ -44,7 +45,7 @@ class Recorder:
         steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
             else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
         c = {m: inp.pair(m) for m in set(steps)}
-        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].half().numpy()
+        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].numpy()             # float32: 1 - p matters
         self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), top=inp.top.half().numpy(),
                               ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
                               pc=np.stack([prob(c[m][0]) for m in steps]),
