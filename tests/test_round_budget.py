@@ -147,3 +147,11 @@ def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypa
     assert cut.drafter is d
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}      # no per-round curve: the per-level one
     assert d.with_calls("root").curves == d.curves
+
+
+def test_costmodel_compares_whole_and_cut_trees():
+    from spotref.tools.costmodel import round_budget_rows
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    rows = round_budget_rows(model, spot_for(model), [[1, 2, 3], [4, 5]], 16, 8, 4, 0.0, repeats=1)
+    (w, w_ppt, w_nodes, w_tps), (c, c_ppt, c_nodes, c_tps) = rows
+    assert (w, c) == ("whole", "cut per round") and c_nodes <= w_nodes and w_ppt > 0 and c_tps > 0

@@ -23,6 +23,7 @@ from spotref import decode
 from spotref.drafters import order
 from spotref.drafters.budget import (
     BUDGETS,
+    RoundBudget,
     choose_budget,
     draft_times,
     expected_commits,
@@ -74,6 +75,30 @@ def fused_store_rows(model, prompts: list, new_tokens: int, drafter, budget: int
             walls[fused].append(sum(r.stats["wall_s"] for r in res))
             passes[fused], tokens[fused] = sum(r.passes for r in res), sum(len(r.tokens) for r in res)
     return [["on" if f else "off", passes[f] / tokens[f], tokens[f] / float(np.median(walls[f]))] for f in (False, True)]
+
+
+def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: int, depth: int,
+                      temperature: float, repeats: int = 3) -> list:
+    """[tree, passes/token, mean nodes drafted, tokens/s (median of ``repeats``, alternated)] for
+    ``drafter`` at ``budget`` as is and cut per round (``RoundBudget`` at the cost model's rate
+    E(N) / t(N) for this N on this machine); every output checked identical to exact decoding."""
+    tv = verify_times(model)
+    t = tv[budget] + draft_times(drafter, model, (budget,), depth, temperature)[budget]
+    table_ = (getattr(drafter, "node_calibration", None) or {}).get(order.temperature_key(temperature))
+    cut = RoundBudget(drafter, tv, expected_commits(drafter, budget, temperature) / t, table_)
+    kw = dict(budget=budget, depth=depth, temperature=temperature, stop_ids=None)
+    exact = [spotref.generate(model, p, new_tokens, temperature=temperature).tokens for p in prompts]
+    walls, stats = {"whole": [], "cut per round": []}, {}
+    for _ in range(repeats):
+        for name, d in (("whole", drafter), ("cut per round", cut)):
+            res = [spotref.generate(model, p, new_tokens, drafter=d, **kw) for p in prompts]
+            if [r.tokens for r in res] != exact:
+                raise SystemExit(f"costmodel: OUTPUT DIFFERS from exact decoding ({name})")
+            walls[name].append(sum(r.stats["wall_s"] for r in res))
+            nodes = [n for r in res for n in r.stats["draft_nodes"]]
+            stats[name] = (sum(r.passes for r in res), sum(len(r.tokens) for r in res), float(np.mean(nodes)))
+    return [[name, stats[name][0] / stats[name][1], stats[name][2], stats[name][1] / float(np.median(walls[name]))]
+            for name in walls]
 
 
 PROFILE_BUDGETS = (2, 4, 8, 16, 64)
@@ -141,13 +166,16 @@ def main(argv=None) -> int:
                    help="the SPOT drafter's order-model calls: one per tree level, or one per round")
     p.add_argument("--fused-store", action="store_true",
                    help="exact decoding and SPOT at N = 4 with and without the fused store: passes/token and tokens/s")
+    p.add_argument("--round-budget", type=int, default=None, metavar="N",
+                   help="the drafter at N as is and cut per round (RoundBudget): passes/token, nodes, tokens/s")
+    p.add_argument("--targets-dir", default=None, help="load the target from here (default: bundled)")
     p.add_argument("--gpu-projection", action="store_true",
                    help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.gpu_projection:
         return project(args.target)
-    target = load_target(args.target)
+    target = load_target(args.target, *([args.targets_dir] if args.targets_dir else []))
     model = target.model
     drafter = resolve_drafter(args.drafter, model)
     if args.drafter == "spot":
@@ -157,6 +185,14 @@ def main(argv=None) -> int:
         for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
             print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
             print(table(["fused store", "passes/token", "tokens/s"], fused_store_rows(model, prompts, args.new_tokens, d, N)))
+        return 0
+    if args.round_budget:
+        prompts = prompts_for(target, args.prompts, "test", 64)
+        print(f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
+              f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:")
+        print(table(["tree", "passes/token", "nodes drafted", "tokens/s"],
+                    round_budget_rows(model, drafter, prompts, args.new_tokens, args.round_budget, args.depth,
+                                      args.temperature)))
         return 0
     if args.profile:
         prompts = prompts_for(target, args.prompts, "test", 64)
