@@ -153,5 +153,6 @@ def test_costmodel_compares_whole_and_cut_trees():
     from spotref.tools.costmodel import round_budget_rows
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     rows = round_budget_rows(model, spot_for(model), [[1, 2, 3], [4, 5]], 16, 8, 4, 0.0, repeats=1)
-    (w, w_ppt, w_nodes, w_tps), (c, c_ppt, c_nodes, c_tps) = rows
-    assert (w, c) == ("whole", "cut per round") and c_nodes <= w_nodes and w_ppt > 0 and c_tps > 0
+    (e, e_ppt, e_nodes, _), (w, w_ppt, w_nodes, w_tps), (c, c_ppt, c_nodes, c_tps) = rows
+    assert (e, w, c) == ("exact", "whole", "cut per round") and e_nodes == 1
+    assert c_nodes <= w_nodes and e_ppt >= max(c_ppt, w_ppt) and c_tps > 0

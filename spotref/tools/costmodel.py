@@ -80,7 +80,7 @@ def fused_store_rows(model, prompts: list, new_tokens: int, drafter, budget: int
 def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: int, depth: int,
                       temperature: float, repeats: int = 3) -> list:
     """[tree, passes/token, mean nodes drafted, tokens/s (median of ``repeats``, alternated)] for
-    ``drafter`` at ``budget`` as is and cut per round (``RoundBudget`` at the cost model's rate
+    exact decoding, ``drafter`` at ``budget`` as is and cut per round (``RoundBudget`` at the cost model's rate
     E(N) / t(N) for this N on this machine); every output checked identical to exact decoding."""
     tv = verify_times(model)
     t = tv[budget] + draft_times(drafter, model, (budget,), depth, temperature)[budget]
@@ -88,14 +88,14 @@ def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: in
     cut = RoundBudget(drafter, tv, expected_commits(drafter, budget, temperature) / t, table_)
     kw = dict(budget=budget, depth=depth, temperature=temperature, stop_ids=None)
     exact = [spotref.generate(model, p, new_tokens, temperature=temperature).tokens for p in prompts]
-    walls, stats = {"whole": [], "cut per round": []}, {}
+    walls, stats = {"exact": [], "whole": [], "cut per round": []}, {}
     for _ in range(repeats):
-        for name, d in (("whole", drafter), ("cut per round", cut)):
+        for name, d in (("exact", None), ("whole", drafter), ("cut per round", cut)):
             res = [spotref.generate(model, p, new_tokens, drafter=d, **kw) for p in prompts]
             if [r.tokens for r in res] != exact:
                 raise SystemExit(f"costmodel: OUTPUT DIFFERS from exact decoding ({name})")
             walls[name].append(sum(r.stats["wall_s"] for r in res))
-            nodes = [n for r in res for n in r.stats["draft_nodes"]]
+            nodes = [n for r in res for n in r.stats["draft_nodes"]] or [1]
             stats[name] = (sum(r.passes for r in res), sum(len(r.tokens) for r in res), float(np.mean(nodes)))
     return [[name, stats[name][0] / stats[name][1], stats[name][2], stats[name][1] / float(np.median(walls[name]))]
             for name in walls]
