@@ -191,3 +191,14 @@ def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
     x = torch.zeros(2, 8, order.FEATURE_WIDTH)
     with pytest.raises(ValueError, match="no set head"):
         bare.sets(x, torch.ones(2, 8, dtype=torch.bool), torch.full((2,), 0.5))
+
+
+def test_runner_up_sets_swap_the_least_certain_member():
+    from spotref.drafters.sets import runner_up_sets
+    ok = np.array([0.9, 0.3, 0.95, 0.2])
+    p1, p2 = np.array([0.8, 0.5, 0.9, 0.6]), np.array([0.1, 0.4, 0.05, 0.0])
+    x2 = np.array([10, 11, 12, 13])
+    opts = [(0.5, ((0, 1), (1, 2))), (0.2, ((2, 3),)), (0.1, ((3, 4),))]
+    out = runner_up_sets(opts, ok, 0.5, p1, x2, p2)
+    assert out == [(pytest.approx(0.5 / 0.3 * 0.7 * 0.4 / 0.5), ((0, 1), (1, 11)))]   # {2}: certain; {3}: no runner-up
+    assert runner_up_sets(opts, ok, 0.0, p1, x2, p2) == []

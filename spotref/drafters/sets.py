@@ -87,3 +87,17 @@ def set_options(z: np.ndarray, p_next: np.ndarray, ok: np.ndarray, masked: np.nd
     probabilities; tokens: (B,) coupled tokens."""
     return [(p * float(np.prod(ok[list(s)])), tuple((j, int(tokens[j])) for j in s))
             for p, s in top_sets(z[masked], masked, limit, p_next[masked])]
+
+
+def runner_up_sets(options: list, ok: np.ndarray, second: float, p1: np.ndarray, x2: np.ndarray,
+                   p2: np.ndarray) -> list:
+    """For each proposed set whose least certain member j has P(coupled token right) < ``second``:
+    the same set with j's runner-up token x2_j, prob = prob / ok_j x (1 - ok_j) x p2_j / (1 - p1_j)
+    (p1, p2: the stale probabilities of the coupled and runner-up tokens)."""
+    out = []
+    for prob, commits in options:
+        j = min((pos for pos, _ in commits), key=lambda pos: ok[pos])
+        if ok[j] < second and p2[j] > 0 and ok[j] > 0:
+            alt = prob / ok[j] * (1 - ok[j]) * p2[j] / max(1 - p1[j], 1e-6)
+            out.append((float(min(alt, 1.0)), tuple((pos, int(x2[j]) if pos == j else tok) for pos, tok in commits)))
+    return out

@@ -13,7 +13,8 @@ Under the threshold rule (SPOT-Sets) the tree's edges are whole commit sets: the
 set head gives each masked position's probability of exceeding ``tau``, its next-commit head the
 fallback (the most confident position), and ``spotref.drafters.sets`` proposes the most probable
 decisions with their coupled-noise tokens (edge probability: P(set) x P(every member's coupled
-token right)); growth, merging and the level-batched calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
+token right)), and where a set's least certain member's token is uncertain, the same set with
+that member's runner-up token (``sets.runner_up_sets``); growth, merging and the level-batched calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
 (``spotref.drafters.confidence.threshold_options``).
 
 Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``, ``drafter_for``).
@@ -30,6 +31,7 @@ from spotref.drafters import order
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.grow import grow, grow_levels
 from spotref.drafters.inputs import ViewInputs
+from spotref.drafters.sets import runner_up_sets
 from spotref.drafters.sets import set_options as set_proposals
 
 SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
@@ -168,8 +170,15 @@ class SpotDrafter(torch.nn.Module):
 
     def set_options(self, inp, states, steps, marks, tau: float, limit: int):
         z, p, ok = (a.double().numpy() for a in self.set_scores(inp, states, steps, marks, tau))
-        return [set_proposals(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
-                for i, k in enumerate(steps)]
+        out = []
+        for i, k in enumerate(steps):
+            opts = set_proposals(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
+            if self.second:
+                x2, p2 = inp.second(k)
+                opts += runner_up_sets(opts, ok[i], self.second, inp.coupled(k)[1].double().numpy(), x2,
+                                       p2.double().numpy())
+            out.append(opts)
+        return out
 
     def runner_up(self, inp, k, best, p, q):
         """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)."""
