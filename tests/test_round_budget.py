@@ -156,3 +156,37 @@ def test_costmodel_compares_whole_and_cut_trees():
     (e, e_ppt, e_nodes, _), (w, w_ppt, w_nodes, w_tps), (c, c_ppt, c_nodes, c_tps) = rows
     assert (e, w, c) == ("exact", "whole", "cut per round") and e_nodes == 1
     assert c_nodes <= w_nodes and e_ppt >= max(c_ppt, w_ppt) and c_tps > 0
+
+
+def reference_options(d, inp, states, steps, marks, limit):
+    """The per-node loop ``SpotDrafter.options`` replaced (kept here as the reference)."""
+    from spotref.drafters.confidence import ranked
+    p, q = d.scores(inp, states, steps, marks)
+    out = []
+    for i, k in enumerate(steps):
+        x = inp.coupled(k)[0]
+        best = ranked(np.flatnonzero(states[i] == inp.mask_id), p[i].numpy())[:limit]
+        opts = [(w, ((int(j), int(x[j])),)) for w, j in zip((p[i, best] * q[i, best]).tolist(), best)]
+        x2, p2 = inp.second(k)
+        p1 = inp.coupled(k)[1]
+        opts += [(float(p[i][j] * (1 - q[i][j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
+                 for j in best if q[i][j] < d.second and p2[j] > 0]
+        out.append(opts)
+    return out
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorised_options_equal_the_per_node_loop(T, seed):
+    from spotref.drafters.inputs import ViewInputs
+    model = tiny_model(V=61, B=8, init=1.0, seed=seed)
+    d = spot_for(model, seed)
+    d.second = 0.9                                                   # runner-up edges on most positions
+    inp = ViewInputs(view_of(model, T=T))
+    rng = np.random.default_rng(seed)
+    states = [np.where(rng.random(8) < 0.5, inp.tokens, inp.mask_id) for _ in range(4)]
+    for s in states:
+        s[0] = 4                                                     # as committed at the root
+    marks = [np.zeros(8, dtype=np.int64)] * 4
+    for limit in (1, 3, 8):
+        assert d.options(inp, states, [1, 2, 2, 3], marks, limit) == reference_options(d, inp, states, [1, 2, 2, 3], marks, limit)

@@ -147,16 +147,16 @@ class SpotDrafter(torch.nn.Module):
         return torch.softmax(s, -1), torch.sigmoid(t)
 
     def options(self, inp, states, steps, marks, limit: int):
-        p, q = self.scores(inp, states, steps, marks)
+        p, q = (a.numpy() for a in self.scores(inp, states, steps, marks))          # (n, B) float32
+        masked = np.stack(states) == inp.mask_id                                      # (n, B)
+        best = np.argsort(np.where(masked, -p, np.inf), axis=1, kind="stable")[:, :limit]   # ranked, masked first
+        w = np.take_along_axis(p * q, best, 1)                                        # float32 products
         out = []
         for i, k in enumerate(steps):
-            x = inp.coupled(k)[0]
-            masked = np.flatnonzero(states[i] == inp.mask_id)
-            best = ranked(masked, p[i].numpy())[:limit]
-            pq = (p[i, best] * q[i, best]).tolist()                      # float32 products
-            opts = [(w, ((int(j), int(x[j])),)) for w, j in zip(pq, best)]
+            b, x = best[i, :min(limit, int(masked[i].sum()))], inp.coupled(k)[0]
+            opts = [(float(v), ((int(j), int(x[j])),)) for v, j in zip(w[i], b)]
             if self.second:
-                opts += self.runner_up(inp, k, best, p[i], q[i])
+                opts += self.runner_up(inp, k, b, p[i], q[i])
             out.append(opts)
         return out
 
@@ -181,8 +181,11 @@ class SpotDrafter(torch.nn.Module):
         return out
 
     def runner_up(self, inp, k, best, p, q):
-        """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)."""
+        """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)
+        (in float32, the stale probabilities' precision)."""
         x2, p2 = inp.second(k)
-        p1 = inp.coupled(k)[1]
-        return [(float(p[j] * (1 - q[j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
-                for j in best if q[j] < self.second and p2[j] > 0]
+        p1, p2 = (np.asarray(a)[best] for a in (inp.coupled(k)[1], p2))             # float32
+        p, q = np.asarray(p)[best], np.asarray(q)[best]
+        w = (p * (1 - q)).astype(np.float32) * p2 / np.maximum(1 - p1, np.float32(1e-6))
+        keep = (q < self.second) & (p2 > 0)
+        return [(float(v), ((int(j), int(x2[j])),)) for v, j in zip(w[keep], best[keep])]
