@@ -196,21 +196,23 @@ def reached(draft: Draft, row: Row) -> list:
     for decision in row.fut_sets():
         s = s | decision
         truth.append(s)
+    sets, depth = node_states(draft)
+    return [d < len(truth) and sets[i] == truth[d] for i, d in enumerate(depth)]
+
+
+def node_states(draft: Draft) -> tuple:
+    """(each node's commits from the root as a set, each node's depth)."""
     sets, depth = [frozenset()], [0]
     for p, cs in zip(draft.parents[1:], draft.commits[1:]):
         sets.append(sets[p] | set(cs))
         depth.append(depth[p] + 1)
-    return [d < len(truth) and sets[i] == truth[d] for i, d in enumerate(depth)]
+    return sets, depth
 
 
 def accepted(draft: Draft, row: Row) -> int:
     """Accepted depth (decisions) of ``draft`` at ``row``, by state equality as in ``core.walk``:
     a node's state is the set of commits on its path at its depth (merged DAG paths count)."""
-    sets, depth = [frozenset()], [0]
-    for p, cs in zip(draft.parents[1:], draft.commits[1:]):
-        sets.append(sets[p] | set(cs))
-        depth.append(depth[p] + 1)
-    known, s = set(zip(sets, depth)), frozenset()
+    known, s = set(zip(*node_states(draft))), frozenset()
     for d, decision in enumerate(row.fut_sets()):
         s = s | decision
         if (s, d + 1) not in known:
