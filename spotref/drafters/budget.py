@@ -123,8 +123,7 @@ def auto_drafter(model, drafter, depth: int, temperature: float) -> tuple:
     _, drafter, N, e, t = best
     if N == 1:
         return drafter, 1
-    table = (getattr(drafter, "node_calibration", None) or {}).get(order.temperature_key(temperature))
-    return RoundBudget(drafter, tv, e[N] / t[N], table), N
+    return RoundBudget.at(drafter, tv, e[N] / t[N], temperature), N
 
 
 def calibration_table(probs, reached, bins=BINS) -> list:
@@ -140,14 +139,15 @@ def calibration_table(probs, reached, bins=BINS) -> list:
     return out
 
 
-def reach(table, p: float) -> float:
-    """The calibrated chance that a node of path probability ``p`` is reached: ``table``
-    interpolated, non-decreasing in p (``p`` itself without a table)."""
+def reach(table, p):
+    """The calibrated chance that a node of path probability ``p`` (a float or an array) is
+    reached: ``table`` interpolated, non-decreasing in p (``p`` itself without a table)."""
     if not table:
-        return float(p)
+        return p if isinstance(p, np.ndarray) else float(p)
     xs = [0.0] + [r[0] for r in table] + [1.0]
     ys = np.maximum.accumulate([0.0] + [r[1] for r in table] + [table[-1][1]])
-    return float(np.interp(p, xs, ys))
+    out = np.interp(p, xs, ys)
+    return out if isinstance(p, np.ndarray) else float(out)
 
 
 def trim(draft: Draft, verify: dict, rate: float, table=None) -> Draft:
@@ -156,11 +156,9 @@ def trim(draft: Draft, verify: dict, rate: float, table=None) -> Draft:
     if draft.probs is None or len(draft) < 2:
         return draft
     ns = sorted(verify)
-    t = lambda n: float(np.interp(n, ns, [verify[k] for k in ns]))
-    n = 1
-    while n < len(draft) and reach(table, draft.probs[n]) >= rate * (t(n + 1) - t(n)):
-        n += 1
-    return draft.prefix(n)
+    t = np.interp(np.arange(1, len(draft) + 1), ns, [verify[k] for k in ns])       # t(1) .. t(len)
+    worth = reach(table, np.asarray(draft.probs[1:])) >= rate * np.diff(t)          # node n: t(n + 1) - t(n)
+    return draft.prefix(1 + (len(worth) if worth.all() else int(np.argmin(worth))))
 
 
 class RoundBudget:
@@ -169,6 +167,12 @@ class RoundBudget:
 
     def __init__(self, drafter, verify: dict, rate: float, table=None):
         self.drafter, self.verify, self.rate, self.table = drafter, dict(verify), float(rate), table
+
+    @classmethod
+    def at(cls, drafter, verify: dict, rate: float, temperature: float) -> "RoundBudget":
+        """With the drafter's own node calibration at ``temperature`` (none: raw probabilities)."""
+        tables = getattr(drafter, "node_calibration", None) or {}
+        return cls(drafter, verify, rate, tables.get(order.temperature_key(temperature)))
 
     def __call__(self, view) -> Draft:
         return trim(self.drafter(view), self.verify, self.rate, self.table)

@@ -84,15 +84,15 @@ def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: in
     E(N) / t(N) for this N on this machine); every output checked identical to exact decoding."""
     tv = verify_times(model)
     t = tv[budget] + draft_times(drafter, model, (budget,), depth, temperature)[budget]
-    table_ = (getattr(drafter, "node_calibration", None) or {}).get(order.temperature_key(temperature))
-    cut = RoundBudget(drafter, tv, expected_commits(drafter, budget, temperature) / t, table_)
-    kw = dict(budget=budget, depth=depth, temperature=temperature, stop_ids=None)
-    exact = [spotref.generate(model, p, new_tokens, temperature=temperature).tokens for p in prompts]
+    cut = RoundBudget.at(drafter, tv, expected_commits(drafter, budget, temperature) / t, temperature)
+    kw = dict(budget=budget, depth=depth, temperature=temperature)
     walls, stats = {"exact": [], "whole": [], "cut per round": []}, {}
     for _ in range(repeats):
         for name, d in (("exact", None), ("whole", drafter), ("cut per round", cut)):
             res = [spotref.generate(model, p, new_tokens, drafter=d, **kw) for p in prompts]
-            if [r.tokens for r in res] != exact:
+            if name == "exact":
+                exact = [r.tokens for r in res]
+            elif [r.tokens for r in res] != exact:
                 raise SystemExit(f"costmodel: OUTPUT DIFFERS from exact decoding ({name})")
             walls[name].append(sum(r.stats["wall_s"] for r in res))
             nodes = [n for r in res for n in r.stats["draft_nodes"]] or [1]

@@ -260,31 +260,39 @@ def curves(drafters: dict, data: dict, budgets=(1, 4, 16, 64), depth: int = 16, 
     return out
 
 
-def node_calibration(spot, test_sets: dict, N: int = 64, depth: int = 16, limit: int = 400) -> dict:
-    """{T: calibration_table}: how often the SPOT drafter's nodes of each path probability were
-    reached, over simulated rounds along the held-out trajectories (for the per-round budget)."""
-    out = {}
-    for T, ds in test_sets.items():
-        probs, hits, rounds = [], [], 0
+class NodeLog:
+    """The SPOT drafter for ``curves``, keeping (path probability, reached) of every node it drafts
+    at budget ``N``: the data of the per-round budget's calibration (``tables``)."""
 
-        def draft(r, n, d, t):
-            tree = spot.draft(r, n, d)
+    def __init__(self, spot, N: int = 64):
+        self.spot, self.N, self.nodes = spot, N, {}
+
+    def __call__(self, r, n, d, T):
+        tree = self.spot.draft(r, n, d)
+        if n == self.N:
+            probs, hits = self.nodes.setdefault(order.temperature_key(T), ([], []))
             probs.extend(tree.probs[1:]), hits.extend(tj.reached(tree, r)[1:])
-            return tree
-        for seg in segments(ds):
-            rounds += len(simulate(draft, ds, seg, N, depth, T))
-            if rounds >= limit:
-                break
-        out[order.temperature_key(T)] = calibration_table(probs, hits)
-    return out
+        return tree
+
+    def tables(self) -> dict:
+        return {T: calibration_table(probs, hits) for T, (probs, hits) in self.nodes.items()}
 
 
-def shipped_curves(spot, cal, test_sets: dict) -> dict:
-    """The curves a checkpoint stores: its SPOT drafter's and its calibrated graph's."""
-    root = spot.with_calls("root")
-    return curves({"spot": lambda r, N, D, T: spot.draft(r, N, D),
-                   "spot-root": lambda r, N, D, T: root.draft(r, N, D),
-                   "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+def node_calibration(spot, test_sets: dict, N: int = 64) -> dict:
+    """{T: calibration_table}: how often the SPOT drafter's nodes of each path probability were
+    reached, over the rounds ``curves`` simulates at N along the held-out trajectories."""
+    log = NodeLog(spot, N)
+    curves({"spot": log}, test_sets, budgets=(N,))
+    return log.tables()
+
+
+def shipped_curves(spot, cal, test_sets: dict) -> tuple:
+    """(the curves a checkpoint stores: its SPOT drafter's, per level and per round, and its
+    calibrated graph's; the SPOT drafter's node calibration, from the same simulated rounds)."""
+    root, log = spot.with_calls("root"), NodeLog(spot)
+    out = curves({"spot": log, "spot-root": lambda r, N, D, T: root.draft(r, N, D),
+                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+    return out, log.tables()
 
 
 def command(args) -> str:
@@ -328,9 +336,8 @@ def run(args) -> int:
     print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
           f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
-    curve = shipped_curves(SpotDrafter(model), cal, test_sets)
+    curve, reach = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
-    reach = node_calibration(SpotDrafter(model), test_sets)
     sets = {}
     if not args.no_sets:
         model, sets = set_head(model, target, args)
@@ -388,8 +395,8 @@ def remeasure(target, args) -> int:
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
-    header["curves"] = shipped_curves(SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
-    header["node_calibration"] = node_calibration(SpotDrafter(model, header), test_sets)
+    header["curves"], header["node_calibration"] = shipped_curves(
+        SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
     header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
