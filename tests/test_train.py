@@ -234,9 +234,9 @@ def test_drill_share_mixes_drills_into_fresh_problems():
 
 def test_the_math_quality_report(gsm_run, capsys):
     """A gsm target gets the math report: answers by steps, equations, stability without fill."""
-    from spotref.tools import quality, quality_math
+    from spotref.tools import cli, quality_math
     tmp, _ = gsm_run
-    status = quality.main(["tiny", "--targets-dir", str(tmp / "targets"), "--prompts", "3", "--new-tokens", "16"])
+    status = cli.main(["quality", "tiny", "--targets-dir", str(tmp / "targets"), "--prompts", "3", "--new-tokens", "16"])
     r = json.loads(capsys.readouterr().out)
     assert status == (0 if r["meets_bar"] else 1) and r["problems"] == 3
     assert sum(n for _, n in r["answers_by_steps"].values()) == 3 and 0 <= r["answers"] <= 1

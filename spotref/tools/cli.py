@@ -27,6 +27,8 @@ COMMANDS = {      # name: (one-line help, module, its add-options function, its 
     "bench": ("every drafter side by side on every bundled target; writes a report into "
               "runs/bench-TIME/ (docs/results.md with --update-shipped)",
               "spotref.tools.bench", "add_arguments", "run"),
+    "quality": ("quality report of a target at T = 0 on held-out prompts (exit status 1 below the bar)",
+                "spotref.tools.quality", "add_arguments", "run"),
     "train-drafter": ("record trajectories and train a SPOT order model (into runs/drafter-TIME/ "
                       "unless --out or --update-shipped)",
                       "spotref.tools.train_drafter", "add_arguments", "run"),

@@ -1,6 +1,6 @@
 """Quality report of a target at T = 0 on held-out prompts: is it good enough to benchmark on?
 
-``python -m spotref.tools.quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
+``spotref quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]`` (or ``python -m spotref.tools.quality``)
 
 A math target (its corpus is ``gsm``) gets the math report instead (``spotref.tools.quality_math``:
 answers by number of steps, equations, stability without end-of-text fill; ``--prompts`` held-out
@@ -45,6 +45,7 @@ from spotref.draft import Draft
 from spotref.load.files import atomic_write_text
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import quality_math
+from spotref.tools.argtypes import positive_int, tool_main
 from spotref.tools.corpus import build_corpus, heldout_code, whitespace_share
 
 
@@ -143,13 +144,13 @@ def passes_bar(r: dict) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref target-quality`` / ``python -m spotref.tools.quality``."""
+    """The options of ``spotref quality`` / ``python -m spotref.tools.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
-    p.add_argument("--prompts", type=int, default=None, help="held-out prompts (default 64; a math target: 500)")
-    p.add_argument("--prompt-tokens", type=int, default=64, help="a multiple of the block size")
-    p.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 128; a math target: 256)")
+    p.add_argument("--prompts", type=positive_int, default=None, help="held-out prompts (default 64; a math target: 500)")
+    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="a multiple of the block size")
+    p.add_argument("--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; a math target: 256)")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
 
 
@@ -174,9 +175,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.quality", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
+    return tool_main("python -m spotref.tools.quality", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
