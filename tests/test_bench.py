@@ -148,6 +148,20 @@ def test_gain_figure_is_redrawn_from_the_report(tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 0 and (tmp_path / "r-stability.png").stat().st_size > 0
 
 
+def test_replot_with_other_reports_spans_their_targets(tmp_path, monkeypatch):
+    """``--replot --with``: the gain figure gets every report's rows and stability points."""
+    seen = {}
+    monkeypatch.setattr(bench, "gain_plot", lambda rows, stab, path: seen.update(rows=rows, stab=stab))
+    for t, f, x in (("a", 2.0, 0.6), ("b", 3.0, 0.9)):
+        rows = [fake_row(t, "0", d, 64, f) for d in bench.GAIN_DRAFTERS]
+        (tmp_path / f"{t}.md").write_text(bench.table(bench.COLUMNS, rows) + "\n\n"
+                                          + bench.table(bench.STABILITY_COLUMNS, [[t, "0", 10, x, 0.9, x]]) + "\n")
+    assert bench.main(["--replot", "--out", str(tmp_path / "a.md"), "--with", str(tmp_path / "b.md")]) == 0
+    assert {r.target for r in seen["rows"]} == {"a", "b"} and seen["stab"] == {("a", "0"): 0.6, ("b", "0"): 0.9}
+    assert bench.main(["--out", str(tmp_path / "a.md"), "--with", str(tmp_path / "b.md")]) == 2   # not without --replot
+    assert bench.main(["--replot", "--out", str(tmp_path / "a.md"), "--with", str(tmp_path / "nope.md")]) == 2
+
+
 def test_costmodel_table(capsys):
     from spotref.tools import costmodel
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0

@@ -148,6 +148,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replot", action="store_true",
                    help="only redraw --plot and the gain figure beside it from the tables in --out "
                         "(or the shipped report with --update-shipped)")
+    p.add_argument("--with", dest="also", nargs="+", default=[], metavar="REPORT",
+                   help="with --replot: draw these reports' tables too (other targets' runs), "
+                        "so the gain figure spans every target")
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
@@ -474,6 +477,8 @@ def outputs(args) -> None:
         if args.out or args.plot:
             raise ValueError("--update-shipped writes the shipped report: leave out --out and --plot")
         args.out, args.plot = SHIPPED_REPORT, SHIPPED_PLOT
+    elif getattr(args, "also", None) and not args.replot:
+        raise ValueError("--with draws other reports' tables: only with --replot")
     elif args.replot and not args.out:
         raise ValueError("--replot needs --out (the report to redraw from), or --update-shipped")
     args.out = args.out or str(run_dir("bench") / "results.md")
@@ -483,13 +488,11 @@ def outputs(args) -> None:
 def run(args) -> int:
     if args.replot:
         outputs(args)
-        try:
-            text = Path(args.out).read_text()
-        except OSError as e:
-            raise ValueError(f"--out {args.out!r}: cannot read the report: {e.strerror}") from None
-        rows = rows_from_report(text)
-        done = [plot(rows, args.plot), gain_plot(rows, stability_from_report(text), gain_path(args.plot)),
-                bench_sets.plot(bench_sets.rows_from_report(text), sets_path(args.plot))]
+        texts = [read_report(args.out, "--out")] + [read_report(a, "--with") for a in args.also]
+        rows = [r for t in texts for r in rows_from_report(t)]
+        stab = {k: v for t in texts for k, v in stability_from_report(t).items()}
+        done = [plot(rows, args.plot), gain_plot(rows, stab, gain_path(args.plot)),
+                bench_sets.plot([r for t in texts for r in bench_sets.rows_from_report(t)], sets_path(args.plot))]
         print("\n".join(f"wrote {d}" for d in done if d) or "no plot: matplotlib is not installed")
         return 0
     torch.set_num_threads(1)
@@ -512,6 +515,14 @@ def run(args) -> int:
     transfer = transfer_rows(setups, args) if len(setups) > 1 and rows and not args.no_transfer else []
     print(write(args, rows, transfer, setups, time.time() - t0, stab, set_rows))
     return 0
+
+
+def read_report(path: str, option: str) -> str:
+    """A written report's text; ``ValueError`` naming ``option`` when it cannot be read."""
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise ValueError(f"{option} {path!r}: cannot read the report: {e.strerror}") from None
 
 
 def write(args, rows, transfer, setups, seconds: float, stab: list, set_rows=(), partial: bool = False) -> str:
