@@ -44,6 +44,21 @@ def test_real_target_generates_identically_with_and_without_a_drafter(name):
     assert exact.tokens == spot.tokens and len(exact.tokens) == 24
 
 
+@pytest.mark.parametrize("name", [n for n in BUNDLED if n.startswith("gsm-")])
+@pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.0, 0.9), (1.0, 0.7)])
+def test_math_targets_decode_identically_with_their_shipped_drafters(name, T, threshold):
+    """The high-stability regime: long accepted paths, the 49-wide order model and its set head."""
+    target = load_target(name)
+    for prompt, _ in target.heldout(2, seed=3):
+        ids = target.tokenizer.encode(prompt)
+        kw = dict(temperature=T, seed=11, threshold=threshold, stop_ids=target.stop_ids)
+        exact = spotref.generate(target, ids, 40, **kw)
+        for drafter in ("spot", "calibrated"):
+            got = spotref.generate(target, ids, 40, drafter=drafter, budget=16, depth=8, **kw)
+            assert got.tokens == exact.tokens, (name, drafter, T, threshold)
+            assert got.passes < exact.passes or threshold is not None        # the drafts were used
+
+
 def test_unknown_target_lists_the_known_ones():
     with pytest.raises(ValueError, match="unknown target 'nope'.*known targets: " + BUNDLED[0]):
         load_target("nope")
