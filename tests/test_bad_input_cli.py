@@ -229,9 +229,9 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
 
 def test_bench_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    a = Namespace(update_shipped=False, replot=False, out=None, plot=None)
+    a = Namespace(update_shipped=False, replot=False, out=None, plot=None, also=[])
     bench.outputs(a)
     assert Path(a.out).parent.name.startswith("bench-") and a.plot == str(Path(a.out).with_suffix(".png"))
-    s = Namespace(update_shipped=True, replot=False, out=None, plot=None)
+    s = Namespace(update_shipped=True, replot=False, out=None, plot=None, also=[])
     bench.outputs(s)
     assert (s.out, s.plot) == ("docs/results.md", "docs/results.png")

@@ -477,7 +477,7 @@ def outputs(args) -> None:
         if args.out or args.plot:
             raise ValueError("--update-shipped writes the shipped report: leave out --out and --plot")
         args.out, args.plot = SHIPPED_REPORT, SHIPPED_PLOT
-    elif getattr(args, "also", None) and not args.replot:
+    elif args.also and not args.replot:
         raise ValueError("--with draws other reports' tables: only with --replot")
     elif args.replot and not args.out:
         raise ValueError("--replot needs --out (the report to redraw from), or --update-shipped")
