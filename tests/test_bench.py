@@ -162,6 +162,20 @@ def test_replot_with_other_reports_spans_their_targets(tmp_path, monkeypatch):
     assert bench.main(["--replot", "--out", str(tmp_path / "a.md"), "--with", str(tmp_path / "nope.md")]) == 2
 
 
+def test_replot_reads_every_sets_table_and_names_a_report_without_one(tmp_path, capsys):
+    """A report holds one SPOT-Sets table per target: all are read back; a file with no
+    benchmark table is named in the one-line error."""
+    sets = lambda t: bench.table(bench_sets.SET_COLUMNS, [[t, "0", "0.9", "spot", 64] + [1.0] * 7 + [""]])
+    text = sets("a") + "\n\nprose between the targets\n\n" + sets("b") + "\n"
+    assert [r.target for r in bench_sets.rows_from_report(text)] == ["a", "b"]
+    (tmp_path / "a.md").write_text(text)
+    (tmp_path / "empty.md").write_text("# no tables here\n")
+    capsys.readouterr()
+    assert bench.main(["--replot", "--out", str(tmp_path / "a.md"), "--with", str(tmp_path / "empty.md")]) == 2
+    err = capsys.readouterr().err
+    assert "empty.md" in err and "no benchmark table" in err and "Traceback" not in err
+
+
 def test_costmodel_table(capsys):
     from spotref.tools import costmodel
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0

@@ -357,12 +357,13 @@ def gain_path(plot_path) -> str:
     return str(p.with_name(f"{p.stem}-stability.png"))
 
 
-def rows_from_report(text: str) -> list:
+def rows_from_report(text: str, source: str = "the report") -> list:
     """The main table of a written report, parsed back (numbers as floats, N as int or str; a
-    column that an older report lacks, such as the answer-block ones, reads as NaN)."""
+    column that an older report lacks, such as the answer-block ones, reads as NaN).
+    ``ValueError`` naming ``source`` when it holds no benchmark table."""
     table_ = parse_table(text, COLUMNS[:4])
     if not table_ and not parse_table(text, bench_sets.SET_COLUMNS[:5]):
-        raise ValueError("no benchmark table in the report")
+        raise ValueError(f"{source}: no benchmark table in it")
     num = lambda c: float(c) if c else float("nan")
     return [Row(c["target"], c["T"], c["drafter"], int(c["N"]) if c["N"].isdigit() else c["N"],
                 *(num(c.get(col, "")) for col in COLUMNS[4:-1]), c.get("bookkeeping", ""))
@@ -488,8 +489,9 @@ def outputs(args) -> None:
 def run(args) -> int:
     if args.replot:
         outputs(args)
-        texts = [read_report(args.out, "--out")] + [read_report(a, "--with") for a in args.also]
-        rows = [r for t in texts for r in rows_from_report(t)]
+        named = [(f"--out {args.out!r}", args.out)] + [(f"--with {a!r}", a) for a in args.also]
+        texts = [read_report(path, name.split()[0]) for name, path in named]
+        rows = [r for (name, _), t in zip(named, texts) for r in rows_from_report(t, name)]
         stab = {k: v for t in texts for k, v in stability_from_report(t).items()}
         done = [plot(rows, args.plot), gain_plot(rows, stab, gain_path(args.plot)),
                 bench_sets.plot([r for t in texts for r in bench_sets.rows_from_report(t)], sets_path(args.plot))]

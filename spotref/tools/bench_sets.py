@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact
-from spotref.tools.report import parse_table, pyplot, save_png, table
+from spotref.tools.report import parse_tables, pyplot, save_png, table
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
 AUTO_DRAFTERS = ("confidence", "spot")      # the ones with a budget="auto" row (its N from the one-position cost model)
@@ -144,11 +144,11 @@ def section(rows: list, setups: list, default_target: str, png: str | None) -> l
 
 
 def rows_from_report(text: str) -> list:
-    """The SPOT-Sets table of a written report, parsed back ([] without one)."""
+    """The SPOT-Sets tables of a written report (one per target), parsed back ([] without one)."""
     num = lambda c: float(c) if c else float("nan")
     return [SetRow(c["target"], c["T"], c["tau"], c["drafter"], int(c["N"]) if c["N"].isdigit() else c["N"],
                    *(num(c[col]) for col in SET_COLUMNS[5:-1]), c["bookkeeping"])
-            for c in parse_table(text, SET_COLUMNS[:5])]
+            for t in parse_tables(text, SET_COLUMNS[:5]) for c in t]
 
 
 def plot(rows: list, path: str) -> str | None:

@@ -38,17 +38,22 @@ def answer_blocks(result) -> tuple[int, int]:
 
 def parse_table(text: str, header: list) -> list[dict]:
     """The rows ({column: cell}) of the first table in ``text`` whose header starts with ``header``."""
+    tables = parse_tables(text, header)
+    return tables[0] if tables else []
+
+
+def parse_tables(text: str, header: list) -> list[list[dict]]:
+    """The rows of every table in ``text`` whose header starts with ``header``, table by table."""
     cells = lambda line: [x.strip() for x in line.strip().strip("|").split("|")]
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines)
-                  if line.startswith("|") and cells(line)[:len(header)] == header), None)
-    if start is None:
-        return []
-    head, out = cells(lines[start]), []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        out.append(dict(zip(head, cells(line))))
+    lines, out = text.splitlines(), []
+    starts = [i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[:len(header)] == header]
+    for start in starts:
+        head, rows = cells(lines[start]), []
+        for line in lines[start + 2:]:
+            if not line.startswith("|"):
+                break
+            rows.append(dict(zip(head, cells(line))))
+        out.append(rows)
     return out
 
 
