@@ -231,9 +231,11 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     model, _, data, path = trained
     ck = tmp_path / "d.pt"
     ck.write_bytes(path.read_bytes())
-    for T, ds in data.items():                       # the held-out trajectory cache remeasure reads
-        ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-test-T{T:g}-n3-p64-g128-v{tj.FORMAT}.pt")
-    args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompt_tokens=64, new_tokens=128, seeds=1)
+    for T, ds in data.items():                       # the trajectory caches remeasure reads
+        for split in ("test", "train"):
+            ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-v{tj.FORMAT}.pt")
+    args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompts=3, prompt_tokens=64,
+                     new_tokens=128, seeds=1)
     assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
     before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)
     assert before["state_dict"].keys() == after["state_dict"].keys()
@@ -244,6 +246,9 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
                                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
     assert after["header"]["curves"] == want and "curves_command" in after["header"]
     assert after["header"]["node_calibration"] == train_drafter.node_calibration(sd, data)
-    remeasured = ("curves", "curves_command", "node_calibration")
+    fit = after["header"]["train_accuracy"]          # the model and the stale order on training states
+    assert fit["0"]["model"] == train_drafter.accuracy(sd.model, data[0.0])
+    assert fit["0"]["stale"] == train_drafter.confidence_accuracy(data[0.0])
+    remeasured = ("curves", "curves_command", "node_calibration", "train_accuracy")
     assert {k: v for k, v in after["header"].items() if k not in remeasured} == \
         {k: v for k, v in before["header"].items() if k not in remeasured}

@@ -139,6 +139,27 @@ def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = 4000) -> f
     return hits / len(rows)
 
 
+def report_accuracy(model, train_sets: dict, test_sets: dict) -> tuple:
+    """Print and return ({T: held-out next-commit accuracy}, {T: the stale-confidence order's},
+    {T: {"model", "stale"} on training states}). The training-state pair tells underfitting
+    from overfitting: a model no better than the stale order on the states it trained on has
+    found little in its inputs beyond that order."""
+    key = order.temperature_key
+    acc = {key(T): accuracy(model, ds) for T, ds in test_sets.items()}
+    base = {key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
+    fit = {key(T): {"model": accuracy(model, ds), "stale": confidence_accuracy(head(ds))} for T, ds in train_sets.items()}
+    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
+          f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
+    print(f"on training states: T=0 {fit['0']['model']:.3f}, T=1 {fit['1']['model']:.3f}; "
+          f"stale-confidence order: T=0 {fit['0']['stale']:.3f}, T=1 {fit['1']['stale']:.3f}")
+    return acc, base, fit
+
+
+def head(ds: tj.Trajectories, limit: int = 4000) -> tj.Trajectories:
+    """The first ``limit`` states of ``ds`` (the ones ``accuracy`` scores)."""
+    return tj.Trajectories({k: v[:limit] for k, v in ds.arrays.items()}, ds.mask_id, ds.block_size)
+
+
 def confidence_accuracy(ds: tj.Trajectories) -> float:
     """The training-free reference: how often the most confident stale position is next."""
     a = ds.arrays
@@ -331,10 +352,7 @@ def run(args) -> int:
         model.load_state_dict(order.without_set_head(load_order_model(args.init)[0]).state_dict())
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
-    acc = {order.temperature_key(T): accuracy(model, ds) for T, ds in test_sets.items()}
-    base = {order.temperature_key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
-    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
-          f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
+    acc, base, train_acc = report_accuracy(model, train_sets, test_sets)
     cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
     curve, reach = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
@@ -344,7 +362,7 @@ def run(args) -> int:
     save_order_model(out, model, dict(
         target={"name": target.name, "fingerprint": model_fingerprint(target.model),
                 "config_fingerprint": model_fingerprint(target.model, weights=False)},
-        heldout_accuracy=acc, confidence_accuracy=base, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
+        heldout_accuracy=acc, confidence_accuracy=base, train_accuracy=train_acc, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
         node_calibration=reach,
         training=dict(command=command(args),
                       seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
@@ -389,12 +407,15 @@ def sets_only(target, args) -> int:
 
 
 def remeasure(target, args) -> int:
-    """``--curves-only``: the checkpoint's curves re-measured, everything else kept. Reads --out
+    """``--curves-only``: the checkpoint's curves (and its next-commit accuracy on training and
+    held-out states) re-measured, everything else kept. Reads --out
     (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
     src = Path(args.out) if args.out else shipped_path(args)
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
+    train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
+    _, _, header["train_accuracy"] = report_accuracy(order.without_set_head(model), train_sets, test_sets)
     header["curves"], header["node_calibration"] = shipped_curves(
         SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
     header["curves_command"] = command(args)
