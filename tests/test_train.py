@@ -131,6 +131,25 @@ def test_tiny_training_exports_a_loadable_target(tiny_run):
     assert target.tokenizer.decode(target.tokenizer.encode("def f(x):")) == "def f(x):"
 
 
+def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
+    """``--init``: the export names what the weights started from (checkpoint, step, commands),
+    also for a run whose checkpoint predates the record (read from the init file at export)."""
+    from spotref.load.targets import load_target
+    tmp, state = tiny_run
+    src = tmp / "runs" / "tiny"
+    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "3", "--init", str(src / "ckpt.pt"),
+                           "--tokenizer", str(src / "tokenizer.json"), "--export", str(tmp_path / "targets")))
+    init = load_target("tuned", directory=tmp_path / "targets").meta["training"]["init"]
+    assert init["checkpoint"] == str(src / "ckpt.pt") and init["step"] == state["step"] == 20
+    assert init["commands"] == state["commands"] and tuned["step"] == 3
+    ck_path = tmp_path / "runs" / "tuned" / "ckpt.pt"
+    ck = torch.load(ck_path, weights_only=False)
+    del ck["state"]["init"]                                      # as a run from before the record
+    torch.save(ck, ck_path)
+    export_run(tmp_path / "runs" / "tuned", tmp_path / "again", "tuned", block_size=8)
+    assert load_target("tuned", directory=tmp_path / "again").meta["training"]["init"] == init
+
+
 def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     """10 steps, stop, 10 more (same command) == 20 steps straight."""
     _, state = tiny_run

@@ -687,7 +687,9 @@ def train(args) -> dict:
                             weight_decay=args.weight_decay)
     state = {"step": 0, "train_s": 0.0, "history": []}
     if args.init and ck is None:
-        model.load_state_dict(torch.load(args.init, weights_only=False)["model"])
+        init = torch.load(args.init, weights_only=False)
+        model.load_state_dict(init["model"])
+        state["init"] = lineage(args.init, init["state"])
         print(f"initialised from {args.init}", file=sys.stderr)
     if ck is not None:
         model.load_state_dict(ck["model"])
@@ -812,6 +814,15 @@ def _progress(args, initial: int):
 
 # --- export ---------------------------------------------------------------------------------
 
+def lineage(path, init_state: dict) -> dict:
+    """What ``--init`` started from: the checkpoint, its step and training time, the commands
+    that trained it and, in turn, what it started from (so an export names its whole history)."""
+    return {"checkpoint": str(path), "step": init_state["step"],
+            "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
+            "commands": init_state.get("commands", []),
+            **({"init": init_state["init"]} if init_state.get("init") else {})}
+
+
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
     """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata),
     each atomically; the metadata (which load_target reads first) last."""
@@ -843,6 +854,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
                      "pad_eot": bool(state["args"].get("pad_eot", False)),
                      "recipe": recipe(state["args"]),
                      **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
+                     **({"init": state["init"]} if state.get("init") else {}),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
@@ -860,6 +872,8 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     exported block size, on the run's own corpus."""
     ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
     state, args = ck["state"], run_args(ck["state"]["args"])
+    if args.init and "init" not in state and Path(args.init).is_file():    # a run from before the record
+        state = {**state, "init": lineage(args.init, torch.load(args.init, weights_only=False)["state"])}
     args.block_size = block_size or args.block_size
     if args.block_size not in block_sizes(args):
         raise ValueError(f"the run was trained on block sizes {block_sizes(args)}, not {args.block_size}")
