@@ -489,9 +489,9 @@ def outputs(args) -> None:
 def run(args) -> int:
     if args.replot:
         outputs(args)
-        named = [(f"--out {args.out!r}", args.out)] + [(f"--with {a!r}", a) for a in args.also]
-        texts = [read_report(path, name.split()[0]) for name, path in named]
-        rows = [r for (name, _), t in zip(named, texts) for r in rows_from_report(t, name)]
+        sources = [("--out", args.out)] + [("--with", a) for a in args.also]
+        texts = [read_report(path, option) for option, path in sources]
+        rows = [r for (option, path), t in zip(sources, texts) for r in rows_from_report(t, f"{option} {path!r}")]
         stab = {k: v for t in texts for k, v in stability_from_report(t).items()}
         done = [plot(rows, args.plot), gain_plot(rows, stab, gain_path(args.plot)),
                 bench_sets.plot([r for t in texts for r in bench_sets.rows_from_report(t)], sets_path(args.plot))]
