@@ -124,8 +124,11 @@ def loss_fn(model, x, masked, y, ok):
     return ce + 0.5 * bce, (s.argmax(-1) == y).float().mean()
 
 
+SCORED_STATES = 4000   # the recorded states an accuracy is measured over (the first ones)
+
+
 @torch.no_grad()
-def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = 4000) -> float:
+def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = SCORED_STATES) -> float:
     """Next-commit accuracy at ``depth`` teacher-forced levels (0: the recorded states)."""
     left = (ds.arrays["fut_pos"] >= 0).sum(1)
     rows = np.flatnonzero(left > depth)[:limit]
@@ -147,7 +150,7 @@ def report_accuracy(model, train_sets: dict, test_sets: dict) -> tuple:
     key = order.temperature_key
     acc = {key(T): accuracy(model, ds) for T, ds in test_sets.items()}
     base = {key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
-    fit = {key(T): {"model": accuracy(model, ds), "stale": confidence_accuracy(ds, 4000)} for T, ds in train_sets.items()}
+    fit = {key(T): {"model": accuracy(model, ds), "stale": confidence_accuracy(ds, SCORED_STATES)} for T, ds in train_sets.items()}
     print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
           f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
     print(f"on training states: T=0 {fit['0']['model']:.3f}, T=1 {fit['1']['model']:.3f}; "
