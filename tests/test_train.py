@@ -261,10 +261,21 @@ def test_the_math_quality_report(gsm_run, capsys):
     assert sum(n for _, n in r["answers_by_steps"].values()) == 3 and 0 <= r["answers"] <= 1
     assert 0 <= r["stability_d0_text"] <= 1 and r["stability_d0_commits"] >= r["stability_d0_text_commits"]
     assert r["meets_bar"] == all(r[k] >= v for k, v in quality_math.BAR.items())
+    kinds = r["equations_by_kind"]
+    assert sum(n for _, n in kinds.values()) == round(r["equations_per_problem"] * 3)
+    if kinds:
+        assert abs(sum(s * n for s, n in kinds.values()) / sum(n for _, n in kinds.values()) - r["equations"]) < 1e-3
     from spotref.load.targets import load_target
     code = load_target("stdlib-b32")
     with pytest.raises(ValueError, match="not a math target"):
         quality_math.problems_of(code, 2)
+
+
+def test_equations_are_told_apart_by_operator_and_size():
+    from spotref.tools.quality_math import equation_kind
+    assert equation_kind(16, "+", 64, 80) == "+ 1-2 digits"
+    assert equation_kind(136, "*", 7, 952) == "* 3+ digits"
+    assert equation_kind(8, "*", 12, 96) == "* 1-2 digits" and equation_kind(99, "+", 1, 100) == "+ 3+ digits"
 
 
 def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):

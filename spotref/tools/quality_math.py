@@ -8,7 +8,8 @@ chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, sto
 * ``answers``: share of right final answers (``#### N``), overall and by the problem's number of
   reasoning steps (``answers_by_steps``);
 * ``equations``: share of the written equations ``a op b = c`` that are right (and how many were
-  written per problem);
+  written per problem); ``equations_by_kind``: the same by operator and size (``"* 3+ digits"``:
+  a multiplication with a number of three or more digits among a, b, c), where the points go;
 * ``stability_d0``: d = 0 top-1 token stability (``spotref.tools.stability``: the share of
   commits after a block's first whose token is the coupled stale token), overall and without the
   commits of end-of-text (``stability_d0_text``: no fill in the number).
@@ -42,9 +43,16 @@ def problems_of(target, n: int) -> list:
     return out
 
 
+def equation_kind(a: int, op: str, b: int, c: int) -> str:
+    """The operator and the size of an equation ``a op b = c``: ``"+ 1-2 digits"`` when a, b and c
+    are all below 100, else ``"+ 3+ digits"``."""
+    return f"{op} {'1-2' if max(a, b, c) < 100 else '3+'} digits"
+
+
 def report(target, n: int, new_tokens: int) -> dict:
     t0, rows, right, by_steps = time.perf_counter(), [], [], defaultdict(list)
     eq_right = eq_all = 0
+    by_kind = defaultdict(list)
     samples = []
     stops = list(target.stop_ids or ())
     for i, p in enumerate(progress(problems_of(target, n), "quality")):
@@ -57,6 +65,8 @@ def report(target, n: int, new_tokens: int) -> dict:
         by_steps[p.steps].append(ok)
         eqs = gsm.equations(text)
         eq_right, eq_all = eq_right + sum(e[-1] for e in eqs), eq_all + len(eqs)
+        for e in eqs:
+            by_kind[equation_kind(*e[:4])].append(e[-1])
         if i < 4:
             samples.append({"question": p.question, "answer": p.answer, "generated": text})
     ds = stack(rows, target.model.mask_id, target.model.block_size)
@@ -66,6 +76,7 @@ def report(target, n: int, new_tokens: int) -> dict:
          "answers": round(float(np.mean(right)), 4),
          "answers_by_steps": {str(k): [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_steps.items())},
          "equations": round(eq_right / max(eq_all, 1), 4), "equations_per_problem": round(eq_all / n, 2),
+         "equations_by_kind": {k: [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_kind.items())},
          "stability_d0": round(top1, 4), "stability_d0_commits": commits,
          "stability_d0_text": round(text_top1, 4), "stability_d0_text_commits": text_commits,
          "wall_s": round(time.perf_counter() - t0, 1), "samples": samples}
