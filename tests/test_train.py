@@ -150,6 +150,30 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     assert load_target("tuned", directory=tmp_path / "again").meta["training"]["init"] == init
 
 
+def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
+    """``--init NAME.json``: the target's weights (float16, as it loads them), its lineage with
+    their SHA-256; another tokenizer or another model shape is refused, naming the option."""
+    from spotref.load.targets import load_target
+    from spotref.tools.train import make_config, start_from
+    tmp, state = tiny_run
+    src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
+    target = load_target(meta_path)
+    args = args_for(tmp_path, "--tokenizer", str(src / "tokenizer.json"))
+    model = SDARModel(make_config(args, target.tokenizer))
+    record = start_from(model, str(meta_path), target.tokenizer)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), target.model.state_dict().values()))
+    assert record["sha256"] == target.meta["weights"]["sha256"] and record["step"] == state["step"]
+    assert record["commands"] == state["commands"] and record["checkpoint"] == str(meta_path)
+    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "2", "--init", str(meta_path),
+                           "--tokenizer", str(src / "tokenizer.json")))
+    assert tuned["init"] == record and tuned["step"] == 2
+    with pytest.raises(ValueError, match="another tokenizer"):
+        train(args_for(tmp_path, "--name", "other-tok", "--steps", "1", "--init", str(meta_path), "--tokenizer", "bpe290"))
+    with pytest.raises(ValueError, match="do not fit this run's model"):
+        train(args_for(tmp_path, "--name", "wider", "--steps", "1", "--init", str(src / "ckpt.pt"),
+                       "--tokenizer", str(src / "tokenizer.json"), "--hidden", "48"))
+
+
 def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     """10 steps, stop, 10 more (same command) == 20 steps straight."""
     _, state = tiny_run

@@ -517,7 +517,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
     p.add_argument("--mix-blocks", type=int_list(1), default=None,
                    help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
-    p.add_argument("--init", default=None, help="start from the weights of this run checkpoint (fine-tuning)")
+    p.add_argument("--init", default=None,
+                   help="start from these weights (fine-tuning): a run checkpoint (runs/NAME/ckpt.pt), or a "
+                        "target (a bundled name such as gsm-b32, or a NAME.json); its tokenizer must be the run's")
     p.add_argument("--seq-len", type=positive_int, default=256, help="training window L (tokens)")
     p.add_argument("--hidden", type=positive_int, default=256, help="hidden size")
     p.add_argument("--layers", type=positive_int, default=4, help="decoder layers")
@@ -687,9 +689,7 @@ def train(args) -> dict:
                             weight_decay=args.weight_decay)
     state = {"step": 0, "train_s": 0.0, "history": []}
     if args.init and ck is None:
-        init = torch.load(args.init, weights_only=False)
-        model.load_state_dict(init["model"])
-        state["init"] = lineage(args.init, init["state"])
+        state["init"] = start_from(model, args.init, tok)
         print(f"initialised from {args.init}", file=sys.stderr)
     if ck is not None:
         model.load_state_dict(ck["model"])
@@ -814,6 +814,42 @@ def _progress(args, initial: int):
 
 # --- export ---------------------------------------------------------------------------------
 
+def start_from(model: SDARModel, spec: str, tok) -> dict:
+    """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
+
+    ``spec``: a run checkpoint (``runs/NAME/ckpt.pt``), or a target, bundled by name or the path
+    of its ``NAME.json`` (its float16 weights, as the target loads them). The tokenizer the weights
+    were trained with (the run's ``tokenizer.json`` beside the checkpoint, or the target's) must be
+    this run's, and the weights must fit this run's model: else ``ValueError`` naming the option."""
+    if spec.endswith(".pt"):
+        init = torch.load(spec, weights_only=False)
+        weights, record = init["model"], lineage(spec, init["state"])
+        saved = Path(spec).parent / "tokenizer.json"
+        theirs = saved.read_text() if saved.exists() else None
+    else:
+        from spotref.load.targets import load_target
+        target = load_target(spec)
+        weights, record = target.model.state_dict(), target_lineage(spec, target.meta)
+        theirs = target.tokenizer.to_json()
+    if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
+        raise ValueError(f"--init {spec} was trained with another tokenizer than this run's "
+                         f"(--tokenizer): pass the tokenizer it was trained with")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise ValueError(f"--init {spec}: its weights do not fit this run's model (--hidden, --layers, "
+                         f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}") from None
+    return record
+
+
+def target_lineage(spec: str, meta: dict) -> dict:
+    """The lineage of a target's weights (its metadata's training record, and their SHA-256)."""
+    t = meta.get("training", {})
+    return {"checkpoint": str(spec), "sha256": meta["weights"]["sha256"], "step": t.get("steps"),
+            "train_minutes": t.get("train_minutes"), "commands": t.get("commands", []),
+            **({"init": t["init"]} if t.get("init") else {})}
+
+
 def lineage(path, init_state: dict) -> dict:
     """What ``--init`` started from: the checkpoint, its step and training time, the commands
     that trained it and, in turn, what it started from (so an export names its whole history)."""
@@ -872,7 +908,7 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     exported block size, on the run's own corpus."""
     ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
     state, args = ck["state"], run_args(ck["state"]["args"])
-    if args.init and "init" not in state and Path(args.init).is_file():    # a run from before the record
+    if args.init and "init" not in state and args.init.endswith(".pt") and Path(args.init).is_file():  # a run from before the record
         state = {**state, "init": lineage(args.init, torch.load(args.init, weights_only=False)["state"])}
     args.block_size = block_size or args.block_size
     if args.block_size not in block_sizes(args):
