@@ -78,7 +78,7 @@ from spotref.load.corpora import (
     open_corpus,
 )
 from spotref.load.files import atomic_path, atomic_save, atomic_write_text
-from spotref.load.targets import TARGETS_DIR
+from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel, rope
 from spotref.tools.argtypes import (
     guarded,
@@ -827,7 +827,6 @@ def start_from(model: SDARModel, spec: str, tok) -> dict:
         saved = Path(spec).parent / "tokenizer.json"
         theirs = saved.read_text() if saved.exists() else None
     else:
-        from spotref.load.targets import load_target
         target = load_target(spec)
         weights, record = target.model.state_dict(), target_lineage(spec, target.meta)
         theirs = target.tokenizer.to_json()
