@@ -174,6 +174,31 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
                        "--tokenizer", str(src / "tokenizer.json"), "--hidden", "48"))
 
 
+def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
+    """``--init-deepen``: a 1-layer run's weights start a 3-layer model that computes exactly what
+    they did (the added layers are the identity); not deeper, or no ``--init``: refused."""
+    from spotref.load.targets import load_target
+    from spotref.tools.train import make_config, start_from
+    tmp, _ = tiny_run
+    src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
+    target = load_target(meta_path)
+    deep = SDARModel(make_config(args_for(tmp_path, "--tokenizer", str(src / "tokenizer.json"), "--layers", "3"),
+                                 target.tokenizer))
+    record = start_from(deep, str(meta_path), target.tokenizer, deepen=True)
+    assert record["deepened_from_layers"] == 1 and deep.config.num_hidden_layers == 3
+    x = torch.randint(2, 300, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(deep(x), target.model(x)), "the deepened model computes something else"
+        assert deep.model.layers[2].mlp.up_proj.weight.abs().sum() > 0    # fresh, not zero: it can learn
+    tuned = train(args_for(tmp_path, "--name", "deep", "--steps", "2", "--init", str(meta_path), "--init-deepen",
+                           "--layers", "2", "--tokenizer", str(src / "tokenizer.json")))
+    assert tuned["init"]["deepened_from_layers"] == 1 and tuned["config"]["num_hidden_layers"] == 2
+    with pytest.raises(ValueError, match="deepening needs more layers"):
+        start_from(SDARModel(target.model.config), str(meta_path), target.tokenizer, deepen=True)
+    with pytest.raises(ValueError, match="it needs --init"):
+        train(args_for(tmp_path, "--name", "no-init", "--steps", "1", "--init-deepen"))
+
+
 def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     """10 steps, stop, 10 more (same command) == 20 steps straight."""
     _, state = tiny_run

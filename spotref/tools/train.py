@@ -433,6 +433,8 @@ def check_recipe(args) -> None:
         raise ValueError("--fresh-problems applies to --corpus gsm only")
     if getattr(args, "drill_share", 0.0) and not args.fresh_problems:
         raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
+    if getattr(args, "init_deepen", False) and not args.init:
+        raise ValueError("--init-deepen deepens the --init weights: it needs --init")
     if args.curriculum and not args.fresh_problems:
         raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
     if args.adaptive and not args.fresh_problems:
@@ -520,6 +522,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", default=None,
                    help="start from these weights (fine-tuning): a run checkpoint (runs/NAME/ckpt.pt), or a "
                         "target (a bundled name such as gsm-b32, or a NAME.json); its tokenizer must be the run's")
+    p.add_argument("--init-deepen", action="store_true",
+                   help="--init weights with fewer layers than --layers: they fill the first layers, the "
+                        "added ones start as the identity (output projections zero), so the model starts "
+                        "where the weights were")
     p.add_argument("--seq-len", type=positive_int, default=256, help="training window L (tokens)")
     p.add_argument("--hidden", type=positive_int, default=256, help="hidden size")
     p.add_argument("--layers", type=positive_int, default=4, help="decoder layers")
@@ -689,7 +695,7 @@ def train(args) -> dict:
                             weight_decay=args.weight_decay)
     state = {"step": 0, "train_s": 0.0, "history": []}
     if args.init and ck is None:
-        state["init"] = start_from(model, args.init, tok)
+        state["init"] = start_from(model, args.init, tok, getattr(args, "init_deepen", False))
         print(f"initialised from {args.init}", file=sys.stderr)
     if ck is not None:
         model.load_state_dict(ck["model"])
@@ -814,13 +820,15 @@ def _progress(args, initial: int):
 
 # --- export ---------------------------------------------------------------------------------
 
-def start_from(model: SDARModel, spec: str, tok) -> dict:
+def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
 
     ``spec``: a run checkpoint (``runs/NAME/ckpt.pt``), or a target, bundled by name or the path
     of its ``NAME.json`` (its float16 weights, as the target loads them). The tokenizer the weights
     were trained with (the run's ``tokenizer.json`` beside the checkpoint, or the target's) must be
-    this run's, and the weights must fit this run's model: else ``ValueError`` naming the option."""
+    this run's, and the weights must fit this run's model: else ``ValueError`` naming the option.
+    ``deepen`` (``--init-deepen``): weights with fewer layers fill the model's first layers
+    (``deepened``)."""
     if spec.endswith(".pt"):
         init = torch.load(spec, weights_only=False)
         weights, record = init["model"], lineage(spec, init["state"])
@@ -833,12 +841,37 @@ def start_from(model: SDARModel, spec: str, tok) -> dict:
     if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
         raise ValueError(f"--init {spec} was trained with another tokenizer than this run's "
                          f"(--tokenizer): pass the tokenizer it was trained with")
+    if deepen:
+        weights, record["deepened_from_layers"] = deepened(model, weights, spec), layer_count(weights)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
         raise ValueError(f"--init {spec}: its weights do not fit this run's model (--hidden, --layers, "
                          f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}") from None
     return record
+
+
+def layer_count(weights: dict) -> int:
+    """Decoder layers in a state dict (``model.layers.i.*``)."""
+    return len({k.split(".")[2] for k in weights if k.startswith("model.layers.")})
+
+
+ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")      # what writes a layer's output
+
+
+def deepened(model: SDARModel, weights: dict, spec: str) -> dict:
+    """``weights`` with ``model``'s extra layers on top, each the identity: its own fresh weights
+    with the output projections (``ZEROED``) zero, so both residual branches add nothing and the
+    deeper model computes what ``weights`` did."""
+    have, want = layer_count(weights), model.config.num_hidden_layers
+    if have >= want:
+        raise ValueError(f"--init-deepen: --init {spec} has {have} layers, --layers asks {want}: "
+                         f"deepening needs more layers than the weights have")
+    out = dict(weights)
+    for k, v in model.state_dict().items():
+        if k.startswith("model.layers.") and int(k.split(".")[2]) >= have:
+            out[k] = torch.zeros_like(v) if k.endswith(ZEROED) else v.clone()
+    return out
 
 
 def target_lineage(spec: str, meta: dict) -> dict:
