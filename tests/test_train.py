@@ -1,6 +1,7 @@
 """The block-diffusion training objective, the corpus, and a tiny end-to-end training run."""
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from spotref.tools.train import (
     fresh_problem,
     noise_blocks,
     parse_curriculum,
+    result_positions,
     row_level,
     rows_batch,
     snapshot_due,
@@ -477,7 +479,7 @@ def test_the_curriculum_moves_up_by_step_and_mixes_in_lower_levels():
 
 RECIPE = ("--corpus", "gsm", "--corpus-size", "100", "--corpus-level", "1", "--split-digits",
           "--mix-blocks", "4,8", "--rows-per-doc", "--answer-only", "--eot-weight", "0.3",
-          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000")
+          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000", "--mask-results", "0.5")
 
 
 def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
@@ -495,7 +497,7 @@ def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     assert recipe["fresh_problems"] and recipe["curriculum"] == [[0, 0], [2, 1]]
     assert recipe["curriculum_lower"] == 0.4 and recipe["levels"]["0"] == vars(gsm.LEVELS[0])
     assert target.model.config.rope_theta == 10000 and recipe["rope_theta"] == 10000
-    assert np.isfinite(target.meta["heldout_loss"])
+    assert recipe["mask_results"] == 0.5 and np.isfinite(target.meta["heldout_loss"])
     with pytest.raises(ValueError, match="--eot-weight"):
         train(args_for(tmp_path / "b", "--steps", "5", "--seq-len", "256",
                        *[v if v != "0.3" else "0.5" for v in RECIPE]))
@@ -524,6 +526,7 @@ def test_the_default_recipe_is_empty(tiny_run):
     (["--rows-per-doc", "--corpus", "gsm", "--fresh-problems", "--adaptive", "0,1", "--curriculum", "0@0"],
      "give one of them"),
     (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
+    (["--mask-results", "0.5"], "--mask-results masks the results of one-document rows"),
     (["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"], "--seq-len 32 cuts the held-out rows"),
 ])
 def test_misplaced_recipe_options_are_value_errors_naming_them(tmp_path, extra, message):
@@ -560,3 +563,28 @@ def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_pat
     args = p.parse_args(["--name", "x", "--adaptive", "0,1,2"])
     assert {row_level(args, 9, j, 0) for j in range(50)} == {0}
     assert {row_level(args, 9, j, 2) for j in range(50)} == {0, 1, 2}
+
+
+def test_mask_results_masks_every_written_result_of_the_chosen_rows():
+    """--mask-results: the digits after '= ' and '#### ' (the equations' results, the final
+    answer) are masked on top of the k ~ U{1..n} draw, which stays the draw without them."""
+    from spotref.load.targets import load_target
+    tok = load_target("gsm-b32").tokenizer                               # digits are single tokens
+    problems = [gsm.draw(np.random.default_rng(s)) for s in range(6)] + [gsm.drill(np.random.default_rng(9))]
+    rows = [encode_row(p.document, tok, 8, True, 512) for p in problems]
+    for p, (ids, start, _) in zip(problems, rows):
+        pos = result_positions(ids, tok)
+        results = re.findall(r"(?:= |#### )(\d+)", p.solution)
+        assert "".join(tok.decode([ids[j]]) for j in pos) == "".join(results) and (pos >= start).all()
+    forced = [result_positions(ids, tok) if i % 2 else None for i, (ids, _, _) in enumerate(rows)]
+    for seed in range(5):
+        plain = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
+        x_t, x, masked, w = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3, forced)
+        for i, pos in enumerate(forced):
+            if pos is None:
+                assert torch.equal(masked[i], plain[2][i])
+            else:
+                assert masked[i, pos].all() and (masked[i] >= plain[2][i]).all()
+                extra = masked[i] & ~plain[2][i]
+                assert set(np.flatnonzero(extra.numpy())) <= set(pos.tolist())
+        assert (x_t[masked] == tok.mask_id).all() and (w[~masked] == 0).all()

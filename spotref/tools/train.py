@@ -49,7 +49,11 @@ moved on; ``--adaptive LEVEL,...`` (e.g. ``0,1,2,3``) moves instead to the next 
 level gets ``--adapt-answers`` of the answers and ``--adapt-equations`` of the equations right
 (the level and the evaluations are in the checkpoint, so a resume is exact); ``--drill-share P``
 makes a share P of those rows arithmetic drills (``gsm.drill``: "What is a op b?", addition and
-subtraction twice as often) at the row's level. The held-out loss then uses rows of held-out documents, masked the same way.
+subtraction twice as often) at the row's level; ``--mask-results P`` masks, in a share P of the
+rows, every written result (the digits after ``= `` and after ``#### ``) on top of the
+k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
+elsewhere in the block. The held-out loss then uses rows of held-out documents, masked the same
+way (without ``--mask-results``).
 """
 from __future__ import annotations
 
@@ -238,11 +242,14 @@ def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
     return ids, min(len(prompt), len(ids)), min(end, len(ids))
 
 
-def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0):
+def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0,
+               forced=None):
     """Rows ``(ids, start, end)`` -> ``x_t, x, masked, weight``, each (N, L), L the longest row
     (rows of multiples of B; shorter ones end-of-text padded, never masked). In each block,
     k ~ U{1..n} of its n candidate positions (``start`` to the row's length) are masked;
-    ``weight`` is 1 on masked tokens, ``eot_weight`` on masked padding (from ``end``), 0 elsewhere."""
+    ``weight`` is 1 on masked tokens, ``eot_weight`` on masked padding (from ``end``), 0 elsewhere.
+    ``forced``: one array of positions per row (or None) masked as well, if candidates
+    (``--mask-results``); None draws exactly what it drew before the option."""
     N, L = len(rows), max(len(r[0]) for r in rows)
     assert L % B == 0, f"row length {L} is not a multiple of the block size {B}"
     x = np.full((N, L), eos_id, dtype=np.int64)
@@ -258,8 +265,31 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
     k = np.floor(rng.random(n.shape) * n).astype(np.int64) + 1             # U{1..n}
     rank = np.where(c, rng.random(c.shape), 2.0).argsort(-1).argsort(-1)  # candidates first, random order
     masked = (c & (rank < k)).reshape(N, L)
+    for i, pos in enumerate(forced or []):
+        if pos is not None:
+            masked[i, pos] |= cand[i, pos]
     return (torch.from_numpy(np.where(masked, mask_id, x)), torch.from_numpy(x), torch.from_numpy(masked),
             torch.from_numpy(w * masked))
+
+
+def result_positions(ids, tok) -> np.ndarray:
+    """The positions of every written result in ``ids``: the digits after ``= `` (an equation's
+    result) and after ``#### `` (the final answer)."""
+    text = [tok.decode([i]) for i in ids]
+    out, after = [], 0                       # after: 2 behind a marker, 1 behind its space
+    for j, t in enumerate(text):
+        if after and t.isdigit():
+            out.append(j)
+            continue
+        after = 2 if t.strip() in ("=", "####") else 1 if after == 2 and t == " " else 0
+    return np.array(out, dtype=np.int64)
+
+
+def forced_results(rows, tok, share: float, rng: np.random.Generator) -> list | None:
+    """``--mask-results``: each row's result positions with probability ``share``, else None."""
+    if not share:
+        return None
+    return [result_positions(ids, tok) if rng.random() < share else None for ids, _, _ in rows]
 
 
 def weighted_loss(logits, x, weight):
@@ -433,6 +463,8 @@ def check_recipe(args) -> None:
         raise ValueError("--fresh-problems applies to --corpus gsm only")
     if getattr(args, "drill_share", 0.0) and not args.fresh_problems:
         raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
+    if getattr(args, "mask_results", 0.0) and not rows:
+        raise ValueError("--mask-results masks the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "init_deepen", False) and not args.init:
         raise ValueError("--init-deepen deepens the --init weights: it needs --init")
     if args.curriculum and not args.fresh_problems:
@@ -462,7 +494,8 @@ def recipe(args: dict) -> dict:
                          "heldout": "the first n held-out problems of spotref.load.gsm (seed 0), T = 0"}
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
-            "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0)}
+            "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
+            "mask_results": args.get("mask_results", 0.0)}
 
 
 # --- setup ----------------------------------------------------------------------------------
@@ -500,6 +533,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "deterministically, instead of from --corpus-size fixed ones")
     p.add_argument("--drill-share", type=real_range(0.0, 1.0), default=0.0,
                    help="--fresh-problems: share of rows that are arithmetic drills (gsm.drill), default 0")
+    p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
+                   help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
+                        "are all masked, on top of the k ~ U{1..n} masks, default 0")
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
                         "(spotref.load.gsm.LEVELS)")
@@ -598,6 +634,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
+            "--mask-results": args.get("mask_results", 0.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
 
@@ -750,8 +787,10 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
         if args.rows_per_doc:
             rows, tok = stream
             rng = np.random.default_rng([args.seed, step, B])
-            x_t, x, masked, w = rows_batch(step_rows(rows, tok, args, step, rng, state.get("level")), B,
-                                           mask_id, tok.eos_id, rng, args.eot_weight)
+            batch = step_rows(rows, tok, args, step, rng, state.get("level"))
+            forced = forced_results(batch, tok, getattr(args, "mask_results", 0.0),
+                                    np.random.default_rng([args.seed, 17, step]))
+            x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced)
             L = x.shape[1]
             if (L, B) not in row_masks:
                 row_masks[L, B] = bd3_mask(L, B)
