@@ -102,3 +102,6 @@ def test_drills_are_right_and_within_the_level():
             assert 1 <= c <= d.max_result and p.steps == 1 and p.template == "drill"
             ops[op] += 1
     assert set(ops) == {"+", "-", "*", "/"} and ops["+"] > 1.5 * ops["*"] and ops["-"] > 1.5 * ops["/"]
+    weighted = Counter(gsm.equations(gsm.drill(np.random.default_rng(i), gsm.LEVELS[3], "--/").solution)[0][1]
+                       for i in range(300))
+    assert set(weighted) == {"-", "/"} and weighted["-"] > 1.4 * weighted["/"]

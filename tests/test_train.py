@@ -300,6 +300,11 @@ def test_drill_share_mixes_drills_into_fresh_problems():
     assert 8 <= len(drills) <= 32 and all(not gsm.is_heldout(p.question) for p in mixed)
     assert [p.question for p in mixed if p.template != "drill"] == [q for q, p in zip(plain, mixed) if p.template != "drill"]
     assert all(p.template == "drill" for p in (fresh_problem(5, 7, j, d, 1.0) for j in range(10)))
+    assert [fresh_problem(5, 7, j, d, 0.5, "+-+-*/").question for j in range(40)] == [p.question for p in mixed]
+    ops = [gsm.equations(fresh_problem(5, 7, j, d, 1.0, "-/").solution)[0][1] for j in range(60)]
+    assert set(ops) == {"-", "/"}
+    with pytest.raises(ValueError, match="drill operators must be"):
+        gsm.drill(np.random.default_rng(0), gsm.LEVELS[0], "+^")
 
 
 def test_the_math_quality_report(gsm_run, capsys):
@@ -379,6 +384,8 @@ def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
     (["--corpus-level", "9"], "--corpus-level: invalid choice"),
     (["--keep-snapshots", "0"], "--keep-snapshots: must be a finite number"),
     (["--corpus-seed", "-1"], "--corpus-seed: must be a seed"),
+    (["--drill-ops", "add,pow"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
+    (["--drill-ops", "+"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
 ])
 def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     p = argparse.ArgumentParser()
@@ -392,6 +399,7 @@ def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     (["--corpus-seed", "3"], "--corpus-seed applies to --corpus gsm only"),
     (["--corpus", "gsm", "--no-english"], "--no-english applies to --corpus stdlib only"),
     (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
+    (["--drill-ops", "sub,div"], "--drill-ops sets the operators of the drills: it needs --drill-share"),
 ])
 def test_misplaced_options_are_value_errors_naming_them(tmp_path, extra, message):
     args = args_for(tmp_path, "--steps", "1", *extra)

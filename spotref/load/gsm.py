@@ -741,11 +741,14 @@ def stamps_album(c):
 DRILL_OPS = ("+", "-", "+", "-", "*", "/")      # addition and subtraction twice as often
 
 
-def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3]) -> Problem:
+def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = "".join(DRILL_OPS)) -> Problem:
     """An arithmetic drill (a training aid, not one of the templates: the corpus is unchanged):
     "What is a op b?" answered by the one equation, with the operands and the result inside
-    ``d``'s limits (products and quotients from factors up to ``max_factor``)."""
-    op = DRILL_OPS[int(rng.integers(len(DRILL_OPS)))]
+    ``d``'s limits (products and quotients from factors up to ``max_factor``); the operator drawn
+    uniformly from ``ops`` (a repeated operator is drawn that much more often)."""
+    if not ops or set(ops) - set("+-*/"):
+        raise ValueError(f"drill operators must be a non-empty string of + - * /, got {ops!r}")
+    op = ops[int(rng.integers(len(ops)))]
     for _ in range(1000):                                  # the operation is kept, the numbers redrawn
         c = Ctx(rng, d)
         try:

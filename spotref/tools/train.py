@@ -49,7 +49,8 @@ moved on; ``--adaptive LEVEL,...`` (e.g. ``0,1,2,3``) moves instead to the next 
 level gets ``--adapt-answers`` of the answers and ``--adapt-equations`` of the equations right
 (the level and the evaluations are in the checkpoint, so a resume is exact); ``--drill-share P``
 makes a share P of those rows arithmetic drills (``gsm.drill``: "What is a op b?", addition and
-subtraction twice as often) at the row's level; ``--mask-results P`` masks, in a share P of the
+subtraction twice as often, or as ``--drill-ops sub,sub,div,div,add,mul`` weights them) at the
+row's level; ``--mask-results P`` masks, in a share P of the
 rows, every written result (the digits after ``= `` and after ``#### ``) on top of the
 k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
 elsewhere in the block. The held-out loss then uses rows of held-out documents, masked the same
@@ -298,6 +299,18 @@ def weighted_loss(logits, x, weight):
     return (ce * weight).sum() / weight.sum().clamp_min(1e-9)
 
 
+DRILL_OP_NAMES = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def drill_ops_arg(text: str) -> str:
+    """``--drill-ops add,sub,sub,...``: the drills' operators by name, as a string of + - * /."""
+    names = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(n not in DRILL_OP_NAMES for n in names):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of add, sub, mul, div "
+                                         f"(e.g. sub,sub,div,div,add,mul), got {text!r}")
+    return "".join(DRILL_OP_NAMES[n] for n in names)
+
+
 def curriculum_arg(text: str) -> str:
     """``--curriculum LEVEL@STEP,...``: gsm levels from steps, the first at step 0."""
     try:
@@ -399,16 +412,23 @@ def corpus_level(args) -> int:
     return GSM_DEFAULTS["corpus_level"] if args.corpus_level is None else args.corpus_level
 
 
-def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0) -> gsm.Problem:
+def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0,
+                  drill_ops: str = "".join(gsm.DRILL_OPS)) -> gsm.Problem:
     """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one; a
-    drill (``gsm.drill``) with probability ``drill_share`` (0: the draws are unchanged)."""
+    drill (``gsm.drill`` over the operators ``drill_ops``) with probability ``drill_share`` (0:
+    the draws are unchanged)."""
     drill = drill_share > 0 and np.random.Generator(np.random.PCG64([seed, 13, step, j])).random() < drill_share
     for i in range(100):
         rng = np.random.Generator(np.random.PCG64([seed, 11, step, j, i]))
-        p = gsm.drill(rng, difficulty) if drill else gsm.draw(rng, difficulty)
+        p = gsm.drill(rng, difficulty, drill_ops) if drill else gsm.draw(rng, difficulty)
         if not gsm.is_heldout(p.question):
             return p
     raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
+
+
+def drill_ops(args) -> str:
+    """``--drill-ops``, or the default mix (runs from before the option)."""
+    return getattr(args, "drill_ops", None) or "".join(gsm.DRILL_OPS)
 
 
 def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int | None = None) -> list:
@@ -417,7 +437,8 @@ def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int |
     align, max_len = row_align(args), args.seq_len
     if args.fresh_problems:
         docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j, level)],
-                              getattr(args, "drill_share", 0.0)).document for j in range(args.batch)]
+                              getattr(args, "drill_share", 0.0), drill_ops(args)).document
+                for j in range(args.batch)]
         return [encode_row(d, tok, align, args.answer_only, max_len) for d in docs]
     return [rows.rows[i] for i in rng.integers(0, len(rows), size=args.batch)]
 
@@ -463,6 +484,8 @@ def check_recipe(args) -> None:
         raise ValueError("--fresh-problems applies to --corpus gsm only")
     if getattr(args, "drill_share", 0.0) and not args.fresh_problems:
         raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
+    if getattr(args, "drill_ops", None) and not getattr(args, "drill_share", 0.0):
+        raise ValueError("--drill-ops sets the operators of the drills: it needs --drill-share")
     if getattr(args, "mask_results", 0.0) and not rows:
         raise ValueError("--mask-results masks the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "init_deepen", False) and not args.init:
@@ -495,6 +518,7 @@ def recipe(args: dict) -> dict:
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
+            "drill_ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
             "mask_results": args.get("mask_results", 0.0)}
 
 
@@ -533,6 +557,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "deterministically, instead of from --corpus-size fixed ones")
     p.add_argument("--drill-share", type=real_range(0.0, 1.0), default=0.0,
                    help="--fresh-problems: share of rows that are arithmetic drills (gsm.drill), default 0")
+    p.add_argument("--drill-ops", type=drill_ops_arg, default=None, metavar="OP,...",
+                   help="--drill-share: the drills' operators (add, sub, mul, div), drawn uniformly from the "
+                        "list (repeat one to draw it more often), e.g. sub,sub,div,div,add,mul; "
+                        "default add,sub,add,sub,mul,div")
     p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
                    help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
                         "are all masked, on top of the k ~ U{1..n} masks, default 0")
@@ -634,6 +662,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
+            "--drill-ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
             "--mask-results": args.get("mask_results", 0.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
