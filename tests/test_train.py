@@ -318,6 +318,7 @@ def test_the_math_quality_report(gsm_run, capsys):
     assert 0 <= r["stability_d0_text"] <= 1 and r["stability_d0_commits"] >= r["stability_d0_text_commits"]
     assert r["meets_bar"] == all(r[k] >= v for k, v in quality_math.BAR.items())
     kinds = r["equations_by_kind"]
+    assert r["equations_wrong_length"] is None or 0 <= r["equations_wrong_length"] <= 1
     assert sum(n for _, n in kinds.values()) == round(r["equations_per_problem"] * 3)
     if kinds:
         assert abs(sum(s * n for s, n in kinds.values()) / sum(n for _, n in kinds.values()) - r["equations"]) < 1e-3
@@ -325,6 +326,13 @@ def test_the_math_quality_report(gsm_run, capsys):
     code = load_target("stdlib-b32")
     with pytest.raises(ValueError, match="not a math target"):
         quality_math.problems_of(code, 2)
+
+
+def test_a_wrong_result_is_told_apart_by_its_length():
+    from spotref.tools.quality_math import wrong_length
+    assert wrong_length(38, "-", 34, 14) and wrong_length(33, "+", 46, 179) and wrong_length(60, "/", 5, 1)
+    assert not wrong_length(80, "-", 54, 36) and not wrong_length(39, "*", 12, 418)
+    assert not wrong_length(7, "/", 2, 3)                 # no integer result: wrong, but not by length
 
 
 def test_equations_are_told_apart_by_operator_and_size():

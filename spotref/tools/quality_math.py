@@ -10,6 +10,8 @@ chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, sto
 * ``equations``: share of the written equations ``a op b = c`` that are right (and how many were
   written per problem); ``equations_by_kind``: the same by operator and size (``"* 3+ digits"``:
   a multiplication with a number of three or more digits among a, b, c), where the points go;
+  ``equations_wrong_length``: the share of the wrong equations whose result has the wrong number
+  of digits (``38 - 34 = 14``; a quotient that is no integer counts as wrong, not as a length);
 * ``stability_d0``: d = 0 top-1 token stability (``spotref.tools.stability``: the share of
   commits after a block's first whose token is the coupled stale token), overall and without the
   commits of end-of-text (``stability_d0_text``: no fill in the number).
@@ -49,10 +51,17 @@ def equation_kind(a: int, op: str, b: int, c: int) -> str:
     return f"{op} {'1-2' if max(a, b, c) < 100 else '3+'} digits"
 
 
+def wrong_length(a: int, op: str, b: int, c: int) -> bool:
+    """Whether the written result ``c`` of ``a op b`` has another number of digits than the
+    true result (False when that is no integer)."""
+    true = gsm._apply(a, op, b)
+    return true is not None and len(str(true)) != len(str(c))
+
+
 def report(target, n: int, new_tokens: int) -> dict:
     t0, rows, right, by_steps = time.perf_counter(), [], [], defaultdict(list)
     eq_right = eq_all = 0
-    by_kind = defaultdict(list)
+    by_kind, lengths = defaultdict(list), []
     samples = []
     stops = list(target.stop_ids or ())
     for i, p in enumerate(progress(problems_of(target, n), "quality")):
@@ -67,6 +76,7 @@ def report(target, n: int, new_tokens: int) -> dict:
         eq_right, eq_all = eq_right + sum(e[-1] for e in eqs), eq_all + len(eqs)
         for e in eqs:
             by_kind[equation_kind(*e[:4])].append(e[-1])
+            lengths += [] if e[-1] else [wrong_length(*e[:4])]
         if i < 4:
             samples.append({"question": p.question, "answer": p.answer, "generated": text})
     ds = stack(rows, target.model.mask_id, target.model.block_size)
@@ -77,6 +87,7 @@ def report(target, n: int, new_tokens: int) -> dict:
          "answers_by_steps": {str(k): [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_steps.items())},
          "equations": round(eq_right / max(eq_all, 1), 4), "equations_per_problem": round(eq_all / n, 2),
          "equations_by_kind": {k: [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_kind.items())},
+         "equations_wrong_length": round(float(np.mean(lengths)), 4) if lengths else None,
          "stability_d0": round(top1, 4), "stability_d0_commits": commits,
          "stability_d0_text": round(text_top1, 4), "stability_d0_text_commits": text_commits,
          "wall_s": round(time.perf_counter() - t0, 1), "samples": samples}
