@@ -407,6 +407,7 @@ def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     (["--corpus-seed", "3"], "--corpus-seed applies to --corpus gsm only"),
     (["--corpus", "gsm", "--no-english"], "--no-english applies to --corpus stdlib only"),
     (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
+    (["--result-weight", "2"], "--result-weight weights the results of one-document rows"),
     (["--drill-ops", "sub,div"], "--drill-ops sets the operators of the drills: it needs --drill-share"),
 ])
 def test_misplaced_options_are_value_errors_naming_them(tmp_path, extra, message):
@@ -579,6 +580,32 @@ def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_pat
     args = p.parse_args(["--name", "x", "--adaptive", "0,1,2"])
     assert {row_level(args, 9, j, 0) for j in range(50)} == {0}
     assert {row_level(args, 9, j, 2) for j in range(50)} == {0, 1, 2}
+
+
+def test_result_weight_weights_the_results_and_the_tokens_after_them():
+    """--result-weight: the results and the 2 tokens after each weigh W in the loss; the masks
+    drawn are the same as without it."""
+    from spotref.load.targets import load_target
+    from spotref.tools.train import boosted_results
+    tok = load_target("gsm-b32").tokenizer
+    p = gsm.drill(np.random.default_rng(9))
+    ids, start, end = row = encode_row(p.document, tok, 8, True, 512)
+    pos = result_positions(ids, tok, follow=2)
+    digits = result_positions(ids, tok)
+    assert set(digits) < set(pos) and len(pos) == len(digits) + 4        # two results, 2 tokens after each
+    after = [j for j in pos if j not in set(digits)]
+    assert "".join(tok.decode([ids[j]]) for j in after).startswith("\n####")  # the line break and '####' follow
+    rows = [row, encode_row(gsm.draw(np.random.default_rng(3)).document, tok, 8, True, 512)]
+    assert boosted_results(rows, tok, 1.0) is None
+    boost = boosted_results(rows, tok, 3.0)
+    for seed in range(3):
+        plain = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
+        got = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3, None, boost, 3.0)
+        assert all(torch.equal(a, b) for a, b in zip(plain[:3], got[:3]))
+        for i, b in enumerate(boost):
+            ratio = np.ones(plain[3].shape[1], np.float32)
+            ratio[b] = 3.0
+            assert torch.equal(got[3][i], plain[3][i] * torch.from_numpy(ratio))
 
 
 def test_mask_results_masks_every_written_result_of_the_chosen_rows():

@@ -53,7 +53,9 @@ subtraction twice as often, or as ``--drill-ops sub,sub,div,div,add,mul`` weight
 row's level; ``--mask-results P`` masks, in a share P of the
 rows, every written result (the digits after ``= `` and after ``#### ``) on top of the
 k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
-elsewhere in the block. The held-out loss then uses rows of held-out documents, masked the same
+elsewhere in the block; ``--result-weight W`` weights the loss of the results and of the 2 tokens
+after each by W (at T = 0 the decoder commits the words after a result before its digits, so
+where the model puts them fixes how many digits the result gets). The held-out loss then uses rows of held-out documents, masked the same
 way (without ``--mask-results``).
 """
 from __future__ import annotations
@@ -244,13 +246,15 @@ def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
 
 
 def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0,
-               forced=None):
+               forced=None, boost=None, boost_weight: float = 1.0):
     """Rows ``(ids, start, end)`` -> ``x_t, x, masked, weight``, each (N, L), L the longest row
     (rows of multiples of B; shorter ones end-of-text padded, never masked). In each block,
     k ~ U{1..n} of its n candidate positions (``start`` to the row's length) are masked;
     ``weight`` is 1 on masked tokens, ``eot_weight`` on masked padding (from ``end``), 0 elsewhere.
     ``forced``: one array of positions per row (or None) masked as well, if candidates
-    (``--mask-results``); None draws exactly what it drew before the option."""
+    (``--mask-results``); None draws exactly what it drew before the option. ``boost``: one array
+    of positions per row (or None) whose weight is multiplied by ``boost_weight``
+    (``--result-weight``); the draws are the same with or without it."""
     N, L = len(rows), max(len(r[0]) for r in rows)
     assert L % B == 0, f"row length {L} is not a multiple of the block size {B}"
     x = np.full((N, L), eos_id, dtype=np.int64)
@@ -261,6 +265,9 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
         cand[i, start:len(ids)] = True
         w[i, :len(ids)] = 1.0
         w[i, end:len(ids)] = eot_weight
+    for i, pos in enumerate(boost or []):
+        if pos is not None:
+            w[i, pos] *= boost_weight
     c = cand.reshape(N, L // B, B)
     n = c.sum(-1, keepdims=True)                                           # candidates per block
     k = np.floor(rng.random(n.shape) * n).astype(np.int64) + 1             # U{1..n}
@@ -273,17 +280,27 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
             torch.from_numpy(w * masked))
 
 
-def result_positions(ids, tok) -> np.ndarray:
+def result_positions(ids, tok, follow: int = 0) -> np.ndarray:
     """The positions of every written result in ``ids``: the digits after ``= `` (an equation's
-    result) and after ``#### `` (the final answer)."""
+    result) and after ``#### `` (the final answer); with ``follow``, also the ``follow`` tokens
+    after each result (whose places fix how many digits it has)."""
     text = [tok.decode([i]) for i in ids]
     out, after = [], 0                       # after: 2 behind a marker, 1 behind its space
     for j, t in enumerate(text):
         if after and t.isdigit():
             out.append(j)
             continue
+        if out and out[-1] == j - 1 and text[j - 1].isdigit() and after:      # a result just ended
+            out += range(j, min(j + follow, len(text)))
         after = 2 if t.strip() in ("=", "####") else 1 if after == 2 and t == " " else 0
-    return np.array(out, dtype=np.int64)
+    return np.array(sorted(set(out)), dtype=np.int64)
+
+
+def boosted_results(rows, tok, weight: float) -> list | None:
+    """``--result-weight``: each row's results and the 2 tokens after each, or None (weight 1)."""
+    if weight == 1.0:
+        return None
+    return [result_positions(ids, tok, follow=2) for ids, _, _ in rows]
 
 
 def forced_results(rows, tok, share: float, rng: np.random.Generator) -> list | None:
@@ -486,6 +503,8 @@ def check_recipe(args) -> None:
         raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
     if getattr(args, "drill_ops", None) and not getattr(args, "drill_share", 0.0):
         raise ValueError("--drill-ops sets the operators of the drills: it needs --drill-share")
+    if getattr(args, "result_weight", 1.0) != 1.0 and not rows:
+        raise ValueError("--result-weight weights the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "mask_results", 0.0) and not rows:
         raise ValueError("--mask-results masks the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "init_deepen", False) and not args.init:
@@ -519,7 +538,7 @@ def recipe(args: dict) -> dict:
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
             "drill_ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
-            "mask_results": args.get("mask_results", 0.0)}
+            "mask_results": args.get("mask_results", 0.0), "result_weight": args.get("result_weight", 1.0)}
 
 
 # --- setup ----------------------------------------------------------------------------------
@@ -564,6 +583,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
                    help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
                         "are all masked, on top of the k ~ U{1..n} masks, default 0")
+    p.add_argument("--result-weight", type=positive_real, default=1.0,
+                   help="--rows-per-doc: loss weight of the written results and of the 2 tokens after each "
+                        "(their places fix the result's length; the decoder commits them before the digits), default 1")
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
                         "(spotref.load.gsm.LEVELS)")
@@ -663,7 +685,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
             "--drill-ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
-            "--mask-results": args.get("mask_results", 0.0),
+            "--mask-results": args.get("mask_results", 0.0), "--result-weight": args.get("result_weight", 1.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
 
@@ -819,7 +841,9 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
             batch = step_rows(rows, tok, args, step, rng, state.get("level"))
             forced = forced_results(batch, tok, getattr(args, "mask_results", 0.0),
                                     np.random.default_rng([args.seed, 17, step]))
-            x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced)
+            boost = boosted_results(batch, tok, getattr(args, "result_weight", 1.0))
+            x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced,
+                                           boost, getattr(args, "result_weight", 1.0))
             L = x.shape[1]
             if (L, B) not in row_masks:
                 row_masks[L, B] = bd3_mask(L, B)
