@@ -738,10 +738,10 @@ def stamps_album(c):
 
 # --- drawing problems ----------------------------------------------------------------------
 
-DRILL_OPS = ("+", "-", "+", "-", "*", "/")      # addition and subtraction twice as often
+DRILL_OPS = "+-+-*/"      # addition and subtraction twice as often
 
 
-def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = "".join(DRILL_OPS)) -> Problem:
+def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = DRILL_OPS) -> Problem:
     """An arithmetic drill (a training aid, not one of the templates: the corpus is unchanged):
     "What is a op b?" answered by the one equation, with the operands and the result inside
     ``d``'s limits (products and quotients from factors up to ``max_factor``); the operator drawn

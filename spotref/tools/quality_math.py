@@ -76,7 +76,8 @@ def report(target, n: int, new_tokens: int) -> dict:
         eq_right, eq_all = eq_right + sum(e[-1] for e in eqs), eq_all + len(eqs)
         for e in eqs:
             by_kind[equation_kind(*e[:4])].append(e[-1])
-            lengths += [] if e[-1] else [wrong_length(*e[:4])]
+            if not e[-1]:
+                lengths.append(wrong_length(*e[:4]))
         if i < 4:
             samples.append({"question": p.question, "answer": p.answer, "generated": text})
     ds = stack(rows, target.model.mask_id, target.model.block_size)

@@ -430,7 +430,7 @@ def corpus_level(args) -> int:
 
 
 def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0,
-                  drill_ops: str = "".join(gsm.DRILL_OPS)) -> gsm.Problem:
+                  drill_ops: str = gsm.DRILL_OPS) -> gsm.Problem:
     """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one; a
     drill (``gsm.drill`` over the operators ``drill_ops``) with probability ``drill_share`` (0:
     the draws are unchanged)."""
@@ -445,7 +445,7 @@ def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float =
 
 def drill_ops(args) -> str:
     """``--drill-ops``, or the default mix (runs from before the option)."""
-    return getattr(args, "drill_ops", None) or "".join(gsm.DRILL_OPS)
+    return getattr(args, "drill_ops", None) or gsm.DRILL_OPS
 
 
 def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int | None = None) -> list:
@@ -537,7 +537,7 @@ def recipe(args: dict) -> dict:
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
-            "drill_ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
+            "drill_ops": args.get("drill_ops") or gsm.DRILL_OPS,
             "mask_results": args.get("mask_results", 0.0), "result_weight": args.get("result_weight", 1.0)}
 
 
@@ -684,7 +684,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
-            "--drill-ops": args.get("drill_ops") or "".join(gsm.DRILL_OPS),
+            "--drill-ops": args.get("drill_ops") or gsm.DRILL_OPS,
             "--mask-results": args.get("mask_results", 0.0), "--result-weight": args.get("result_weight", 1.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
@@ -841,9 +841,9 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
             batch = step_rows(rows, tok, args, step, rng, state.get("level"))
             forced = forced_results(batch, tok, getattr(args, "mask_results", 0.0),
                                     np.random.default_rng([args.seed, 17, step]))
-            boost = boosted_results(batch, tok, getattr(args, "result_weight", 1.0))
+            weight = getattr(args, "result_weight", 1.0)
             x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced,
-                                           boost, getattr(args, "result_weight", 1.0))
+                                           boosted_results(batch, tok, weight), weight)
             L = x.shape[1]
             if (L, B) not in row_masks:
                 row_masks[L, B] = bd3_mask(L, B)
