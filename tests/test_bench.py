@@ -183,16 +183,25 @@ def test_costmodel_table(capsys):
     assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out
 
 
-@pytest.mark.parametrize("calls", ["level", "root"])
-def test_costmodel_profile(capsys, calls):
+@pytest.mark.parametrize("calls,budgets", [("level", "2,16"), ("root", "4")])
+def test_costmodel_profile(capsys, calls, budgets):
     """Where a round's time goes: one row per N, each part measured."""
     from spotref.tools import costmodel
-    assert costmodel.main(["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls]) == 0
+    argv = ["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls, "--budgets", budgets]
+    assert costmodel.main(argv) == 0
     out = capsys.readouterr().out
     rows = bench.parse_table(out, costmodel.PROFILE_COLUMNS[:2])
-    assert [int(r["N"]) for r in rows] == list(costmodel.PROFILE_BUDGETS)
+    assert [int(r["N"]) for r in rows] == [int(n) for n in budgets.split(",")]
     assert all(float(r["target ms"]) > 0 and float(r["order-model calls ms"]) > 0 for r in rows)
     assert f"({calls} calls)" in out
+
+
+@pytest.mark.parametrize("budgets", ["0", "2,x", ""])
+def test_costmodel_bad_budgets_name_the_option(capsys, budgets):
+    from spotref.tools import costmodel
+    with pytest.raises(SystemExit):
+        costmodel.main(["stdlib-b32", "--profile", "--budgets", budgets])
+    assert "argument --budgets: " in capsys.readouterr().err
 
 
 def test_gpu_projection_roofline(capsys):

@@ -8,7 +8,7 @@ import os
 from functools import partial
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 
 import spotref
 from spotref import core as pure_core
@@ -67,8 +67,9 @@ class LossyCore:
 def test_the_suite_catches_a_lossy_decoder():
     # Either check may fire first (tokens differ, or the oracle's round accepted too few); both
     # name the block and step. One AssertionError, not an ExceptionGroup, on every seed.
+    # No shrinking: the first failing case is enough to show the suite fails.
     with pytest.raises(AssertionError, match=r"block \d+, step \d+"):
-        run_conformance(partial(spotref.generate, core=LossyCore), max_examples=200)
+        run_conformance(partial(spotref.generate, core=LossyCore), max_examples=200, phases=[Phase.generate])
 
 
 def test_first_divergence_names_block_step_and_position():

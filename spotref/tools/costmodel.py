@@ -31,6 +31,7 @@ from spotref.drafters.budget import (
 )
 from spotref.load.drafters import drafter_for, resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, load_target
+from spotref.tools.argtypes import int_list
 from spotref.tools.report import table
 from spotref.tools.train_drafter import prompts_for
 
@@ -162,6 +163,8 @@ def main(argv=None) -> int:
                    help="where a round's time goes, per N (target, order-model calls, drafter inputs, tree growth, build + walk)")
     p.add_argument("--prompts", type=int, default=4, help="--profile: held-out prompts")
     p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
+    p.add_argument("--budgets", type=int_list(1), default=PROFILE_BUDGETS, metavar="N,...",
+                   help="--profile: one row per budget N (default 2,4,8,16,64)")
     p.add_argument("--calls", choices=("level", "root"), default="level",
                    help="the SPOT drafter's order-model calls: one per tree level, or one per round")
     p.add_argument("--fused-store", action="store_true",
@@ -198,7 +201,8 @@ def main(argv=None) -> int:
         prompts = prompts_for(target, args.prompts, "test", 64)
         print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
               f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:")
-        print(table(PROFILE_COLUMNS, profile_rows(model, drafter, prompts, args.new_tokens, args.temperature, args.depth)))
+        print(table(PROFILE_COLUMNS, profile_rows(model, drafter, prompts, args.new_tokens, args.temperature, args.depth,
+                                                  args.budgets)))
         return 0
     tv = verify_times(model, repeats=5)
     td = draft_times(drafter, model, depth=args.depth, temperature=args.temperature)
