@@ -54,9 +54,9 @@ row's level; ``--mask-results P`` masks, in a share P of the
 rows, every written result (the digits after ``= `` and after ``#### ``) on top of the
 k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
 elsewhere in the block; ``--result-weight W`` weights the loss of the results and of the 2 tokens
-after each by W (at T = 0 the decoder commits the words after a result before its digits, so
-where the model puts them fixes how many digits the result gets). The held-out loss then uses rows of held-out documents, masked the same
-way (without ``--mask-results``).
+after each by W (at T = 0 the decoder mostly commits the word after a result before the result's
+last digit, so where the model puts it fixes how many digits the result gets). The held-out loss
+then uses rows of held-out documents, masked the same way (without ``--mask-results``).
 """
 from __future__ import annotations
 
@@ -585,7 +585,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "are all masked, on top of the k ~ U{1..n} masks, default 0")
     p.add_argument("--result-weight", type=positive_real, default=1.0,
                    help="--rows-per-doc: loss weight of the written results and of the 2 tokens after each "
-                        "(their places fix the result's length; the decoder commits them before the digits), default 1")
+                        "(their places fix the result's length; the decoder mostly commits them first), default 1")
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
                         "(spotref.load.gsm.LEVELS)")
