@@ -16,9 +16,7 @@ Prints a table; docs/targets.md records a run. A diagnostic, not a project tool:
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +29,6 @@ from spotref.tools import quality_math  # noqa: E402
 from spotref.tools.report import table  # noqa: E402
 from spotref.tools.trajectories import record_run  # noqa: E402
 
-EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 OUTCOMES = ("right", "wrong length", "wrong digits")
 BUCKETS = ((0.99, 1.01), (0.9, 0.99), (0.5, 0.9), (0.0, 0.5))
 
@@ -54,7 +51,7 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
     ends = np.cumsum([0] + [len(p) for p in pieces])
     where = lambda j: divmod(start + j, B)                          # new token j -> (block, pos)
     out = []
-    for m in EQUATION.finditer("".join(pieces)):
+    for m in gsm.EQUATION.finditer("".join(pieces)):
         a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
         true = gsm._apply(a, op, b)
         j0, j1 = (int(np.searchsorted(ends, x, "right")) - 1 for x in (m.start(4), m.end(4)))
@@ -64,7 +61,7 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
         block, pos = where(j1)
         k = step[block, pos]
         p = conf.get((block, k))                                    # None: the block's first step
-        outcome = "right" if c == true else "wrong length" if len(str(c)) != len(str(true)) else "wrong digits"
+        outcome = "right" if c == true else "wrong length" if quality_math.wrong_length(a, op, b, c) else "wrong digits"
         out.append({"outcome": outcome, "first": k < min(digits), "before_last": k < max(digits),
                     "conf": None if p is None else float(p[pos])})
     return out

@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=4, help="--profile: held-out prompts")
     p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
     p.add_argument("--budgets", type=int_list(1), default=PROFILE_BUDGETS, metavar="N,...",
-                   help="--profile: one row per budget N (default 2,4,8,16,64)")
+                   help=f"--profile: one row per budget N (default {','.join(map(str, PROFILE_BUDGETS))})")
     p.add_argument("--calls", choices=("level", "root"), default="level",
                    help="the SPOT drafter's order-model calls: one per tree level, or one per round")
     p.add_argument("--fused-store", action="store_true",
