@@ -105,3 +105,29 @@ def test_drills_are_right_and_within_the_level():
     weighted = Counter(gsm.equations(gsm.drill(np.random.default_rng(i), gsm.LEVELS[3], "--/").solution)[0][1]
                        for i in range(300))
     assert set(weighted) == {"-", "/"} and weighted["-"] > 1.4 * weighted["/"]
+
+
+def test_equation_drills_ask_the_equations_the_problems_write():
+    from collections import Counter
+
+    import numpy as np
+    rng, d = np.random.default_rng(3), gsm.LEVELS[3]
+    written = Counter((op, len(str(max(a, b)))) for _ in range(300)
+                      for a, op, b, c, ok in gsm.equations(gsm.draw(rng, d).solution))
+    kinds = Counter()
+    for i in range(300):
+        p = gsm.equation_drill(np.random.default_rng(i), d)
+        (a, op, b, c, ok), = gsm.equations(p.solution)
+        assert ok and gsm.final_answer(p.solution) == c == p.answer and p.question == f"What is {a} {op} {b}?"
+        assert p.steps == 1 and p.template == "drill"
+        kinds[op, len(str(max(a, b)))] += 1
+    assert p == gsm.equation_drill(np.random.default_rng(299), d)                   # the seed alone
+    # three-digit sums and differences (earlier results), which the problems write and range drills lack
+    assert written["+", 3] > 20 and kinds["+", 3] > 10 and kinds["-", 3] > 10
+    ranged = Counter((op, len(str(max(a, b)))) for a, op, b, c, ok in
+                     (gsm.equations(gsm.drill(np.random.default_rng(i), d).solution)[0] for i in range(300)))
+    assert kinds["+", 3] > 3 * ranged["+", 3] and kinds["-", 3] > 3 * ranged["-", 3]
+    subs = Counter(gsm.equations(gsm.equation_drill(np.random.default_rng(i), d, "-").solution)[0][1] for i in range(50))
+    assert set(subs) == {"-"}
+    with pytest.raises(ValueError, match="drill operators must be"):
+        gsm.equation_drill(np.random.default_rng(0), d, "x")

@@ -305,6 +305,10 @@ def test_drill_share_mixes_drills_into_fresh_problems():
     assert set(ops) == {"-", "/"}
     with pytest.raises(ValueError, match="drill operators must be"):
         gsm.drill(np.random.default_rng(0), gsm.LEVELS[0], "+^")
+    from_problems = [fresh_problem(5, 7, j, gsm.LEVELS[3], 1.0, "+", "problems") for j in range(40)]
+    assert all(p.template == "drill" and not gsm.is_heldout(p.question) for p in from_problems)
+    assert sum(max(a, b) >= 100 for a, _, b, _, _ in (gsm.equations(p.solution)[0] for p in from_problems)) >= 5
+    assert [fresh_problem(5, 7, j, d, 0.5, "+-+-*/", "range").question for j in range(40)] == [p.question for p in mixed]
 
 
 def test_the_math_quality_report(gsm_run, capsys):
@@ -366,6 +370,10 @@ def test_a_resumed_run_keeps_its_data_options(gsm_run):
     no_pad = [a for a in GSM_RUN if a != "--pad-eot"]
     with pytest.raises(ValueError, match="--pad-eot"):
         train(args_for(tmp, "--steps", "7", *no_pad))
+    from spotref.tools.train import data_options, recipe
+    record = {"name": "gsm", "seed": 5}
+    assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]     # runs before it
+    assert data_options(record, {"drill_from": "problems"})["--drill-from"] == "problems"
 
 
 @pytest.mark.parametrize("fmt", ["lines", "jsonl"])
@@ -409,6 +417,7 @@ def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
     (["--result-weight", "2"], "--result-weight weights the results of one-document rows"),
     (["--drill-ops", "sub,div"], "--drill-ops sets the operators of the drills: it needs --drill-share"),
+    (["--drill-from", "problems"], "--drill-from sets where the drills' numbers come from: it needs --drill-share"),
 ])
 def test_misplaced_options_are_value_errors_naming_them(tmp_path, extra, message):
     args = args_for(tmp_path, "--steps", "1", *extra)

@@ -766,6 +766,26 @@ def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = DRILL_
     raise RuntimeError(f"no drill fits {d}")
 
 
+def equation_drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = DRILL_OPS) -> Problem:
+    """A drill on an equation the problems themselves write: the operator drawn uniformly from
+    ``ops``, then problems drawn at ``d`` until one writes an equation with it, and one of those
+    equations (uniformly) asked as "What is a op b?". Unlike ``drill``, whose operands are drawn
+    uniformly in ``d``'s limits, its numbers follow the problems': sums and differences of
+    earlier results (two and three digits) as often as the solutions hold them. Only equations
+    of training problems (not ``is_heldout``) are drilled."""
+    if not ops or set(ops) - set("+-*/"):
+        raise ValueError(f"drill operators must be a non-empty string of + - * /, got {ops!r}")
+    op = ops[int(rng.integers(len(ops)))]
+    for _ in range(1000):
+        p = draw(rng, d)
+        found = [m for m in EQUATION.finditer(p.solution) if m[2] == op]
+        if found and not is_heldout(p.question):
+            m = found[int(rng.integers(len(found)))]
+            a, b, c = int(m[1]), int(m[3]), int(m[4])
+            return Problem(f"What is {a} {op} {b}?", f"{a} {op} {b} = {c}\n#### {c}", c, 1, "drill")
+    raise RuntimeError(f"no problem at {d} writes an equation with {op}")
+
+
 def is_heldout(question: str) -> bool:
     """The held-out split, by the SHA-256 of the question text."""
     return hashlib.sha256(question.encode("utf-8")).digest()[0] < 256 * HELDOUT_FRAC

@@ -50,7 +50,8 @@ level gets ``--adapt-answers`` of the answers and ``--adapt-equations`` of the e
 (the level and the evaluations are in the checkpoint, so a resume is exact); ``--drill-share P``
 makes a share P of those rows arithmetic drills (``gsm.drill``: "What is a op b?", addition and
 subtraction twice as often, or as ``--drill-ops sub,sub,div,div,add,mul`` weights them) at the
-row's level; ``--mask-results P`` masks, in a share P of the
+row's level, their operands drawn in the level's limits or, with ``--drill-from problems``, an
+equation the problems themselves write (``gsm.equation_drill``); ``--mask-results P`` masks, in a share P of the
 rows, every written result (the digits after ``= `` and after ``#### ``) on top of the
 k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
 elsewhere in the block; ``--result-weight W`` weights the loss of the results and of the 2 tokens
@@ -429,15 +430,18 @@ def corpus_level(args) -> int:
     return GSM_DEFAULTS["corpus_level"] if args.corpus_level is None else args.corpus_level
 
 
+DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}      # --drill-from
+
+
 def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0,
-                  drill_ops: str = gsm.DRILL_OPS) -> gsm.Problem:
+                  drill_ops: str = gsm.DRILL_OPS, drill_from: str = "range") -> gsm.Problem:
     """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one; a
-    drill (``gsm.drill`` over the operators ``drill_ops``) with probability ``drill_share`` (0:
-    the draws are unchanged)."""
+    drill (``DRILLS[drill_from]`` over the operators ``drill_ops``) with probability
+    ``drill_share`` (0: the draws are unchanged)."""
     drill = drill_share > 0 and np.random.Generator(np.random.PCG64([seed, 13, step, j])).random() < drill_share
     for i in range(100):
         rng = np.random.Generator(np.random.PCG64([seed, 11, step, j, i]))
-        p = gsm.drill(rng, difficulty, drill_ops) if drill else gsm.draw(rng, difficulty)
+        p = DRILLS[drill_from](rng, difficulty, drill_ops) if drill else gsm.draw(rng, difficulty)
         if not gsm.is_heldout(p.question):
             return p
     raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
@@ -454,7 +458,8 @@ def step_rows(rows, tok, args, step: int, rng: np.random.Generator, level: int |
     align, max_len = row_align(args), args.seq_len
     if args.fresh_problems:
         docs = [fresh_problem(corpus_seed(args), step, j, gsm.LEVELS[row_level(args, step, j, level)],
-                              getattr(args, "drill_share", 0.0), drill_ops(args)).document
+                              getattr(args, "drill_share", 0.0), drill_ops(args),
+                              getattr(args, "drill_from", None) or "range").document
                 for j in range(args.batch)]
         return [encode_row(d, tok, align, args.answer_only, max_len) for d in docs]
     return [rows.rows[i] for i in rng.integers(0, len(rows), size=args.batch)]
@@ -503,6 +508,8 @@ def check_recipe(args) -> None:
         raise ValueError("--drill-share mixes drills into fresh problems: it needs --fresh-problems")
     if getattr(args, "drill_ops", None) and not getattr(args, "drill_share", 0.0):
         raise ValueError("--drill-ops sets the operators of the drills: it needs --drill-share")
+    if getattr(args, "drill_from", None) and not getattr(args, "drill_share", 0.0):
+        raise ValueError("--drill-from sets where the drills' numbers come from: it needs --drill-share")
     if getattr(args, "result_weight", 1.0) != 1.0 and not rows:
         raise ValueError("--result-weight weights the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "mask_results", 0.0) and not rows:
@@ -537,7 +544,7 @@ def recipe(args: dict) -> dict:
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
-            "drill_ops": args.get("drill_ops") or gsm.DRILL_OPS,
+            "drill_ops": args.get("drill_ops") or gsm.DRILL_OPS, "drill_from": args.get("drill_from") or "range",
             "mask_results": args.get("mask_results", 0.0), "result_weight": args.get("result_weight", 1.0)}
 
 
@@ -580,6 +587,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--drill-share: the drills' operators (add, sub, mul, div), drawn uniformly from the "
                         "list (repeat one to draw it more often), e.g. sub,sub,div,div,add,mul; "
                         "default add,sub,add,sub,mul,div")
+    p.add_argument("--drill-from", choices=sorted(DRILLS), default=None,
+                   help="--drill-share: the drills' operands drawn uniformly in the level's limits (range, "
+                        "the default) or an equation of a fresh training problem (problems: the sizes "
+                        "the solutions write)")
     p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
                    help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
                         "are all masked, on top of the k ~ U{1..n} masks, default 0")
@@ -684,7 +695,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--eot-weight": args.get("eot_weight", 1.0), "--fresh-problems": args.get("fresh_problems", False),
             "--curriculum": args.get("curriculum"), "--curriculum-lower": args.get("curriculum_lower", 0.4),
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
-            "--drill-ops": args.get("drill_ops") or gsm.DRILL_OPS,
+            "--drill-ops": args.get("drill_ops") or gsm.DRILL_OPS, "--drill-from": args.get("drill_from") or "range",
             "--mask-results": args.get("mask_results", 0.0), "--result-weight": args.get("result_weight", 1.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
