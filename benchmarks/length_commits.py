@@ -61,8 +61,7 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
         block, pos = where(j1)
         k = step[block, pos]
         p = conf.get((block, k))                                    # None: the block's first step
-        outcome = "right" if c == true else "wrong length" if quality_math.wrong_length(a, op, b, c) else "wrong digits"
-        out.append({"outcome": outcome, "first": k < min(digits), "before_last": k < max(digits),
+        out.append({"outcome": quality_math.outcome(a, op, b, c), "first": k < min(digits), "before_last": k < max(digits),
                     "conf": None if p is None else float(p[pos])})
     return out
 

@@ -58,6 +58,12 @@ def wrong_length(a: int, op: str, b: int, c: int) -> bool:
     return true is not None and len(str(true)) != len(str(c))
 
 
+def outcome(a: int, op: str, b: int, c: int) -> str:
+    """``"right"``, ``"wrong length"`` (``wrong_length``) or ``"wrong digits"``: what a written
+    equation ``a op b = c`` got wrong."""
+    return "right" if gsm._apply(a, op, b) == c else "wrong length" if wrong_length(a, op, b, c) else "wrong digits"
+
+
 def report(target, n: int, new_tokens: int) -> dict:
     t0, rows, right, by_steps = time.perf_counter(), [], [], defaultdict(list)
     eq_right = eq_all = 0
