@@ -61,8 +61,8 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
         block, pos = where(j1)
         k = step[block, pos]
         p = conf.get((block, k))                                    # None: the block's first step
-        out.append({"outcome": quality_math.outcome(a, op, b, c), "first": k < min(digits), "before_last": k < max(digits),
-                    "conf": None if p is None else float(p[pos])})
+        out.append({"outcome": quality_math.outcome(a, op, b, c), "first": k < min(digits),
+                    "before_last": k < max(digits), "conf": None if p is None else float(p[pos])})
     return out
 
 
