@@ -23,6 +23,7 @@ import time
 from functools import cache
 
 import numpy as np
+import torch
 
 from spotref.load.files import atomic_write_text, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
@@ -122,10 +123,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch threads (default 1: two jobs side by side on two cores do not contend)")
     p.add_argument("--update-shipped", action="store_true", help=f"write the committed {SHIPPED}")
 
 
 def run(args) -> int:
+    torch.set_num_threads(args.threads)
     if args.update_shipped and args.out:
         raise ValueError(f"--update-shipped writes {SHIPPED}: leave out --out")
     directory = args.targets_dir or TARGETS_DIR

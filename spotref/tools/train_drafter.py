@@ -88,6 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sets", action="store_true", help="skip the set head (SPOT-Sets)")
     p.add_argument("--set-prompts", type=positive_int, default=60,
                    help="training prompts per temperature and threshold for the set head")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch threads (default 1: two jobs side by side on two cores do not contend)")
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
 
 
@@ -333,6 +335,7 @@ def out_path(args) -> Path:
 
 
 def run(args) -> int:
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t0 = time.time()
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
