@@ -94,6 +94,14 @@ def choice_list(choices):
     return parse
 
 
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """``--threads`` (default 1) for a tool that runs torch; the tool's ``run`` calls
+    ``torch.set_num_threads(args.threads)``. torch's own default is every core, so two jobs side
+    by side on a small machine would run more threads than cores and slow each other several-fold."""
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch CPU threads (default 1: more threads than free cores slow every pass)")
+
+
 def plain(doc: str) -> str:
     """A docstring's first line as help text: without the RST ``literal`` markup."""
     return doc.strip().splitlines()[0].replace("``", "")

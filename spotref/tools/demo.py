@@ -22,15 +22,13 @@ from spotref.load.drafters import find_checkpoint, resolve_drafter
 from spotref.load.gsm import final_answer
 from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
-from spotref.tools.argtypes import int_list, nonneg_int, positive_int, seed_int
+from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
 from spotref.tools.report import answer_blocks, progress, table
 
 
 def add_arguments(p):
     p.add_argument("--prompts", type=positive_int, default=4, help="number of held-out prompts (>= 1)")
-    p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: the bundled targets are small, and on a shared "
-                        "machine more threads than free cores can slow every pass a hundredfold)")
+    add_threads(p)
     p.add_argument("--gen-length", type=positive_int, default=64, help="new tokens per prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--budgets", type=int_list(1), default=[16],

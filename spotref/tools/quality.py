@@ -45,7 +45,7 @@ from spotref.draft import Draft
 from spotref.load.files import atomic_write_text
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import quality_math
-from spotref.tools.argtypes import positive_int, tool_main
+from spotref.tools.argtypes import add_threads, positive_int, tool_main
 from spotref.tools.corpus import build_corpus, heldout_code, whitespace_share
 
 
@@ -150,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-tokens", type=positive_int, default=64, help="a multiple of the block size")
     p.add_argument("--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; a math target: 256)")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
+    add_threads(p)
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
 
 

@@ -28,7 +28,7 @@ import torch
 from spotref.load.files import atomic_write_text, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
-from spotref.tools.argtypes import positive_int, tool_main
+from spotref.tools.argtypes import add_threads, positive_int, tool_main
 from spotref.tools.report import table
 from spotref.tools.train_drafter import recorded
 
@@ -123,8 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")
-    p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: two jobs side by side on two cores do not contend)")
+    add_threads(p)
     p.add_argument("--update-shipped", action="store_true", help=f"write the committed {SHIPPED}")
 
 

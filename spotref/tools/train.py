@@ -89,6 +89,7 @@ from spotref.load.files import atomic_path, atomic_save, atomic_write_text
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel, rope
 from spotref.tools.argtypes import (
+    add_threads,
     guarded,
     int_list,
     nonneg_int,
@@ -641,7 +642,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weighting", choices=("tokens", "elbo"), default="tokens",
                    help="loss weighting: tokens (mean over masked tokens) or elbo (1 / t per block)")
     p.add_argument("--seed", type=seed_int, default=0, help="data and init seed")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    add_threads(p)
     p.add_argument("--bf16", action="store_true",
                    help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)")
     p.add_argument("--eval-every", type=positive_int, default=250, help="held-out loss every this many steps")

@@ -48,6 +48,7 @@ from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import (
+    add_threads,
     nonneg_int,
     positive_int,
     positive_real,
@@ -88,8 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sets", action="store_true", help="skip the set head (SPOT-Sets)")
     p.add_argument("--set-prompts", type=positive_int, default=60,
                    help="training prompts per temperature and threshold for the set head")
-    p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: two jobs side by side on two cores do not contend)")
+    add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
 
 
