@@ -117,13 +117,20 @@ class View:
     rule: DecisionRule
     budget: int                    # node budget N (root included)
     depth: int                     # depth cap D
+    unseen: np.ndarray             # (B,) bool: committed since the stale pass (its bonus decision)
 
     @classmethod
-    def of(cls, state, step, block, stale_logits, rule, budget, depth) -> "View":
-        """A view over copies of the decoder's state (read-only) and stale logits."""
+    def of(cls, state, step, block, stale_logits, rule, budget, depth, stale_state=None) -> "View":
+        """A view over copies of the decoder's state (read-only) and stale logits.
+
+        stale_state: (B,) the state the stale logits were computed at (None: the current state,
+        so no position reads as unseen)."""
         tokens = state.copy()
         tokens.flags.writeable = False
-        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth))
+        unseen = np.zeros(len(tokens), dtype=bool) if stale_state is None else \
+            (np.asarray(stale_state) == rule.mask_id) & (tokens != rule.mask_id)
+        unseen.flags.writeable = False
+        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth), unseen)
 
     @property
     def temperature(self) -> float:

@@ -122,6 +122,23 @@ def test_stale_logits_view_is_float32_of_shape_b_v():
     assert seen and set(seen) == {(torch.float32, (4, 33), np.dtype(np.int64))}
 
 
+@pytest.mark.parametrize("T, threshold", [(0.0, None), (1.0, None), (1.0, 0.3)])
+@pytest.mark.parametrize("budget, depth", [(1, 0), (16, 8)])
+def test_view_unseen_is_the_last_decision_the_stale_pass_did_not_see(T, threshold, budget, depth):
+    """The stale logits are the deepest accepted state's; the round's bonus decision came after."""
+    from spotref.drafters.confidence import ConfidenceDrafter
+    m, seen, inner = tiny_model(V=80, B=16, seed=4), [], ConfidenceDrafter()
+
+    def spy(view):
+        assert not view.unseen.flags.writeable and view.unseen.dtype == bool
+        seen.append((view.block, view.step, set(np.flatnonzero(view.unseen).tolist())))
+        return inner(view)
+    res = spotref.generate(m, [3, 1, 4], 40, temperature=T, seed=2, threshold=threshold, drafter=spy,
+                           budget=budget, depth=depth)
+    decided = {(b, k): {p for p, _ in d} for b, k, d in res.stats["trajectory"]}
+    assert seen and all(unseen == decided[(b, k - 1)] and unseen for b, k, unseen in seen)
+
+
 def test_auto_budget_is_exact_and_within_the_measured_budgets():
     m = tiny_model(V=80, B=8, seed=1)
     exact = spotref.generate(m, [1, 2, 3], 20, temperature=1.0)

@@ -35,6 +35,13 @@ def write_stale_logits(view):
     view.stale_logits[:, 7] = 50.0
 
 
+def write_unseen(view):
+    with pytest.raises(ValueError, match="read-only"):
+        view.unseen[:] = True
+    view.unseen.flags.writeable = True            # its own array: even unlocked, writes stay in the view
+    view.unseen[:] = ~view.unseen
+
+
 def bend_the_rule(view):
     rule = view.rule
     rule.temperature, rule.threshold, rule.top_k, rule.top_p = 3.0, 0.01, 2, 0.3
@@ -47,7 +54,7 @@ def poison_the_noise(view):
     view.rule.noise(view.block, view.step, "cpu")[:, 9] = 1e6
 
 
-ATTACKS = [write_state, write_state_locked, write_stale_logits, bend_the_rule, poison_the_noise]
+ATTACKS = [write_state, write_state_locked, write_unseen, write_stale_logits, bend_the_rule, poison_the_noise]
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda f: f.__name__)

@@ -27,8 +27,10 @@ def random_inputs(N=3, B=8, V=50, seed=0):
     probs = torch.softmax(torch.randn(B, V, generator=g) * 3, -1)
     masked = torch.rand(N, B, generator=g) < 0.6
     masked[:, 0] = True
-    x = order.features(order.top_probs(probs), torch.rand(N, B, generator=g), masked,
-                       torch.zeros(N, B, dtype=torch.long), torch.arange(N), 1.0)
+    marks = torch.where(masked, 0, torch.randint(0, 3, (N, B), generator=g))
+    unseen = ~masked[0] & (marks[0] == 0) & (torch.rand(B, generator=g) < 0.3)
+    x = order.features(order.top_probs(probs), torch.rand(N, B, generator=g), masked, marks, torch.arange(N),
+                       1.0, unseen)
     return x, masked
 
 
@@ -47,8 +49,9 @@ def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
 def test_the_certainty_feature_resolves_confidences_near_one():
     pc = torch.tensor([[0.99999, 0.9999, 0.999999, 0.5]])                       # (1, 4)
     masked = torch.ones(1, 4, dtype=torch.bool)
-    x = order.features(torch.zeros(4, 32), pc, masked, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1), 0.0)
-    assert x.shape == (1, 4, 49) and order.CERTAIN == 48
+    x = order.features(torch.zeros(4, 32), pc, masked, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1), 0.0,
+                       torch.zeros(4, dtype=torch.bool))
+    assert x.shape == (1, 4, order.FEATURE_WIDTH) and order.CERTAIN == 48
     assert torch.allclose(x[0, :, order.CERTAIN], -(1 - pc[0]).log() / order.LOG_SCALE)
     s, _ = order.OrderModel(4).eval()(x, masked)                 # untrained: the stale-confidence order
     assert s[0].argsort(descending=True).tolist() == [2, 0, 1, 3]
@@ -57,19 +60,80 @@ def test_the_certainty_feature_resolves_confidences_near_one():
     assert (s48[0, :3] - s48[0, :3].max()).abs().max() < 1e-3
 
 
-def test_features_are_append_only_and_a_48_wide_checkpoint_reads_its_48():
+@pytest.mark.parametrize("width", order.WIDTHS[:-1])
+def test_features_are_append_only_and_a_narrower_checkpoint_reads_its_own(width):
     x, masked = random_inputs()
-    m = order.OrderModel(8, feature_width=48).eval()
+    m = order.OrderModel(8, feature_width=width).eval()
     with torch.no_grad():
-        assert torch.equal(m(x, masked)[0], m(x[..., :48].contiguous(), masked)[0])
+        assert torch.equal(m(x, masked)[0], m(x[..., :width].contiguous(), masked)[0])
     with pytest.raises(AssertionError, match="want"):
-        order.OrderModel(8)(x[..., :48], masked)                   # a 49-wide model needs all 49
+        order.OrderModel(8)(x[..., :width], masked)                # a full-width model needs them all
+    assert order.WIDTHS == (48, 49, 52) and order.FEATURE_WIDTH == 52
+
+
+def test_an_untrained_model_ignores_freshness():
+    """The skip starts at the stale log-odds alone: freshness only enters through training."""
+    x, masked = random_inputs()
+    y = x.clone()
+    y[..., order.CERTAIN + 1:] = torch.rand_like(y[..., order.CERTAIN + 1:])
+    m = order.OrderModel(8).eval()
+    with torch.no_grad():
+        assert torch.equal(m(x, masked)[0], m(y, masked)[0])
+
+
+@pytest.mark.parametrize("width", order.WIDTHS[:-1])
+def test_a_narrower_model_widened_scores_as_before(width):
+    """``--init`` from an older checkpoint: the appended features start with zero weight."""
+    x, masked = random_inputs()
+    m = order.OrderModel(8, feature_width=width).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.1)                      # not the untrained identity
+        wide = order.widened(m)
+        assert wide.config["feature_width"] == order.FEATURE_WIDTH and order.widened(wide) is wide
+        assert torch.allclose(m(x, masked)[0], wide(x, masked)[0], atol=1e-6, equal_nan=True)
+        assert torch.allclose(m(x, masked)[1], wide(x, masked)[1], atol=1e-6)
+    with pytest.raises(ValueError, match="cannot be narrowed"):
+        order.widened(wide, width)
+
+
+def brute_fresh(fresh):
+    """1 / the distance to the nearest fresh position strictly left and strictly right (0: none)."""
+    B = len(fresh)
+    left = [next((1 / (j - i) for i in range(j - 1, -1, -1) if fresh[i]), 0.0) for j in range(B)]
+    right = [next((1 / (i - j) for i in range(j + 1, B) if fresh[i]), 0.0) for j in range(B)]
+    return left, right
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=4))
+def test_fresh_distances_match_a_brute_force(rows):
+    near = order.fresh_distances(torch.tensor(rows))                           # (N, B, 2)
+    for r, row in enumerate(rows):
+        left, right = brute_fresh(row)
+        assert torch.allclose(near[r, :, 0], torch.tensor(left)) and torch.allclose(near[r, :, 1], torch.tensor(right))
+
+
+def test_freshness_marks_the_unseen_commit_and_the_drafts():
+    """unseen at the root, drafted commits at a node: both count as fresh."""
+    B = 8
+    masked = torch.ones(2, B, dtype=torch.bool)
+    masked[:, 2] = False                                            # the unseen bonus commit
+    masked[1, 5] = False                                            # node 1 drafted position 5
+    marks = torch.zeros(2, B, dtype=torch.long)
+    marks[1, 5] = 1
+    unseen = torch.zeros(B, dtype=torch.bool)
+    unseen[2] = True
+    x = order.features(torch.zeros(B, 32), torch.full((2, B), 0.5), masked, marks, torch.zeros(2), 0.0, unseen)
+    U = order.CERTAIN + 1
+    assert x[:, :, U].tolist() == [[0, 0, 1, 0, 0, 0, 0, 0]] * 2
+    assert x[0, 3, U + 1] == 1.0 and x[0, 4, U + 1] == 0.5 and x[0, 1, U + 2] == 1.0 and x[0, 6, U + 2] == 0.0
+    assert x[1, 6, U + 1] == 1.0 and x[1, 4, U + 2] == 1.0 and x[1, 3, U + 1] == 1.0
 
 
 def test_the_shipped_checkpoints_keep_their_width():
     from spotref.load.drafters import list_checkpoints, load_drafter
     for name in list_checkpoints():
-        assert load_drafter(name).model.config["feature_width"] in (48, order.FEATURE_WIDTH), name
+        assert load_drafter(name).model.config["feature_width"] in order.WIDTHS, name
 
 
 def test_checkpoint_round_trip(tmp_path):

@@ -208,21 +208,31 @@ def left_to_right(inp, N, D):
     return spotref.Draft.chain([((int(j), int(inp.coupled(inp.step + d)[0][j])),) for d, j in enumerate(masked)])
 
 
+def beside_unseen(inp, N, D):
+    """A chain over the masked positions nearest the unseen commit first (reads ``unseen``)."""
+    masked, unseen = np.flatnonzero(inp.tokens == inp.mask_id), np.flatnonzero(inp.unseen)
+    assert len(unseen) >= 1
+    near = sorted(masked, key=lambda j: (np.abs(unseen - j).min(), j))[: min(N - 1, D)]
+    return spotref.Draft.chain([((int(j), int(inp.coupled(inp.step + d)[0][j])),) for d, j in enumerate(near)])
+
+
 @pytest.mark.parametrize("T", [0.0, 1.0])
-def test_offline_curve_equals_online_commits_per_round(T):
+@pytest.mark.parametrize("chain", [left_to_right, beside_unseen])
+def test_offline_curve_equals_online_commits_per_round(T, chain):
     """Rounds simulated on recorded trajectories commit exactly what the decoder commits per
-    round (a mean over round starts: averaging over every recorded state would overcount)."""
+    round (a mean over round starts: averaging over every recorded state would overcount); a
+    recorded row reads what the live view reads, the unseen commit included."""
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     prompts, N, D = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8], 6, 4
     online = []
     for p in prompts:
         res = spotref.generate(model, p, 24, temperature=T, seed=0, budget=N, depth=D,
-                               drafter=lambda view: left_to_right(ViewInputs(view), view.budget, view.depth))
+                               drafter=lambda view: chain(ViewInputs(view), view.budget, view.depth))
         online += [a for (_, k), a in zip(res.stats["starts"], res.stats["accepted"]) if k > 0]
     data = {T: record(model, prompts, 24, T, seeds=(0,))}
-    offline = train_drafter.curves({"l2r": lambda r, n, d, t: left_to_right(r, n, d)}, data,
+    offline = train_drafter.curves({"chain": lambda r, n, d, t: chain(r, n, d)}, data,
                                    budgets=(N,), depth=D, limit=10 ** 6)
-    assert offline["l2r"]["0" if T == 0 else "1"][str(N)] == pytest.approx(np.mean(online), abs=1e-12)
+    assert offline["chain"]["0" if T == 0 else "1"][str(N)] == pytest.approx(np.mean(online), abs=1e-12)
     assert max(online) > 1 and min(online) == 1                    # rounds of both kinds were seen
 
 

@@ -1,7 +1,7 @@
 """What a drafter reads: the ``DrafterInputs`` contract, and ``ViewInputs``, its form over a live view.
 
 The order model and the calibrated graph read the same few things about a round: the current
-state, its step, the stale top-32 probabilities, and the coupled tokens (and runner-ups) with
+state, its step, what was committed since the stale pass, the stale top-32 probabilities, and the coupled tokens (and runner-ups) with
 their stale probabilities at any step. ``ViewInputs`` computes them from a ``View`` through the
 decision rule (``spotref.rules``: the one home of sampling and confidence); recorded trajectories
 (``spotref.tools.trajectories.Row``) hand the same names to offline training and evaluation.
@@ -22,6 +22,7 @@ class DrafterInputs(Protocol):
 
     tokens: np.ndarray          # (B,) int64 state, MASK where uncommitted
     step: int                   # decisions taken in the block
+    unseen: np.ndarray          # (B,) bool: committed since the stale pass
     mask_id: int
     temperature: float
     top: torch.Tensor           # (B, 32) sorted stale probabilities
@@ -38,6 +39,7 @@ class ViewInputs:
 
     def __init__(self, view):
         self.view, self.tokens, self.step, self.mask_id = view, view.tokens, view.step, view.mask_id
+        self.unseen = view.unseen
         self.temperature = view.temperature
         self.probs = view.rule.probs(view.stale_logits).float()                # (B, V) what c is taken from
         self._coupled, self._second = {}, {}

@@ -17,9 +17,17 @@ vocabulary-agnostic by construction):
   shows only in 1 - p (on the gsm target the stale-confidence order predicts 0.647 of the next
   commits from float32 confidences and 0.539 from float16 ones).
 
-In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY)`` = 32 + 7 + 9 + 1 = 49 numbers.
-Features are append-only: a model reads the first ``feature_width`` of them, so checkpoints
-trained on the first 48 (before the certainty feature) load and draft as they did.
+* freshness (``FRESH``): the positions committed since the stale pass, which the stale
+  distributions did not see: the last round's bonus decision (``View.unseen``, marked 1) and
+  the draft's own commits; for every position 1 / (distance to the nearest of them on its left)
+  and on its right (0: none). A commit moves its neighbours' distributions most, and neither the
+  bonus decision nor that neighbourhood shows in the stale distributions (on the gsm target
+  39% of the stale order's misses are the bonus decision's neighbour).
+
+In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY) + len(FRESH)`` = 32 + 7 + 9 + 1 + 3 = 52
+numbers. Features are append-only: a model reads the first ``feature_width`` of them, so
+checkpoints trained on the first 48 (before the certainty feature) or 49 (before freshness)
+load and draft as they did.
 
 A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
 B positions gives two numbers per position: the next-commit score (non-masked positions get
@@ -54,9 +62,11 @@ STRUCT = ("masked", "in_draft", "draft_depth / B", "step / B", "p_coupled",
           "log(p_coupled) / LOG_SCALE", "T / (1 + T)")       # the structure features, in order
 POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
 CERTAINTY = ("-log(1 - p_coupled) / LOG_SCALE",)               # resolves confidences near 1
-FEATURE_WIDTH = TOP_K + len(STRUCT) + POSITION + len(CERTAINTY)   # top, structure, position, certainty: 49
+FRESH = ("unseen", "1 / left distance to fresh", "1 / right distance to fresh")   # fresh: committed
+                                                              # since the stale pass (unseen or drafted)
 CERTAIN = TOP_K + len(STRUCT) + POSITION                      # the certainty feature's index
-WIDTHS = (CERTAIN, FEATURE_WIDTH)                             # checkpoints read: before / with certainty
+FEATURE_WIDTH = CERTAIN + len(CERTAINTY) + len(FRESH)         # top, structure, position, certainty, freshness: 52
+WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FEATURE_WIDTH)   # checkpoints read: before certainty / freshness, all
 LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
 SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
@@ -159,6 +169,22 @@ def without_set_head(model: OrderModel) -> OrderModel:
     return new.eval()
 
 
+def widened(model: OrderModel, width: int = FEATURE_WIDTH) -> OrderModel:
+    """``model`` reading the first ``width`` features (features are append-only): the added
+    features' input weights start at zero, so it scores exactly as before until trained."""
+    F = model.config["feature_width"]
+    if F == width:
+        return model
+    if F > width:
+        raise ValueError(f"an order model reading {F} features cannot be narrowed to {width}")
+    new = OrderModel(**{"set_hidden": None, **model.config, "feature_width": width})
+    sd = model.state_dict()
+    for k in ("embed.0.weight", "skip.weight"):                                   # (out, F) -> (out, width)
+        sd[k] = torch.nn.functional.pad(sd[k], (0, width - F))
+    new.load_state_dict(sd)
+    return new.eval()
+
+
 def temperature_key(T: float) -> str:
     """Checkpoint headers keep one entry per regime: "0" for T = 0 (argmax), "1" for T > 0."""
     return "1" if T > 0 else "0"
@@ -181,14 +207,29 @@ def position_features(B: int) -> torch.Tensor:
     return torch.cat([(j / B)[:, None], ang.sin(), ang.cos()], -1)
 
 
+def fresh_distances(fresh: torch.Tensor) -> torch.Tensor:
+    """fresh: (N, B) bool -> (N, B, 2): 1 / the distance from each position j to the nearest
+    fresh position strictly left of j, and strictly right of j (0 where there is none)."""
+    N, B = fresh.shape
+    j = torch.arange(B).expand(N, B)
+    left = torch.where(fresh, j, -1).cummax(-1).values                          # (N, B) last fresh at or before j
+    left = torch.cat([torch.full((N, 1), -1), left[:, :-1]], -1)                 # strictly before j
+    right = torch.where(fresh, j, B).flip(-1).cummin(-1).values.flip(-1)         # first fresh at or after j
+    right = torch.cat([right[:, 1:], torch.full((N, 1), B)], -1)                 # strictly after j
+    inv = lambda d, none: torch.where(none, 0.0, 1.0 / d.clamp_min(1).float())
+    return torch.stack([inv(j - left, left < 0), inv(right - j, right >= B)], -1)
+
+
 def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
-             draft_depth: torch.Tensor, step: torch.Tensor, temperature) -> torch.Tensor:
+             draft_depth: torch.Tensor, step: torch.Tensor, temperature,
+             unseen: torch.Tensor) -> torch.Tensor:
     """The order model's input for N hypothetical states of one block.
 
     top: (N, B, 32) or (B, 32) sorted stale probabilities; p_coupled: (N, B) stale probability of
     the coupled token at each node's step; masked: (N, B) bool; draft_depth: (N, B) depth in the
     draft at which a position was committed (0: not by the draft); step: (N,) node steps;
-    temperature: a float or (N,) per state.
+    temperature: a float or (N,) per state; unseen: (N, B) or (B,) bool, committed since the
+    stale pass before the draft (the root's ``View.unseen``).
     Returns (N, B, FEATURE_WIDTH) float32.
     """
     N, B = masked.shape
@@ -201,7 +242,9 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
                           pc.clamp_min(1e-9).log() / LOG_SCALE,
                           (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, len(STRUCT))
     certain = -(1 - pc).clamp_min(1e-9).log()[..., None] / LOG_SCALE                 # (N, B, 1)
-    return torch.cat([top.float(), struct, pos, certain], -1)
+    unseen = torch.as_tensor(unseen, dtype=torch.bool).expand(N, B)
+    near = fresh_distances(unseen | (draft_depth > 0))                                # (N, B, 2)
+    return torch.cat([top.float(), struct, pos, certain, unseen.float()[..., None], near], -1)
 
 
 CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k", "set_hidden")

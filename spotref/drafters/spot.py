@@ -137,7 +137,7 @@ class SpotDrafter(torch.nn.Module):
         masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
         pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
         x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
-                           torch.tensor(steps), inp.temperature)                    # (N, B, F)
+                           torch.tensor(steps), inp.temperature, torch.tensor(inp.unseen))     # (N, B, F)
         return x, masked
 
     @torch.inference_mode()

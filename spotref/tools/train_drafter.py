@@ -115,7 +115,7 @@ def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     ok = (ctok[ar, y] == torch.from_numpy(a["fut_tok"][rows, depths].astype(np.int64))).float()
     step = torch.from_numpy(a["step"][rows].astype(np.int64)) + d
     x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step,
-                       torch.from_numpy(a["temp"][rows].astype(np.float32)))
+                       torch.from_numpy(a["temp"][rows].astype(np.float32)), torch.from_numpy(a["unseen"][rows]))
     return x, masked, y, ok
 
 
@@ -350,8 +350,8 @@ def run(args) -> int:
     print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
           f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
     model = order.OrderModel(target.model.block_size, set_hidden=None)           # the set head comes after
-    if args.init:                                                                # block-relative features
-        model.load_state_dict(order.without_set_head(load_order_model(args.init)[0]).state_dict())
+    if args.init:                                    # block-relative features; new ones start unused
+        model.load_state_dict(order.widened(order.without_set_head(load_order_model(args.init)[0])).state_dict())
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
     acc, base, train_acc = report_accuracy(model, train_sets, test_sets)

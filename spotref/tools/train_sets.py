@@ -50,7 +50,7 @@ def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     pc = torch.from_numpy(a["pc"][rows, k].astype(np.float32))
     step = torch.from_numpy(a["step"][rows].astype(np.int64) + depths)
     x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step,
-                       torch.from_numpy(a["temp"][rows].astype(np.float32)))
+                       torch.from_numpy(a["temp"][rows].astype(np.float32)), torch.from_numpy(a["unseen"][rows]))
     return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
 
 

@@ -2,7 +2,7 @@
 
 ``record(model, prompts, temperature, seeds)`` runs ``spotref.generate`` with a drafter that
 drafts nothing (so the run is exact decoding) but saves, at every state after a block's first,
-what a drafter can read: the state, its step, the top-32 stale probabilities, and for the next
+what a drafter can read: the state, its step, what was committed since the stale pass, the top-32 stale probabilities, and for the next
 ``DEPTH + 1`` steps the coupled-noise stale tokens (and runner-up tokens) with their stale
 probabilities. The run's trajectory then gives the true commits from each state to the end of
 its block: ``fut_pos`` / ``fut_tok`` in commit order and ``fut_when``, the step offset of each
@@ -28,8 +28,8 @@ from spotref.load.files import atomic_save
 from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
-FORMAT = 2          # 2: stale probabilities of the coupled tokens in float32 (1: float16, which reads 1 near certainty)
-FIELDS = ("tokens", "step", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
+FORMAT = 3          # 3: + unseen; 2: stale probabilities of the coupled tokens in float32 (1: float16)
+FIELDS = ("tokens", "step", "unseen", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
           "tau", "prompt")
 
 
@@ -46,7 +46,8 @@ class Recorder:
             else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
         c = {m: inp.pair(m) for m in set(steps)}
         prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].numpy()             # float32: 1 - p matters
-        self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), top=inp.top.half().numpy(),
+        self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), unseen=view.unseen.copy(),
+                              top=inp.top.half().numpy(),
                               ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
                               pc=np.stack([prob(c[m][0]) for m in steps]),
                               ctok2=torch.stack([c[m][1] for m in steps]).numpy().astype(np.int32),
@@ -155,6 +156,7 @@ class Row:
     def __init__(self, ds: Trajectories, i: int):
         a = ds.arrays
         self.tokens, self.step, self.mask_id = a["tokens"][i], int(a["step"][i]), ds.mask_id
+        self.unseen = a["unseen"][i]                                                  # (B,) bool
         self.top = torch.from_numpy(a["top"][i].astype(np.float32))                # (B, 32)
         self.ctok, self.pc, self.ctok2, self.pc2 = a["ctok"][i], a["pc"][i], a["ctok2"][i], a["pc2"][i]
         n = int((a["fut_pos"][i] >= 0).sum())
