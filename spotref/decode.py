@@ -210,7 +210,8 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
     path, bonus = core.walk(tree, decide)
     last, taken = path[-1], [decided[r] for r in path if decided[r]]
     stats.record(block, int(tree.steps[0]), taken, len(tree))
-    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float(), tree.states[last].copy(), taken
+    seen = tree.states[last].copy()                                            # (B,) what L(n*) saw
+    return apply(seen, bonus), int(tree.steps[last]) + 1, logits[last].float(), seen, taken
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,

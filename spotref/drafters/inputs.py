@@ -1,8 +1,8 @@
 """What a drafter reads: the ``DrafterInputs`` contract, and ``ViewInputs``, its form over a live view.
 
 The order model and the calibrated graph read the same few things about a round: the current
-state, its step, what was committed since the stale pass, the stale top-32 probabilities, and the coupled tokens (and runner-ups) with
-their stale probabilities at any step. ``ViewInputs`` computes them from a ``View`` through the
+state, its step, what was committed since the stale pass, the stale top-32 probabilities, and
+the coupled tokens (and runner-ups) with their stale probabilities at any step. ``ViewInputs`` computes them from a ``View`` through the
 decision rule (``spotref.rules``: the one home of sampling and confidence); recorded trajectories
 (``spotref.tools.trajectories.Row``) hand the same names to offline training and evaluation.
 """

@@ -2,9 +2,9 @@
 
 ``record(model, prompts, temperature, seeds)`` runs ``spotref.generate`` with a drafter that
 drafts nothing (so the run is exact decoding) but saves, at every state after a block's first,
-what a drafter can read: the state, its step, what was committed since the stale pass, the top-32 stale probabilities, and for the next
-``DEPTH + 1`` steps the coupled-noise stale tokens (and runner-up tokens) with their stale
-probabilities. The run's trajectory then gives the true commits from each state to the end of
+what a drafter can read: the state, its step, what was committed since the stale pass, the
+top-32 stale probabilities, and for the next ``DEPTH + 1`` steps the coupled-noise stale tokens
+(and runner-up tokens) with their stale probabilities. The run's trajectory then gives the true commits from each state to the end of
 its block: ``fut_pos`` / ``fut_tok`` in commit order and ``fut_when``, the step offset of each
 (0, 1, 2, ... under the one-position rule; under the threshold rule, ``record(threshold=tau)``,
 one offset per commit set, members in ascending position; ``tau`` is NaN for one-position rows). Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
