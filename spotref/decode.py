@@ -112,7 +112,6 @@ class Block:
         self.rule, self.drafter, self.core = rule, drafter, core
         self.budget, self.depth, self.index = budget, depth, index
         self.state, self.step, self.stale, self.passes = np.array(state, dtype=np.int64), 0, None, 0
-        self.stale_state = None              # (B,) the state the stale logits were computed at
         self.stats = stats if stats is not None else Stats()
         self.decisions = []                  # the target's decisions in this block, in order
         self._drafter_rule = rule.copy()     # the drafter's own: nothing it does reaches a decision
@@ -136,7 +135,7 @@ class Block:
         with self.stats.timed("draft_s"):                                     # 1. draft
             view = None if self.stale is None or self.drafter is None else View.of(
                 self.state, self.step, self.index, self.stale, self._drafter_rule, self.budget, self.depth,
-                self.stale_state)
+                [pos for pos, _ in self.decisions[-1]])                    # the bonus: after the stale pass
             draft = propose(self.drafter, view)
         with self.stats.timed("book_s"):                                      # 2. build
             max_set = 1 if self.rule.threshold is None else len(self.state)
@@ -153,8 +152,8 @@ class Block:
         logits = checked_logits(logits, (len(tree), len(self.state), self.rule.vocab_size))
         self._tree = None
         with self.stats.timed("book_s"):                                      # 4. walk
-            self.state, self.step, self.stale, self.stale_state, taken = accept(
-                self.rule, self.core, tree, logits, self.index, self.stats)
+            self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
+                                                              self.index, self.stats)
         self.decisions += taken
         self.passes += 1
 
@@ -200,7 +199,7 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
     """Walk the verified tree by state equality; the bonus decision at the deepest accepted state.
 
     logits: (U, B, V), one row per tree state. Returns the new state, its step, the stale logits
-    for the next round (those of the deepest accepted state), that state and the decisions taken."""
+    for the next round (those of the deepest accepted state) and the decisions taken."""
     decided = {}
 
     def decide(row):
@@ -210,8 +209,7 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
     path, bonus = core.walk(tree, decide)
     last, taken = path[-1], [decided[r] for r in path if decided[r]]
     stats.record(block, int(tree.steps[0]), taken, len(tree))
-    seen = tree.states[last].copy()                                            # (B,) what L(n*) saw
-    return apply(seen, bonus), int(tree.steps[last]) + 1, logits[last].float(), seen, taken
+    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float(), taken
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,

@@ -120,17 +120,15 @@ class View:
     unseen: np.ndarray             # (B,) bool: committed since the stale pass (its bonus decision)
 
     @classmethod
-    def of(cls, state, step, block, stale_logits, rule, budget, depth, stale_state=None) -> "View":
-        """A view over copies of the decoder's state (read-only) and stale logits.
-
-        stale_state: (B,) the state the stale logits were computed at (None: the current state,
-        so no position reads as unseen)."""
+    def of(cls, state, step, block, stale_logits, rule, budget, depth, unseen=()) -> "View":
+        """A view over copies of the decoder's state (read-only) and stale logits; ``unseen``:
+        the positions committed after the stale pass (the last round's bonus decision)."""
         tokens = state.copy()
         tokens.flags.writeable = False
-        unseen = np.zeros(len(tokens), dtype=bool) if stale_state is None else \
-            (np.asarray(stale_state) == rule.mask_id) & (tokens != rule.mask_id)
-        unseen.flags.writeable = False
-        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth), unseen)
+        mask = np.zeros(len(tokens), dtype=bool)
+        mask[list(unseen)] = True
+        mask.flags.writeable = False
+        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth), mask)
 
     @property
     def temperature(self) -> float:
