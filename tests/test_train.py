@@ -505,7 +505,8 @@ def test_the_curriculum_moves_up_by_step_and_mixes_in_lower_levels():
 
 RECIPE = ("--corpus", "gsm", "--corpus-size", "100", "--corpus-level", "1", "--split-digits",
           "--mix-blocks", "4,8", "--rows-per-doc", "--answer-only", "--eot-weight", "0.3",
-          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000", "--mask-results", "0.5")
+          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000", "--mask-results", "0.5",
+          "--suffix-results", "0.5")
 
 
 def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
@@ -523,7 +524,7 @@ def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     assert recipe["fresh_problems"] and recipe["curriculum"] == [[0, 0], [2, 1]]
     assert recipe["curriculum_lower"] == 0.4 and recipe["levels"]["0"] == vars(gsm.LEVELS[0])
     assert target.model.config.rope_theta == 10000 and recipe["rope_theta"] == 10000
-    assert recipe["mask_results"] == 0.5 and np.isfinite(target.meta["heldout_loss"])
+    assert recipe["mask_results"] == 0.5 == recipe["suffix_results"] and np.isfinite(target.meta["heldout_loss"])
     with pytest.raises(ValueError, match="--eot-weight"):
         train(args_for(tmp_path / "b", "--steps", "5", "--seq-len", "256",
                        *[v if v != "0.3" else "0.5" for v in RECIPE]))
@@ -553,6 +554,7 @@ def test_the_default_recipe_is_empty(tiny_run):
      "give one of them"),
     (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
     (["--mask-results", "0.5"], "--mask-results masks the results of one-document rows"),
+    (["--suffix-results", "0.5"], "--suffix-results masks the blocks of one-document rows"),
     (["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"], "--seq-len 32 cuts the held-out rows"),
 ])
 def test_misplaced_recipe_options_are_value_errors_naming_them(tmp_path, extra, message):
@@ -615,6 +617,43 @@ def test_result_weight_weights_the_results_and_the_tokens_after_them():
             ratio = np.ones(plain[3].shape[1], np.float32)
             ratio[b] = 3.0
             assert torch.equal(got[3][i], plain[3][i] * torch.from_numpy(ratio))
+
+
+def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
+    """--suffix-results: in a chosen row, each block that holds a result's first digit is masked
+    from one such digit to the block end and nothing before it (the question and the solution so
+    far given, as when the decoder places the result's length); other blocks and rows keep the
+    draw, and share 0 draws nothing."""
+    from spotref.load.targets import load_target
+    from spotref.tools.train import suffix_cuts
+    tok = load_target("gsm-b32").tokenizer
+    rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
+            for s in range(8)]
+    assert suffix_cuts(rows, tok, 0.0, 16, np.random.default_rng(0)) is None
+    for B in (16, 32):
+        for seed in range(3):
+            cuts = suffix_cuts(rows, tok, 0.5, B, np.random.default_rng(seed))
+            assert any(c is None for c in cuts) and any(c is not None for c in cuts)
+            plain = rows_batch(rows, B, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
+            x_t, x, masked, w = rows_batch(rows, B, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3,
+                                           None, None, 1.0, cuts)
+            for i, (ids, start, _) in enumerate(rows):
+                pos = result_positions(ids, tok)
+                firsts = {int(j) for j in pos if j - 1 not in set(pos.tolist())}
+                if cuts[i] is None:
+                    assert torch.equal(masked[i], plain[2][i])
+                    continue
+                assert {c // B for c in cuts[i]} == {c // B for c in firsts} and set(cuts[i]) <= firsts
+                assert len(cuts[i]) == len({c // B for c in cuts[i]})              # one per block
+                for b in range(len(ids) // B):
+                    got, drawn = masked[i, b * B:(b + 1) * B], plain[2][i, b * B:(b + 1) * B]
+                    cut = [c for c in cuts[i] if c // B == b]
+                    if not cut:
+                        assert torch.equal(got, drawn)
+                    else:
+                        want = torch.arange(b * B, (b + 1) * B) >= cut[0]
+                        assert torch.equal(got, want)
+            assert (x_t[masked] == tok.mask_id).all() and (w[~masked] == 0).all()
 
 
 def test_mask_results_masks_every_written_result_of_the_chosen_rows():

@@ -56,7 +56,9 @@ rows, every written result (the digits after ``= `` and after ``#### ``) on top 
 k ~ U{1..n} draw, so those rows train the arithmetic rather than copying a result written
 elsewhere in the block; ``--result-weight W`` weights the loss of the results and of the 2 tokens
 after each by W (at T = 0 the decoder mostly commits the word after a result before the result's
-last digit, so where the model puts it fixes how many digits the result gets). The held-out loss
+last digit, so where the model puts it fixes how many digits the result gets); ``--suffix-results
+P`` masks, in a share P of the rows, each block that holds a result from one result's first digit
+to the block end and nothing before it (the state in which the decoder places that length). The held-out loss
 then uses rows of held-out documents, masked the same way (without ``--mask-results``).
 """
 from __future__ import annotations
@@ -248,7 +250,7 @@ def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
 
 
 def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0,
-               forced=None, boost=None, boost_weight: float = 1.0):
+               forced=None, boost=None, boost_weight: float = 1.0, cuts=None):
     """Rows ``(ids, start, end)`` -> ``x_t, x, masked, weight``, each (N, L), L the longest row
     (rows of multiples of B; shorter ones end-of-text padded, never masked). In each block,
     k ~ U{1..n} of its n candidate positions (``start`` to the row's length) are masked;
@@ -256,7 +258,9 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
     ``forced``: one array of positions per row (or None) masked as well, if candidates
     (``--mask-results``); None draws exactly what it drew before the option. ``boost``: one array
     of positions per row (or None) whose weight is multiplied by ``boost_weight``
-    (``--result-weight``); the draws are the same with or without it."""
+    (``--result-weight``); the draws are the same with or without it. ``cuts``: one array of
+    positions per row (or None), at most one per block (``suffix_cuts``): that block is masked
+    from the cut to its end and nothing before it, whatever was drawn (``--suffix-results``)."""
     N, L = len(rows), max(len(r[0]) for r in rows)
     assert L % B == 0, f"row length {L} is not a multiple of the block size {B}"
     x = np.full((N, L), eos_id, dtype=np.int64)
@@ -278,6 +282,10 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
     for i, pos in enumerate(forced or []):
         if pos is not None:
             masked[i, pos] |= cand[i, pos]
+    for i, pos in enumerate(cuts or []):
+        for c in [] if pos is None else pos:
+            b0 = c - c % B
+            masked[i, b0:b0 + B] = cand[i, b0:b0 + B] & (np.arange(b0, b0 + B) >= c)
     return (torch.from_numpy(np.where(masked, mask_id, x)), torch.from_numpy(x), torch.from_numpy(masked),
             torch.from_numpy(w * masked))
 
@@ -310,6 +318,29 @@ def forced_results(rows, tok, share: float, rng: np.random.Generator) -> list | 
     if not share:
         return None
     return [result_positions(ids, tok) if rng.random() < share else None for ids, _, _ in rows]
+
+
+def suffix_cuts(rows, tok, share: float, B: int, rng: np.random.Generator) -> list | None:
+    """``--suffix-results``: with probability ``share`` a row gets, in each block that holds a
+    written result's first digit, one such digit drawn at random: ``rows_batch`` masks the block
+    from there to its end and nothing before. That is the state in which the decoder places a
+    result's length at T = 0 (the question and the solution so far given, nothing after the
+    result decided), which the k ~ U{1..n} draw almost never makes: a token left visible after
+    the result gives its length away. None: no row (share 0)."""
+    if not share:
+        return None
+    out = []
+    for ids, _, _ in rows:
+        if rng.random() >= share:
+            out.append(None)
+            continue
+        pos = result_positions(ids, tok)
+        firsts = pos[np.r_[True, np.diff(pos) > 1]] if len(pos) else pos
+        by_block = {}
+        for c in firsts.tolist():
+            by_block.setdefault(c // B, []).append(c)
+        out.append(np.array(sorted(int(rng.choice(cs)) for cs in by_block.values()), dtype=np.int64))
+    return out
 
 
 def weighted_loss(logits, x, weight):
@@ -515,6 +546,8 @@ def check_recipe(args) -> None:
         raise ValueError("--result-weight weights the results of one-document rows: it needs --rows-per-doc")
     if getattr(args, "mask_results", 0.0) and not rows:
         raise ValueError("--mask-results masks the results of one-document rows: it needs --rows-per-doc")
+    if getattr(args, "suffix_results", 0.0) and not rows:
+        raise ValueError("--suffix-results masks the blocks of one-document rows: it needs --rows-per-doc")
     if getattr(args, "init_deepen", False) and not args.init:
         raise ValueError("--init-deepen deepens the --init weights: it needs --init")
     if args.curriculum and not args.fresh_problems:
@@ -546,7 +579,8 @@ def recipe(args: dict) -> dict:
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
             "drill_ops": args.get("drill_ops") or gsm.DRILL_OPS, "drill_from": args.get("drill_from") or "range",
-            "mask_results": args.get("mask_results", 0.0), "result_weight": args.get("result_weight", 1.0)}
+            "mask_results": args.get("mask_results", 0.0), "result_weight": args.get("result_weight", 1.0),
+            "suffix_results": args.get("suffix_results", 0.0)}
 
 
 # --- setup ----------------------------------------------------------------------------------
@@ -595,6 +629,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
                    help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
                         "are all masked, on top of the k ~ U{1..n} masks, default 0")
+    p.add_argument("--suffix-results", type=real_range(0.0, 1.0), default=0.0,
+                   help="--rows-per-doc: share of rows in which each block holding a written result is masked "
+                        "from one of its results' first digit to the block end, and nothing before (the state "
+                        "in which the decoder places a result's length), default 0")
     p.add_argument("--result-weight", type=positive_real, default=1.0,
                    help="--rows-per-doc: loss weight of the written results and of the 2 tokens after each "
                         "(their places fix the result's length; the decoder mostly commits them first), default 1")
@@ -698,6 +736,7 @@ def data_options(record: dict, args: dict) -> dict:
             "--adaptive": args.get("adaptive"), "--drill-share": args.get("drill_share", 0.0),
             "--drill-ops": args.get("drill_ops") or gsm.DRILL_OPS, "--drill-from": args.get("drill_from") or "range",
             "--mask-results": args.get("mask_results", 0.0), "--result-weight": args.get("result_weight", 1.0),
+            "--suffix-results": args.get("suffix_results", 0.0),
             "the --adapt-* options": [args.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
             if args.get("adaptive") else None}
 
@@ -854,8 +893,10 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
             forced = forced_results(batch, tok, getattr(args, "mask_results", 0.0),
                                     np.random.default_rng([args.seed, 17, step]))
             weight = getattr(args, "result_weight", 1.0)
+            cuts = suffix_cuts(batch, tok, getattr(args, "suffix_results", 0.0), B,
+                               np.random.default_rng([args.seed, 23, step]))
             x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced,
-                                           boosted_results(batch, tok, weight), weight)
+                                           boosted_results(batch, tok, weight), weight, cuts)
             L = x.shape[1]
             if (L, B) not in row_masks:
                 row_masks[L, B] = bd3_mask(L, B)
