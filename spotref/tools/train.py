@@ -325,8 +325,8 @@ def suffix_cuts(rows, tok, share: float, B: int, rng: np.random.Generator) -> li
     written result's first digit, one such digit drawn at random: ``rows_batch`` masks the block
     from there to its end and nothing before. That is the state in which the decoder places a
     result's length at T = 0 (the question and the solution so far given, nothing after the
-    result decided), which the k ~ U{1..n} draw almost never makes: a token left visible after
-    the result gives its length away. None: no row (share 0)."""
+    result decided), which the k ~ U{1..n} draw almost never makes: when it leaves nothing after
+    a result decided, it has masked most of the block before it too. None: no row (share 0)."""
     if not share:
         return None
     out = []
