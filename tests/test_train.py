@@ -656,6 +656,33 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
             assert (x_t[masked] == tok.mask_id).all() and (w[~masked] == 0).all()
 
 
+def test_mask_and_suffix_results_share_each_rows_result_positions(monkeypatch):
+    """--mask-results and --suffix-results read a row's result positions from one ``row_results``:
+    each row is parsed once however many options pick it, and the draws are those made without
+    it; ``result_starts`` is each result's first digit."""
+    from spotref.load.targets import load_target
+    from spotref.tools import train
+    tok = load_target("gsm-b32").tokenizer
+    rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
+            for s in range(8)]
+    for ids, _, _ in rows:
+        pos = result_positions(ids, tok)
+        assert train.result_starts(ids, tok).tolist() == [j for j in pos.tolist() if j - 1 not in set(pos.tolist())]
+    alone = (train.forced_results(rows, tok, 0.8, np.random.default_rng(1)),
+             train.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2)))
+    calls = []
+    parse = train.result_positions
+    monkeypatch.setattr(train, "result_positions", lambda ids, tok, follow=0: calls.append(1) or parse(ids, tok, follow))
+    positions = train.row_results(rows, tok)
+    shared = (train.forced_results(rows, tok, 0.8, np.random.default_rng(1), positions),
+              train.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2), positions))
+    for a, b in zip(alone, shared):
+        assert [None if x is None else x.tolist() for x in a] == [None if x is None else x.tolist() for x in b]
+    picked = {i for i in range(len(rows)) if shared[0][i] is not None or shared[1][i] is not None}
+    both = {i for i in picked if shared[0][i] is not None and shared[1][i] is not None}
+    assert both and len(calls) == len(picked)                                # once per row, not per option
+
+
 def test_mask_results_masks_every_written_result_of_the_chosen_rows():
     """--mask-results: the digits after '= ' and '#### ' (the equations' results, the final
     answer) are masked on top of the k ~ U{1..n} draw, which stays the draw without them."""

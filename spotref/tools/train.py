@@ -64,6 +64,7 @@ then uses rows of held-out documents, masked the same way (without ``--mask-resu
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -306,6 +307,19 @@ def result_positions(ids, tok, follow: int = 0) -> np.ndarray:
     return np.array(sorted(set(out)), dtype=np.int64)
 
 
+def result_starts(ids, tok, pos=None) -> np.ndarray:
+    """The first digit of each written result in ``ids`` (``pos``: its ``result_positions``, if
+    already computed)."""
+    pos = result_positions(ids, tok) if pos is None else pos
+    return pos[np.r_[True, np.diff(pos) > 1]] if len(pos) else pos
+
+
+def row_results(rows, tok):
+    """Row index -> ``result_positions`` of that row, each computed once, when first asked for
+    (``--mask-results`` and ``--suffix-results`` may pick the same row)."""
+    return functools.lru_cache(maxsize=None)(lambda i: result_positions(rows[i][0], tok))
+
+
 def boosted_results(rows, tok, weight: float) -> list | None:
     """``--result-weight``: each row's results and the 2 tokens after each, or None (weight 1)."""
     if weight == 1.0:
@@ -313,31 +327,33 @@ def boosted_results(rows, tok, weight: float) -> list | None:
     return [result_positions(ids, tok, follow=2) for ids, _, _ in rows]
 
 
-def forced_results(rows, tok, share: float, rng: np.random.Generator) -> list | None:
-    """``--mask-results``: each row's result positions with probability ``share``, else None."""
+def forced_results(rows, tok, share: float, rng: np.random.Generator, positions=None) -> list | None:
+    """``--mask-results``: each row's result positions with probability ``share``, else None.
+    ``positions``: a ``row_results`` of these rows, to share with ``suffix_cuts``."""
     if not share:
         return None
-    return [result_positions(ids, tok) if rng.random() < share else None for ids, _, _ in rows]
+    positions = positions or row_results(rows, tok)
+    return [positions(i) if rng.random() < share else None for i in range(len(rows))]
 
 
-def suffix_cuts(rows, tok, share: float, B: int, rng: np.random.Generator) -> list | None:
+def suffix_cuts(rows, tok, share: float, B: int, rng: np.random.Generator, positions=None) -> list | None:
     """``--suffix-results``: with probability ``share`` a row gets, in each block that holds a
     written result's first digit, one such digit drawn at random: ``rows_batch`` masks the block
     from there to its end and nothing before. That is the state in which the decoder places a
     result's length at T = 0 (the question and the solution so far given, nothing after the
     result decided), which the k ~ U{1..n} draw almost never makes: when it leaves nothing after
-    a result decided, it has masked most of the block before it too. None: no row (share 0)."""
+    a result decided, it has masked most of the block before it too. None: no row (share 0).
+    ``positions``: a ``row_results`` of these rows, to share with ``forced_results``."""
     if not share:
         return None
+    positions = positions or row_results(rows, tok)
     out = []
-    for ids, _, _ in rows:
+    for i, (ids, _, _) in enumerate(rows):
         if rng.random() >= share:
             out.append(None)
             continue
-        pos = result_positions(ids, tok)
-        firsts = pos[np.r_[True, np.diff(pos) > 1]] if len(pos) else pos
         by_block = {}
-        for c in firsts.tolist():
+        for c in result_starts(ids, tok, positions(i)).tolist():
             by_block.setdefault(c // B, []).append(c)
         out.append(np.array(sorted(int(rng.choice(cs)) for cs in by_block.values()), dtype=np.int64))
     return out
@@ -890,11 +906,12 @@ def _loop(model, opt, stream, held, mask_id, args, state, ckpt_path):
             rows, tok = stream
             rng = np.random.default_rng([args.seed, step, B])
             batch = step_rows(rows, tok, args, step, rng, state.get("level"))
+            positions = row_results(batch, tok)
             forced = forced_results(batch, tok, getattr(args, "mask_results", 0.0),
-                                    np.random.default_rng([args.seed, 17, step]))
+                                    np.random.default_rng([args.seed, 17, step]), positions)
             weight = getattr(args, "result_weight", 1.0)
             cuts = suffix_cuts(batch, tok, getattr(args, "suffix_results", 0.0), B,
-                               np.random.default_rng([args.seed, 23, step]))
+                               np.random.default_rng([args.seed, 23, step]), positions)
             x_t, x, masked, w = rows_batch(batch, B, mask_id, tok.eos_id, rng, args.eot_weight, forced,
                                            boosted_results(batch, tok, weight), weight, cuts)
             L = x.shape[1]
