@@ -58,3 +58,23 @@ def test_demo_show_grades_a_math_answer(capsys):
     env.answers = [7]
     demo.show(env, 0, runs)
     assert "the model's: 5 (wrong)" in capsys.readouterr().out
+
+
+def test_demo_gen_length_default_leaves_a_math_solution_room():
+    """Without --gen-length a math target (held-out answers) gets 256 new tokens, room for a
+    whole solution and its '#### N' line; other targets and the random model get 64."""
+    from types import SimpleNamespace as NS
+
+    from spotref.tools import demo
+    assert demo.gen_length(NS(gen_length=None), NS(answers=[12, 7])) == demo.MATH_LENGTH == 256
+    assert demo.gen_length(NS(gen_length=None), NS(answers=[None])) == demo.TEXT_LENGTH == 64
+    assert demo.gen_length(NS(gen_length=None), NS(answers=None)) == 64
+    assert demo.gen_length(NS(gen_length=40), NS(answers=[12])) == 40
+
+
+def test_demo_on_a_math_target_finishes_its_answer(capsys):
+    """The default length on gsm-b16: the shown solution reaches its '#### N' line."""
+    assert main(["demo", "--model", "gsm-b16", "--prompts", "1", "--no-auto", "--budgets", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "at most 256 new tokens" in out and "the model's: -" not in out
+    assert "--- spot N=8: identical, " in out

@@ -26,10 +26,23 @@ from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_i
 from spotref.tools.report import answer_blocks, progress, table
 
 
+MATH_LENGTH, TEXT_LENGTH = 256, 64             # --gen-length's defaults: room for a whole solution
+
+
+def gen_length(args, env) -> int:
+    """``--gen-length``, or its default for this target: a math target (one whose held-out
+    prompts have answers) gets room for a whole solution and its ``#### N`` line."""
+    if args.gen_length is not None:
+        return args.gen_length
+    return MATH_LENGTH if env.answers and env.answers[0] is not None else TEXT_LENGTH
+
+
 def add_arguments(p):
     p.add_argument("--prompts", type=positive_int, default=4, help="number of held-out prompts (>= 1)")
     add_threads(p)
-    p.add_argument("--gen-length", type=positive_int, default=64, help="new tokens per prompt")
+    p.add_argument("--gen-length", type=positive_int, default=None,
+                   help=f"most new tokens per prompt (default {MATH_LENGTH} on a math target, whose "
+                        f"solutions stop at end-of-text, else {TEXT_LENGTH})")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--budgets", type=int_list(1), default=[16],
                    help="comma list of node budgets N (default 16)")
@@ -109,6 +122,7 @@ def demo(args) -> int:
     torch.set_num_threads(args.threads)
     env = setup(args)
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
+    length = gen_length(args, env)
     drafter = args.drafter or best_drafter(model)
     kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
     name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
@@ -118,17 +132,17 @@ def demo(args) -> int:
         budgets[f"{name_of} auto (N={n})"] = (cut, n)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
-        exact = spotref.generate(model, prompt, args.gen_length, **kw)
+        exact = spotref.generate(model, prompt, length, **kw)
         runs["exact"].append(exact)
         for key, (d, b) in budgets.items():
-            spot = spotref.generate(model, prompt, args.gen_length, drafter=d, budget=b,
+            spot = spotref.generate(model, prompt, length, drafter=d, budget=b,
                                     depth=args.depth, **kw)
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
             runs[key].append(spot)
     for i in range(min(args.show, len(prompts)) if env.decode else 0):
         show(env, i, runs)
-    print(f"\nmodel: {name}; {len(prompts)} prompts x {args.gen_length} new tokens, T = {args.temperature}, "
+    print(f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {args.temperature}, "
           f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
           f"every output identical to exact decoding: yes\n")
     print(table(COLUMNS, summary_rows(runs)))
