@@ -152,6 +152,38 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     assert load_target("tuned", directory=tmp_path / "again").meta["training"]["init"] == init
 
 
+def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path):
+    """``average_run``: the weights are the mean of the run's and the others' (a run checkpoint or
+    a target); the export and a run initialised from it name every input; another tokenizer is
+    refused as ``--init`` refuses it."""
+    from spotref.load.targets import load_target
+    from spotref.tools.train import average_run
+    tmp, state = tiny_run
+    src = tmp / "runs" / "tiny"
+    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "3", "--init", str(src / "ckpt.pt"),
+                           "--tokenizer", str(src / "tokenizer.json")))
+    run = tmp_path / "runs" / "tuned"
+    out = average_run(run, [str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")], tmp_path / "avg")
+    a, b = (torch.load(p, weights_only=False) for p in (run / "ckpt.pt", src / "ckpt.pt"))
+    shipped = load_target(tmp / "targets" / "tiny.json").model.state_dict()
+    got = torch.load(out, weights_only=False)
+    for k, v in got["model"].items():
+        want = (a["model"][k].float() + b["model"][k].float() + shipped[k].float()) / 3
+        assert torch.allclose(v.float(), want, atol=1e-6) and not torch.equal(v, a["model"][k])
+    record = got["state"]["average"]
+    assert [r["checkpoint"] for r in record] == [str(run / "ckpt.pt"), str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")]
+    assert record[0]["commands"] == tuned["commands"] and record[2]["sha256"]
+    export_run(tmp_path / "avg", tmp_path / "targets", "avg", block_size=8)
+    assert load_target("avg", directory=tmp_path / "targets").meta["training"]["average"] == record
+    again = train(args_for(tmp_path, "--name", "again", "--steps", "1", "--init", str(out),
+                           "--tokenizer", str(src / "tokenizer.json")))
+    assert again["init"]["average"] == record
+    other = train(args_for(tmp_path, "--name", "other", "--steps", "1", "--tokenizer", "bpe290"))
+    with pytest.raises(ValueError, match="another tokenizer"):
+        average_run(run, [str(tmp_path / "runs" / "other" / "ckpt.pt")], tmp_path / "bad")
+    assert not (tmp_path / "bad" / "ckpt.pt").exists() and other["step"] == 1
+
+
 def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     """``--init NAME.json``: the target's weights (float16, as it loads them), its lineage with
     their SHA-256; another tokenizer or another model shape is refused, naming the option."""

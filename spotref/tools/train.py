@@ -1050,7 +1050,8 @@ def lineage(path, init_state: dict) -> dict:
     return {"checkpoint": str(path), "step": init_state["step"],
             "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
             "commands": init_state.get("commands", []),
-            **({"init": init_state["init"]} if init_state.get("init") else {})}
+            **({"init": init_state["init"]} if init_state.get("init") else {}),
+            **({"average": init_state["average"]} if init_state.get("average") else {})}
 
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
@@ -1085,6 +1086,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
                      "recipe": recipe(state["args"]),
                      **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
                      **({"init": state["init"]} if state.get("init") else {}),
+                     **({"average": state["average"]} if state.get("average") else {}),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
@@ -1092,6 +1094,30 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     }
     atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return weights
+
+
+def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
+    """Weight averaging: the mean of a run's last checkpoint and ``others`` (run checkpoints or
+    targets, as ``--init`` takes them: the run's tokenizer and model shape, else ``ValueError``),
+    written as ``out_dir/ckpt.pt`` beside the run's tokenizer. It keeps the run's state (its data
+    and lineage) and records each input's lineage under ``average``, which an export and a later
+    ``--init`` carry; ``export_run`` and ``--init`` take it as any run."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
+    tok = tokenizer_from_json((run_dir / "tokenizer.json").read_text())
+    model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
+    total = {k: v.float().clone() for k, v in ck["model"].items()}      # the running sum
+    records = [lineage(run_dir / "ckpt.pt", ck["state"])]
+    for spec in others:
+        records.append(start_from(model, str(spec), tok))
+        for k, v in model.state_dict().items():
+            total[k] += v.float()
+    ck["model"] = {k: (total[k] / len(records)).to(v.dtype) for k, v in ck["model"].items()}
+    ck["state"] = {**ck["state"], "average": records}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "tokenizer.json", tok.to_json())
+    atomic_save(ck, out_dir / "ckpt.pt")
+    return out_dir / "ckpt.pt"
 
 
 def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None,
