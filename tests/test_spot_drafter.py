@@ -240,7 +240,10 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     from types import SimpleNamespace
     model, _, data, path = trained
     ck = tmp_path / "d.pt"
-    ck.write_bytes(path.read_bytes())
+    stale = torch.load(path, weights_only=True)      # accuracies from other trajectories, to be replaced
+    stale["header"] = {**stale["header"], "heldout_accuracy": {"0": -1.0, "1": -1.0},
+                       "confidence_accuracy": {"0": -1.0, "1": -1.0}}
+    torch.save(stale, ck)
     for T, ds in data.items():                       # the trajectory caches remeasure reads
         for split in ("test", "train"):
             ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-v{tj.FORMAT}.pt")
@@ -259,6 +262,11 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     fit = after["header"]["train_accuracy"]          # the model and the stale order on training states
     assert fit["0"]["model"] == train_drafter.accuracy(sd.model, data[0.0])
     assert fit["0"]["stale"] == train_drafter.confidence_accuracy(data[0.0])
-    remeasured = ("curves", "curves_command", "node_calibration", "train_accuracy")
+    for T in (0.0, 1.0):                             # held-out accuracies re-measured on these trajectories
+        key = "0" if T == 0 else "1"
+        assert after["header"]["heldout_accuracy"][key] == train_drafter.accuracy(sd.model, data[T])
+        assert after["header"]["confidence_accuracy"][key] == train_drafter.confidence_accuracy(data[T])
+    remeasured = ("curves", "curves_command", "node_calibration", "train_accuracy", "heldout_accuracy",
+                  "confidence_accuracy")
     assert {k: v for k, v in after["header"].items() if k not in remeasured} == \
         {k: v for k, v in before["header"].items() if k not in remeasured}

@@ -417,7 +417,8 @@ def remeasure(target, args) -> int:
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
-    _, _, header["train_accuracy"] = report_accuracy(model, train_sets, test_sets)
+    header["heldout_accuracy"], header["confidence_accuracy"], header["train_accuracy"] = \
+        report_accuracy(model, train_sets, test_sets)
     header["curves"], header["node_calibration"] = shipped_curves(
         SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
     header["curves_command"] = command(args)
