@@ -21,6 +21,16 @@ def test_three_targets_ship_with_the_default_first_in_line():
     assert {16, 32} <= blocks
 
 
+def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
+    """The demo's default is gsm-b32, which ships because its recorded quality report (500
+    held-out problems, T = 0) meets the bar: >= 50% answers, >= 90% equations, stability >= 0.90."""
+    from spotref.tools.quality_math import BAR
+    q = load_target(DEFAULT_TARGET).meta["quality"]
+    assert DEFAULT_TARGET == "gsm-b32" and q["meets_bar"] is True and q["problems"] == 500
+    assert q["temperature"] == 0.0 and all(q[k] >= v for k, v in BAR.items())
+    assert load_target(DEFAULT_TARGET).heldout(1, seed=0)[0][1] is not None        # it has answers
+
+
 @pytest.mark.parametrize("name", BUNDLED)
 def test_load_target_contract(name):
     target = load_target(name)
@@ -117,9 +127,9 @@ def test_byte_tokenizer_round_trip_and_specials():
     assert tok.decode([104, 105, tok.mask_id, tok.eos_id, 33]) == "hi<|mask|>!"
 
 
-def test_quality_report_runs_on_the_default_target():
+def test_quality_report_runs_on_a_code_target():
     from spotref.tools.quality import heldout_prompts, passes_bar, report
-    target = load_target(DEFAULT_TARGET)
+    target = load_target("stdlib-b32")
     r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)
     assert r["blocks"] == 4 and 0 <= r["repeat_blocks"] <= r["one_char_blocks"] + 1
     assert 0 < r["corpus_whitespace_share"] < 1 and 0 <= r["token_stability"] <= 1

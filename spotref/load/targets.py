@@ -27,7 +27,7 @@ from spotref.load.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
-DEFAULT_TARGET = "stdlib-b32"
+DEFAULT_TARGET = "gsm-b32"
 
 
 @dataclass
