@@ -2,6 +2,7 @@
 import argparse
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -175,13 +176,22 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
     assert record[0]["commands"] == tuned["commands"] and record[2]["sha256"]
     export_run(tmp_path / "avg", tmp_path / "targets", "avg", block_size=8)
     assert load_target("avg", directory=tmp_path / "targets").meta["training"]["average"] == record
-    again = train(args_for(tmp_path, "--name", "again", "--steps", "1", "--init", str(out),
-                           "--tokenizer", str(src / "tokenizer.json")))
-    assert again["init"]["average"] == record
+    assert "opt" not in got                                          # not the run's optimizer moments
+    for init in (str(out), str(tmp_path / "targets" / "avg.json")):    # from the checkpoint or the target
+        again = train(args_for(tmp_path, "--name", "again", "--steps", "1", "--init", init,
+                               "--tokenizer", str(src / "tokenizer.json")))
+        assert again["init"]["average"] == record
+        shutil.rmtree(tmp_path / "runs" / "again")
     other = train(args_for(tmp_path, "--name", "other", "--steps", "1", "--tokenizer", "bpe290"))
-    with pytest.raises(ValueError, match="another tokenizer"):
-        average_run(run, [str(tmp_path / "runs" / "other" / "ckpt.pt")], tmp_path / "bad")
+    snap = tmp_path / "runs" / "other" / "snapshots"                    # a snapshot: its run's tokenizer
+    snap.mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "runs" / "other" / "ckpt.pt", snap / "step-0000001.pt")
+    for bad in (tmp_path / "runs" / "other" / "ckpt.pt", snap / "step-0000001.pt"):
+        with pytest.raises(ValueError, match="another tokenizer"):
+            average_run(run, [str(bad)], tmp_path / "bad")
     assert not (tmp_path / "bad" / "ckpt.pt").exists() and other["step"] == 1
+    with pytest.raises(ValueError, match="the run's own directory"):
+        average_run(run, [str(src / "ckpt.pt")], run)
 
 
 def test_a_run_can_start_from_a_target(tiny_run, tmp_path):

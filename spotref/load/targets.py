@@ -1,4 +1,5 @@
-"""Bundled targets: small real SDAR models trained on Python's own text (``spotref.tools.train``).
+"""Bundled targets: small real SDAR models trained here (``spotref.tools.train``) on grade-school
+math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``).
 
 Each target is three files in ``spotref/targets/``: ``NAME.safetensors`` (float16 weights with
 the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,

@@ -994,7 +994,8 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     if spec.endswith(".pt"):
         init = torch.load(spec, weights_only=False)
         weights, record = init["model"], lineage(spec, init["state"])
-        saved = Path(spec).parent / "tokenizer.json"
+        run = Path(spec).parent.parent if Path(spec).parent.name == "snapshots" else Path(spec).parent
+        saved = run / "tokenizer.json"                   # a snapshot's tokenizer is its run's
         theirs = saved.read_text() if saved.exists() else None
     else:
         target = load_target(spec)
@@ -1041,7 +1042,8 @@ def target_lineage(spec: str, meta: dict) -> dict:
     t = meta.get("training", {})
     return {"checkpoint": str(spec), "sha256": meta["weights"]["sha256"], "step": t.get("steps"),
             "train_minutes": t.get("train_minutes"), "commands": t.get("commands", []),
-            **({"init": t["init"]} if t.get("init") else {})}
+            **({"init": t["init"]} if t.get("init") else {}),
+            **({"average": t["average"]} if t.get("average") else {})}
 
 
 def lineage(path, init_state: dict) -> dict:
@@ -1101,8 +1103,11 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
     targets, as ``--init`` takes them: the run's tokenizer and model shape, else ``ValueError``),
     written as ``out_dir/ckpt.pt`` beside the run's tokenizer. It keeps the run's state (its data
     and lineage) and records each input's lineage under ``average``, which an export and a later
-    ``--init`` carry; ``export_run`` and ``--init`` take it as any run."""
+    ``--init`` carry; ``export_run`` and ``--init`` take it as any run. Not the run's own
+    directory, and without the run's optimizer state (a resume would start it afresh)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.resolve() == run_dir.resolve():
+        raise ValueError(f"average_run: out_dir {out_dir} is the run's own directory; write the average elsewhere")
     ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
     tok = tokenizer_from_json((run_dir / "tokenizer.json").read_text())
     model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
@@ -1114,6 +1119,7 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
             total[k] += v.float()
     ck["model"] = {k: (total[k] / len(records)).to(v.dtype) for k, v in ck["model"].items()}
     ck["state"] = {**ck["state"], "average": records}
+    ck.pop("opt", None)                                                  # the run's moments, not the mean's
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "tokenizer.json", tok.to_json())
     atomic_save(ck, out_dir / "ckpt.pt")

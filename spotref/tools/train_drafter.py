@@ -410,7 +410,8 @@ def sets_only(target, args) -> int:
 
 def remeasure(target, args) -> int:
     """``--curves-only``: the checkpoint's curves (and its next-commit accuracy on training and
-    held-out states) re-measured, everything else kept. Reads --out
+    held-out states) re-measured, everything else kept (the set head's ``sets`` accuracies too:
+    they come from threshold trajectories, which only training records). Reads --out
     (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
     src = Path(args.out) if args.out else shipped_path(args)
     out = out_path(args)
