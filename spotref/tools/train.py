@@ -1037,13 +1037,23 @@ def deepened(model: SDARModel, weights: dict, spec: str) -> dict:
     return out
 
 
+def provenance(record: dict) -> dict:
+    """What weights came from, as a lineage, a run's state or a target's training record carries
+    it: ``init`` (what training started from) and ``average`` (what was averaged), where present."""
+    return {k: record[k] for k in ("init", "average") if record.get(k)}
+
+
+def run_tokenizer(run_dir) -> object:
+    """The tokenizer a run trained with (its ``tokenizer.json``)."""
+    return tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
+
+
 def target_lineage(spec: str, meta: dict) -> dict:
     """The lineage of a target's weights (its metadata's training record, and their SHA-256)."""
     t = meta.get("training", {})
     return {"checkpoint": str(spec), "sha256": meta["weights"]["sha256"], "step": t.get("steps"),
             "train_minutes": t.get("train_minutes"), "commands": t.get("commands", []),
-            **({"init": t["init"]} if t.get("init") else {}),
-            **({"average": t["average"]} if t.get("average") else {})}
+            **provenance(t)}
 
 
 def lineage(path, init_state: dict) -> dict:
@@ -1052,8 +1062,7 @@ def lineage(path, init_state: dict) -> dict:
     return {"checkpoint": str(path), "step": init_state["step"],
             "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
             "commands": init_state.get("commands", []),
-            **({"init": init_state["init"]} if init_state.get("init") else {}),
-            **({"average": init_state["average"]} if init_state.get("average") else {})}
+            **provenance(init_state)}
 
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
@@ -1087,8 +1096,7 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
                      "pad_eot": bool(state["args"].get("pad_eot", False)),
                      "recipe": recipe(state["args"]),
                      **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
-                     **({"init": state["init"]} if state.get("init") else {}),
-                     **({"average": state["average"]} if state.get("average") else {}),
+                     **provenance(state),
                      "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}},
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
         "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
@@ -1109,7 +1117,7 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
     if out_dir.resolve() == run_dir.resolve():
         raise ValueError(f"average_run: out_dir {out_dir} is the run's own directory; write the average elsewhere")
     ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
-    tok = tokenizer_from_json((run_dir / "tokenizer.json").read_text())
+    tok = run_tokenizer(run_dir)
     model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
     total = {k: v.float().clone() for k, v in ck["model"].items()}      # the running sum
     records = [lineage(run_dir / "ckpt.pt", ck["state"])]
@@ -1143,7 +1151,7 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     model = SDARModel(cfg)
     model.load_state_dict(ck["model"])
     model.eval()
-    tok = tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
+    tok = run_tokenizer(run_dir)
     corpus = open_corpus(state["corpus"], CORPORA) if "name" in state["corpus"] else make_corpus(args)
     held = encode_rows(corpus.documents("heldout"), tok, args) if getattr(args, "rows_per_doc", False) \
         else token_stream(corpus.documents("heldout"), tok, stream_align(args))
