@@ -37,13 +37,16 @@ import spotref
 
 
 def load(path, dtype=torch.float32):
-    """A Qwen3ForCausalLM from an SDAR checkpoint directory -> (model, block_size, mask_id)."""
+    """A Qwen3ForCausalLM from an SDAR checkpoint directory -> (model, block_size, mask_id,
+    precision): the last is the dtype the checkpoint is served in (its config's ``torch_dtype``),
+    which SDAR's decoder decides in whatever ``dtype`` the weights are loaded in here."""
     c = json.loads((Path(path) / "config.json").read_text())
     cfg = transformers.Qwen3Config(**{k: v for k, v in c.items()      # SDAR's keys are Qwen3's
                                       if k not in ("model_type", "architectures", "auto_map")})
     model = transformers.Qwen3ForCausalLM.from_pretrained(    # eager: SDAR's config says flex
         path, config=cfg, attn_implementation="eager", dtype=dtype)
-    return model.eval(), c["block_size"], c["mask_token_id"]
+    served = c.get("torch_dtype") or c.get("dtype") or "auto"
+    return model.eval(), c["block_size"], c["mask_token_id"], served
 
 
 def block_causal(start: int, L: int, B: int, N: int, dtype) -> torch.Tensor:
@@ -71,7 +74,7 @@ def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: i
     """SPOT: ``max_new_tokens`` after ``prompt_ids``, the tokens of exact decoding.
 
     speculator_kwargs: ``spotref.Speculator``'s (temperature, seed, threshold, top_k, top_p,
-    drafter, budget, depth); ``drafter=None`` is exact decoding (one row per forward)."""
+    drafter, budget, depth, precision); ``drafter=None`` is exact decoding (one row per forward)."""
     B, prompt = block_size, list(prompt_ids)
     spec = spotref.Speculator(vocab_size=model.config.vocab_size, block_size=B, mask_id=mask_id,
                               **speculator_kwargs)
@@ -104,8 +107,8 @@ if __name__ == "__main__":
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--drafter", default="confidence", help='"confidence", "none", ...')
     args = ap.parse_args()
-    model, B, mask_id = load(args.checkpoint)
+    model, B, mask_id, precision = load(args.checkpoint)
     ids = [int(t) for t in args.prompt_ids.split(",") if t]
     drafter = None if args.drafter == "none" else args.drafter
     print(generate(model, ids, args.new, B, mask_id, temperature=args.temperature,
-                   drafter=drafter))
+                   drafter=drafter, precision=precision))

@@ -77,8 +77,13 @@ def kernel_path(device=None) -> str:
 
 
 @torch.no_grad()
-def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False) -> dict:
+def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False,
+                     width: int | None = None) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit.
+
+    ``width``: the pass runs at that fixed width (``SDARModel.denoise(..., width=)``, rows <=
+    width); row i is then compared with the same state alone at that width (its padding other
+    rows) and with the batch rolled by rows // 2 (the row elsewhere, among other neighbours).
 
     A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
     states of the next block (random tokens, about half MASK) are denoised together and one by
@@ -96,18 +101,21 @@ def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, f
     cache = model.prefill(tokens[:prefix_len])
     block, states = tokens[prefix_len:prefix_len + B], tokens[prefix_len + B:].view(rows, B)  # (N, B)
     states[torch.rand(rows, B, generator=g) < 0.5] = mask
+    w = {} if width is None else {"width": width}
     if fused:
-        batched = model.store_and_denoise(cache, block, states)     # (N, B, V); cache grows
+        batched = model.store_and_denoise(cache, block, states, **w)  # (N, B, V); cache grows
     else:
-        batched = model.denoise(cache, states)                       # (N, B, V)
+        batched = model.denoise(cache, states, **w)                   # (N, B, V)
+    shift = rows // 2
+    rolled = None if width is None else model.denoise(cache, states.roll(shift, 0), **w).roll(-shift, 0)
     equal, worst, first_bad = 0, 0.0, None
     for i in range(rows):
-        alone = model.denoise(cache, states[i:i + 1])[0]             # (B, V)
-        same = torch.equal(batched[i], alone)
+        others = [model.denoise(cache, states[i:i + 1], **w)[0]] + ([] if rolled is None else [rolled[i]])
+        same = all(torch.equal(batched[i], o) for o in others)
         equal += same
-        worst = max(worst, (batched[i].float() - alone.float()).abs().max().item())
+        worst = max([worst] + [(batched[i].float() - o.float()).abs().max().item() for o in others])
         if not same and first_bad is None:
             first_bad = i
     return {"rows": rows, "equal_rows": equal, "first_bad_row": first_bad, "max_abs_diff": worst,
-            "prefix_len": prefix_len, "block_size": B, "fused": fused,
+            "prefix_len": prefix_len, "block_size": B, "fused": fused, "width": width,
             "kernel_path": kernel_path(model.lm_head.weight.device)}

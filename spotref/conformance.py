@@ -7,8 +7,10 @@ Reusable by any decoder that follows spotref's model and drafter contracts (SPEC
 
 ``my_generate(model, prompt_ids, max_new_tokens, **kwargs)`` must return an object with
 ``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
-random tiny SDAR model, prompt (partial blocks included), length, temperature, top-k/top-p,
-threshold, budget, depth and drafter (confidence, random valid trees, an oracle proposing the
+random tiny SDAR model, prompt (partial blocks included), length, temperature (0 or continuous
+in [0.05, 3]), seed (the whole 64-bit range), top-k/top-p, threshold, stop ids, the rule's
+precision (docs/spec.md section 2.1), budget (up to 256), depth, verify width (None: rows alone;
+or a fixed width >= budget, exact decoding at that width the reference) and drafter (confidence, random valid trees, an oracle proposing the
 true trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
 weights, SPOT-Sets included), and asserts: tokens identical to exact decoding; never
 more passes than exact; the oracle accepted in full. Divergences are reported as
@@ -30,11 +32,12 @@ from spotref.draft import Draft, DraftBuilder
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
-from spotref.rules import CONFIDENCES
+from spotref.rules import CONFIDENCES, PRECISIONS
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)      # 1e-4 gives near-tie models: every flipped last bit shows
-TEMPERATURES = (0.0, 0.5, 1.0, 2.0)
+MAX_TEMPERATURE = 3.0              # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
+MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
 
 
@@ -47,7 +50,8 @@ class Case:
     prompt: list
     max_new_tokens: int
     drafter: str
-    kwargs: dict = field(default_factory=dict)   # temperature, seed, threshold, top_k, top_p, budget, depth, stop_ids
+    kwargs: dict = field(default_factory=dict)   # temperature, seed, threshold, top_k, top_p, confidence,
+                                                 # precision, budget, depth, stop_ids, width
 
     def model(self) -> SDARModel:
         with torch.random.fork_rng():
@@ -86,10 +90,13 @@ def oracle_drafter(exact, stale_tokens: bool = False):
 
     def draft(view):
         n = min(view.depth, view.budget - 1)
-        chain = []
+        chain, free = [], set(view.masked.tolist())
         while len(chain) < n and (view.block, view.step + len(chain)) in truth:
             step = view.step + len(chain)
             commits = truth[(view.block, step)]
+            if not free.issuperset(pos for pos, _ in commits):
+                break                      # a decoder that left the true trajectory: draft no more
+            free.difference_update(pos for pos, _ in commits)
             if stale_tokens:
                 commits = tuple((pos, view.coupled_token(pos, step)) for pos, _ in commits)
             chain.append(commits)
@@ -272,12 +279,15 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))      # never MASK
         prompt = draw(st.lists(token, max_size=3 * B))
         kwargs = dict(
-            temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(st.integers(0, 2**32)),
+            temperature=draw(st.just(0.0) | st.integers(1, 60).map(lambda i: i / 20)   # every 0.05
+                             | st.floats(0.05, MAX_TEMPERATURE)),
+            seed=draw(st.integers(0, 2**64 - 1)),
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
             top_k=draw(st.none() | st.integers(1, V)), top_p=draw(st.none() | st.floats(0.05, 1.0)),
-            confidence=draw(st.sampled_from(CONFIDENCES)),
-            budget=draw(st.integers(1, 64)), depth=draw(st.integers(0, B)),
-            stop_ids=draw(st.none() | st.lists(token, min_size=1, max_size=2)))
+            confidence=draw(st.sampled_from(CONFIDENCES)), precision=draw(st.sampled_from(PRECISIONS)),
+            budget=draw(st.integers(1, MAX_BUDGET)), depth=draw(st.integers(0, B)),
+            stop_ids=draw(st.lists(token, min_size=1, max_size=2)))
+        kwargs["width"] = draw(st.none() | st.integers(0, 8).map(lambda e: kwargs["budget"] + e))
         return Case(cfg, draw(st.integers(0, 2**16)), prompt, draw(st.integers(0, 2 * B + 5)),
                     draw(st.sampled_from(DRAFTERS)), kwargs)
     return case()
@@ -336,7 +346,10 @@ def _storage(private: bool):
 
 def coverage(case: Case) -> list[str]:
     B, kw = case.config.block_size, case.kwargs
-    return ["cases", f"drafter={case.drafter}", f"T={kw['temperature']}",
+    T = kw["temperature"]
+    return ["cases", f"drafter={case.drafter}", "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
+            f"precision={kw['precision']}", "budget>64" if kw["budget"] > 64 else "budget<=64",
+            "rows" if kw.get("width") is None else "fixed-width",
             "threshold" if kw["threshold"] is not None else "one-position",
             "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
             "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -70,8 +71,10 @@ class BoundTarget:
     are computed inside the next block's first denoise pass (bit-identical, one pass fewer per
     block; the last block is then never stored)."""
 
-    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False):
+    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False,
+                 width: int | None = None):
         self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
+        self.width = {} if width is None else {"width": width}     # every denoise pass at one width
         empty = len(prompt_blocks) == 0
         self.cache = model.prefill(prompt_blocks) if empty else self._pass(model.prefill, prompt_blocks)
 
@@ -86,9 +89,9 @@ class BoundTarget:
         """states: (N, B) -> logits (N, B, V)."""
         states = torch.from_numpy(states)
         if self.pending is None:
-            return self._pass(self.model.denoise, self.cache, states)
+            return self._pass(partial(self.model.denoise, **self.width), self.cache, states)
         block, self.pending = self.pending, None
-        return self._pass(self.model.store_and_denoise, self.cache, block, states)
+        return self._pass(partial(self.model.store_and_denoise, **self.width), self.cache, block, states)
 
     def store(self, block: np.ndarray) -> None:
         if self.fused:
@@ -103,13 +106,15 @@ class Block:
     The block owns the decision rule, the noise, the drafter, the tree, the walk and the stale
     logits; the caller owns the model, its cache and batching (SPEC section 7). ``state`` (B,)
     holds MASK where uncommitted (a prompt tail stays fixed). ``drafter=None``: exact decoding.
+    ``width``: None, or every ``propose`` returns exactly that many rows (the tree's states, then
+    copies of the root), so the caller's forward always runs one shape (docs/spec.md section 4).
     Out-of-turn calls (``propose`` twice, ``accept`` before ``propose``) raise ``RuntimeError``;
     bad logits raise ``ValueError``: neither can corrupt the block.
     """
 
     def __init__(self, rule: DecisionRule, drafter, core, budget: int, depth: int, index: int,
-                 state: np.ndarray, stats: Stats | None = None):
-        self.rule, self.drafter, self.core = rule, drafter, core
+                 state: np.ndarray, stats: Stats | None = None, width: int | None = None):
+        self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
         self.budget, self.depth, self.index = budget, depth, index
         self.state, self.step, self.stale, self.passes = np.array(state, dtype=np.int64), 0, None, 0
         self.stats = stats if stats is not None else Stats()
@@ -142,20 +147,30 @@ class Block:
             self._tree = self.core.build_tree(self.state, self.step, draft.parents, draft.commits,
                                               self.rule.mask_id, self.rule.vocab_size, max_set,
                                               self.budget, self.depth)
-        return self._tree.states.copy()
+        return padded(self._tree.states, self.width)
 
     def accept(self, logits) -> None:
         """logits (R, B, V), float, torch or numpy: the model's output for ``propose()``'s rows."""
         if self._tree is None:
             raise RuntimeError("accept() without propose(): propose() the rows, run them, then accept")
         tree = self._tree
-        logits = checked_logits(logits, (len(tree), len(self.state), self.rule.vocab_size))
+        R = len(tree) if self.width is None else self.width
+        logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size))[:len(tree)]
         self._tree = None
         with self.stats.timed("book_s"):                                      # 4. walk
             self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
                                                               self.index, self.stats)
         self.decisions += taken
         self.passes += 1
+
+
+def padded(states: np.ndarray, width: int | None) -> np.ndarray:
+    """states (U, B) -> (width, B): the states, then copies of the first (a copy when width is None)."""
+    if width is None:
+        return states.copy()
+    if len(states) > width:
+        raise ValueError(f"{len(states)} distinct states exceed the verify width {width}")
+    return np.concatenate([states, np.repeat(states[:1], width - len(states), 0)])
 
 
 def checked_logits(logits, shape: tuple) -> torch.Tensor:
@@ -209,17 +224,17 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
     path, bonus = core.walk(tree, decide)
     last, taken = path[-1], [decided[r] for r in path if decided[r]]
     stats.record(block, int(tree.steps[0]), taken, len(tree))
-    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].float(), taken
+    return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,
-           fused_store: bool = False) -> list:
+           fused_store: bool = False, width: int | None = None) -> list:
     """The outer block loop shared by every decoder; returns the generated tokens."""
     B, mask_id = model.block_size, model.mask_id
     if max_new_tokens == 0:
         return []
     n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
-    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
+    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store, width)
     generated, stops = [], set(stop_ids or ())
     for b in range(n_full, n_blocks):
         tail, before = prompt[b * B:], stats.passes    # the fixed prompt tail (first block only)

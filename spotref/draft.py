@@ -113,7 +113,7 @@ class View:
     tokens: np.ndarray             # (B,) int64, MASK where uncommitted
     step: int                      # decisions already taken in this block
     block: int                     # block index (absolute, from position 0)
-    stale_logits: torch.Tensor     # (B, V) float32: the previous pass's logits
+    stale_logits: torch.Tensor     # (B, V): the previous pass's logits, in their dtype
     rule: DecisionRule
     budget: int                    # node budget N (root included)
     depth: int                     # depth cap D

@@ -12,15 +12,25 @@ The decoders need three operations, all on a prefix KV cache of complete blocks:
   logits ``[N, B, V]``; every row attends to the shared prefix and to its own block only;
 * ``store(cache, block)``: append a finished block's K/V.
 
-Batch invariance (SPEC section 6, docs/spec.md section 4): a batched pass runs each row as a
-pass of its own (``_run`` loops over rows), so row i of ``denoise(cache, states)`` is computed by
-the same kernel calls, on the same bytes (fresh, aligned tensors), as ``denoise(cache, states[i:i +
-1])``; rows share only the read-only cache. Nothing the library does for a batch can then leak
-into a row: not the matmul's choice of kernel or threading for N items (MKL splits one item over
-threads but not a batch), not the vectorised elementwise kernels, which compute the last
-``n mod 2 * vector width`` elements of a buffer on a scalar path with another ``exp`` (AVX-512:
-32 floats), so a batched ``silu`` depends on where a row sits in the flattened batch.
-``tests/test_batch_invariance.py`` checks it with ``torch.equal`` under every CPU capability.
+Batch invariance (docs/spec.md section 4): a row's logits must not depend on the other rows of its
+pass. Two ways to run a pass give that:
+
+* rows (``width=None``): each row runs as a pass of its own (``_run`` called per row), so row i of
+  ``denoise(cache, states)`` is computed by the same kernel calls on the same bytes as
+  ``denoise(cache, states[i:i + 1])``. Invariant by construction, on any device and any row count,
+  but a pass of N rows costs N passes.
+* fixed width (``width=W``): the rows are padded to one row count (W on an accelerator; on CPU
+  the next count whose tokens are a multiple of 64, so no vectorised elementwise loop has a tail:
+  AVX-512 runs the last ``n mod 32`` floats of a buffer on a scalar path with another ``exp``)
+  and run as ONE forward: every matmul over all the rows' tokens at once, attention over the
+  shared prefix cache without a copy per row (scores against the prefix and against the row's
+  own block, one softmax over both). At a fixed shape every kernel's choice is fixed, and a row's
+  logits were bit-identical wherever it sat and whatever the other rows held, on an H200 and on
+  CPU with one thread (``tests/test_batch_invariance.py`` under every CPU capability;
+  ``benchmarks/gpu_check.py``). They are not identical across widths, so every pass of one
+  decode, exact decoding's included, runs at the same width.
+
+Both run the same layer code; the row path is the fixed-width path at width 1, row by row.
 """
 from __future__ import annotations
 
@@ -29,8 +39,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import math
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from spotref.checkpoint import load_pretrained
 
@@ -112,9 +125,8 @@ class RMSNorm(nn.Module):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x: (N, L, in), w: (out, in) -> (N, L, out), one product per row (batch invariant)."""
-    N, _, d_in = x.shape
-    return torch.bmm(x, w.t().expand(N, d_in, w.shape[0]))
+    """x: (N, L, in), w: (out, in) -> (N, L, out): one product over all N * L tokens."""
+    return F.linear(x, w)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -136,11 +148,12 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, mask, past):
-        """x: (N, L, H); mask: (L, P + L) additive; past: (k, v) each (kvh, P, d) or None.
+        """x: (N, L, H); mask: (L, L) additive, among the new tokens (the cache is always visible);
+        past: (k, v) each (kvh, P, d), shared by every row, or None.
 
         Returns the output (N, L, H) and this call's new (k, v), each (N, kvh, L, d)."""
         q, k, v = self.project(x, cos, sin)
-        return self.attend(q, *with_past(k, v, past), mask), (k, v)
+        return self.attend(q, k, v, past, mask), (k, v)
 
     def project(self, x, cos, sin):
         """x: (N, L, H) -> q (N, h, L, d), k and v (N, kvh, L, d), q/k normed then rotated."""
@@ -148,26 +161,37 @@ class Attention(nn.Module):
         q = self.q_norm(linear(x, self.q_proj.weight).view(N, L, self.h, self.d)).transpose(1, 2)
         k = self.k_norm(linear(x, self.k_proj.weight).view(N, L, self.kvh, self.d)).transpose(1, 2)
         v = linear(x, self.v_proj.weight).view(N, L, self.kvh, self.d).transpose(1, 2)
-        return rope(q, cos, sin), rope(k, cos, sin), v
+        return rope(q, cos, sin), rope(k, cos, sin), v.contiguous()
 
-    def attend(self, q, k_all, v_all, mask):
-        """q: (N, h, L, d); k_all, v_all: (N, kvh, S, d) -> o_proj(attention): (N, L, H)."""
-        N, _, L, _ = q.shape
-        S, g = k_all.shape[2], self.h // self.kvh
-        k_all = k_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
-        v_all = v_all.repeat_interleave(g, dim=1).reshape(N * self.h, S, self.d)
-        att = torch.bmm(q.reshape(N * self.h, L, self.d), k_all.transpose(1, 2))  # (N*h, L, S)
-        att = torch.softmax(att * self.d ** -0.5 + mask, dim=-1)     # as Qwen3: times d^-1/2
-        y = torch.bmm(att, v_all).view(N, self.h, L, self.d).transpose(1, 2)      # (N, L, h, d)
-        return linear(y.reshape(N, L, self.h * self.d), self.o_proj.weight)
+    def attend(self, q, k, v, past, mask):
+        """q: (N, h, L, d); k, v: (N, kvh, L, d) the rows' own; past: the shared prefix or None
+        -> o_proj(attention): (N, L, H). Query heads g i .. g i + g - 1 share K/V head i.
 
-
-def with_past(k, v, past):
-    """Prepend the cached (kvh, P, d) K/V to every row's (N, kvh, L, d) -> (N, kvh, P + L, d)."""
-    if past is None:
-        return k, v
-    N = k.shape[0]
-    return tuple(torch.cat((p.expand(N, *p.shape), new), 2) for p, new in zip(past, (k, v)))
+        One row attends over the prefix and its block concatenated, one product each way, as
+        transformers' eager attention does (bit-identical logits on the CPUs tested). Several
+        rows never copy the prefix: scores against it and against each row's own block, one
+        softmax over both, the two weighted sums added."""
+        N, _, L, d = q.shape
+        kvh, g = self.kvh, self.h // self.kvh
+        P = 0 if past is None else past[0].shape[1]
+        if N == 1 and P:
+            k, v = (torch.cat((p[None], new), 2) for p, new in zip(past, (k, v)))
+            past, P = None, 0
+        qg = q.reshape(N, kvh, g * L, d)                                     # (N, kvh, gL, d)
+        s = [torch.matmul(qg, k.transpose(2, 3))]                            # (N, kvh, gL, S)
+        S = s[0].shape[-1]
+        if P:                                                                # one product per K/V head
+            flat = qg.transpose(0, 1).reshape(kvh, N * g * L, d)             # (kvh, N gL, d)
+            s.insert(0, torch.bmm(flat, past[0].transpose(1, 2)).view(kvh, N, g * L, P).transpose(0, 1))
+        mask = torch.cat((mask.new_zeros(L, S + P - L), mask), 1)           # (L, P + S)
+        att = torch.cat(s, -1).view(N, kvh, g, L, P + S) * d ** -0.5 + mask  # as Qwen3: times d^-1/2
+        att = torch.softmax(att, dim=-1).view(N, kvh, g * L, P + S)
+        y = torch.matmul(att[..., P:], v)                                    # (N, kvh, gL, d)
+        if P:
+            a = att[..., :P].transpose(0, 1).reshape(kvh, N * g * L, P)
+            y = torch.bmm(a, past[1]).view(kvh, N, g * L, d).transpose(0, 1) + y
+        y = y.reshape(N, self.h, L, d).transpose(1, 2).reshape(N, L, self.h * d)   # (N, L, h d)
+        return linear(y, self.o_proj.weight)
 
 
 class MLP(nn.Module):
@@ -274,43 +298,45 @@ class SDARModel(nn.Module):
         dtype = self.lm_head.weight.dtype
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def _mask(self, start: int, P: int, L: int, device):
-        """Additive block-causal mask (L, P + L): cache positions 0..P-1 always visible."""
+    def _mask(self, start: int, L: int, device):
+        """Additive block-causal mask (L, L) among tokens start .. start + L - 1."""
         B = self.block_size
         blk = (start + torch.arange(L, device=device)) // B
         visible = blk[None, :] <= blk[:, None]                # (L, L)
-        visible = torch.cat((torch.ones(L, P, dtype=torch.bool, device=device), visible), 1)
         zero = torch.zeros((), dtype=self.lm_head.weight.dtype, device=device)
         return torch.where(visible, zero, torch.finfo(zero.dtype).min)
 
     def _run(self, ids: torch.Tensor, cache: KVCache | None):
         """ids: (N, L) at absolute positions P .. P + L - 1 after the cache -> hidden (N, L, H) and
-        each row's new K/V (per row, per layer (k, v) each (1, kvh, L, d)).
-
-        Each row runs alone (batch invariance by construction, see the module docstring)."""
+        the rows' new K/V (per layer (k, v) each (N, kvh, L, d)), in ONE forward of all rows."""
         N, L = ids.shape
         P = cache.length if cache is not None else 0
         cos, sin = self._rope(P, L, ids.device)
-        mask = self._mask(P, P, L, ids.device)
-        rows = [self._run_row(ids[i:i + 1], cos, sin, mask, cache) for i in range(N)]
-        return torch.cat([x for x, _ in rows]), [new for _, new in rows]
-
-    def _run_row(self, ids, cos, sin, mask, cache):
-        """ids: (1, L) -> hidden (1, L, H), new K/V per layer."""
-        x, new = self.model.embed_tokens(ids), []            # (1, L, H)
+        mask = self._mask(P, L, ids.device)
+        x, new = self.model.embed_tokens(ids), []             # (N, L, H)
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, cache.layers[i] if cache is not None else None)
             new.append(kv)
         return self.model.norm(x), new
 
-    def _logits(self, x):                                    # (N, L, H) -> (N, L, V), row by row
-        return torch.cat([linear(x[i:i + 1], self.lm_head.weight) for i in range(len(x))])
+    def _rows(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """ids: (N, L) -> logits (N, L, V), each row a forward of its own."""
+        return torch.cat([linear(self._run(ids[i:i + 1], cache)[0], self.lm_head.weight)
+                          for i in range(len(ids))])
+
+    def _batched(self, ids: torch.Tensor, cache: KVCache | None, width: int) -> torch.Tensor:
+        """ids: (N, L), N <= width -> logits (N, L, V) from one forward at the fixed width."""
+        N, L = ids.shape
+        rows = padded_rows(width, L, ids.device)
+        if N > width:
+            raise ValueError(f"{N} rows exceed the verify width {width}")
+        ids = torch.cat((ids, ids[:1].expand(rows - N, L)))  # padding: copies of row 0
+        return linear(self._run(ids, cache)[0], self.lm_head.weight)[:N]      # every row: fixed M
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Full block-causal pass without cache: (N, L) -> logits (N, L, V)."""
-        x, _ = self._run(input_ids, None)
-        return self._logits(x)
+        """Full block-causal pass without cache: (N, L) -> logits (N, L, V), row by row."""
+        return self._rows(input_ids, None)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> KVCache:
@@ -321,32 +347,46 @@ class SDARModel(nn.Module):
             return KVCache([(torch.zeros(self.config.num_key_value_heads, 0, self.config.head_dim,
                                          dtype=self.lm_head.weight.dtype, device=dev),) * 2
                             for _ in self.model.layers])
-        _, (new,) = self._run(ids[None].to(dev), None)
+        _, new = self._run(ids[None].to(dev), None)
         return KVCache([(k[0], v[0]) for k, v in new])
 
     @torch.no_grad()
-    def denoise(self, cache: KVCache, states: torch.Tensor) -> torch.Tensor:
-        """states: (N, B) candidate states of the current block -> logits (N, B, V)."""
+    def denoise(self, cache: KVCache, states: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """states: (N, B) candidate states of the current block -> logits (N, B, V).
+
+        width: None runs each row alone; an int W >= N runs all rows in one forward padded to the
+        fixed width W (see the module docstring: only passes of one width agree bit for bit)."""
         assert states.ndim == 2 and states.shape[1] == self.block_size, \
             f"denoise states {tuple(states.shape)}, want (N, {self.block_size})"
-        x, _ = self._run(states.to(self.lm_head.weight.device), cache)
-        return self._logits(x)
+        states = states.to(self.lm_head.weight.device)
+        return self._rows(states, cache) if width is None else self._batched(states, cache, width)
 
     @torch.no_grad()
-    def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """The fused store: SDAR's store pass of ``block`` (B,) and the denoise pass of ``states``
-        (N, B) of the next block as ONE pass (one call, one forward on an accelerator). Appends the
-        block's K/V to the cache and returns logits (N, B, V); rows run alone, so this is
-        ``store(cache, block)`` then ``denoise(cache, states)``, bit for bit."""
+    def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor,
+                          width: int | None = None) -> torch.Tensor:
+        """The fused store: SDAR's store pass of ``block`` (B,), then the denoise pass of
+        ``states`` (N, B) of the next block, in one call: two forwards (the store's K/V feed the
+        denoise's attention), counted by the decoder as one pass, as an engine that overlaps them
+        would. Appends the block's K/V to the cache and returns logits (N, B, V), bit for bit
+        ``store(cache, block)`` then ``denoise(cache, states, width)``."""
         B = self.block_size
         assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, \
             f"store_and_denoise block {tuple(block.shape)}, states {tuple(states.shape)}"
         self.store(cache, block)
-        return self.denoise(cache, states)
+        return self.denoise(cache, states, width)
 
     @torch.no_grad()
     def store(self, cache: KVCache, block: torch.Tensor) -> None:
-        """block: (B,) a finished block; appends its K/V to the cache."""
+        """block: (B,) a finished block; appends its K/V to the cache (one row, as every decoder)."""
         assert block.shape == (self.block_size,), f"store block {tuple(block.shape)}"
-        _, (new,) = self._run(block[None].to(self.lm_head.weight.device), cache)
+        _, new = self._run(block[None].to(self.lm_head.weight.device), cache)
         cache.append(new)
+
+
+def padded_rows(width: int, L: int, device) -> int:
+    """The rows a pass at ``width`` runs: W on an accelerator; on CPU the least count >= W whose
+    tokens (rows x L) are a multiple of 64 (no vector-loop tail in any elementwise kernel)."""
+    if torch.device(device).type != "cpu":
+        return width
+    step = 64 // math.gcd(L, 64)
+    return -(-width // step) * step

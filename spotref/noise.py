@@ -2,8 +2,7 @@
 
 Exactness at T > 0 rests on this: every decoder, sequential or speculative, must see the same
 noise at the same state, whatever the pass number or the batch the state is verified in. So the
-noise is not drawn from a stateful RNG but computed from a counter, with integer maths that is
-exact on every device:
+noise is not drawn from a stateful RNG but computed from a counter:
 
     key      = mix(mix(mix(seed) ^ block) ^ step)                      (64-bit words)
     u[j, v]  = (top 53 bits of mix(key + (j * V + v + 1) * GOLDEN) + 0.5) / 2**53    in (0, 1)
@@ -13,6 +12,13 @@ exact on every device:
 Gumbel tail fine enough that low-probability tokens are drawn at their true rate; u is never 0
 or 1, so g is always finite. Another decoder reproduces spotref's samples by computing the same
 formula; ``tests/test_noise.py`` pins a few values.
+
+Where it is exact: ``u`` is integer maths, the same bits on every device. ``log`` is not: CUDA's
+float64 ``log`` differs from the CPU's in the last bit of about 0.7% of the entries (measured on
+an H200, issue 37), which can flip a sample. So g is defined as computed on the CPU (the same
+bits under every CPU capability level, tested) and the decision rule moves it to the logits'
+device (``DecisionRule.noise``): one (B, V) float64 transfer per (block, step), cached per block;
+``benchmarks/gpu_check.py`` measures its cost.
 """
 from __future__ import annotations
 

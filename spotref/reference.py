@@ -10,8 +10,14 @@ noise function is shared: it is the definition of the noise, not an implementati
 It needs nothing from a model but ``logits_fn(x: LongTensor (1, L)) -> (1, L, V)``, computed
 with block-causal attention over x, so it can drive any implementation (transformers' Qwen3
 with a 4D mask included).
+
+``precision`` as ``spotref.generate``'s (docs/spec.md section 2.1): "float64" decides with the
+original float64 rule in numpy; any other dtype (by default the logits' own) with SDAR's
+operations in that dtype, one position at a time (``naive_decision_in``).
 """
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import torch
@@ -21,7 +27,7 @@ from spotref.noise import gumbel
 
 def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, vocab_size,
              temperature=0.0, seed=0, threshold=None, top_k=None, top_p=None, stop_ids=None,
-             confidence="filtered"):
+             confidence="filtered", precision="auto"):
     """Exact decoding by full recomputation; returns the generated tokens (a list)."""
     B, P = block_size, len(prompt_ids)
     if max_new_tokens == 0:
@@ -34,10 +40,13 @@ def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, voca
             cur = x[0, b * B:(b + 1) * B].numpy()
             if not (cur == mask_id).any():
                 break
-            logits = logits_fn(x[:, :(b + 1) * B])[0, b * B:].double().cpu().numpy()   # (B, V)
+            out = logits_fn(x[:, :(b + 1) * B])[0, b * B:]                              # (B, V)
+            dtype = out.dtype if precision == "auto" else getattr(torch, precision)
+            logits = out.double().cpu().numpy()        # lossless for every narrower dtype
             noise = None if temperature == 0 else gumbel(seed, b, step, B, vocab_size).numpy()
-            for j, tok in naive_decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p,
-                                         confidence):
+            decision = naive_decision if dtype == torch.float64 else partial(naive_decision_in, dtype)
+            for j, tok in decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p,
+                                   confidence):
                 x[0, b * B + j] = tok
         if stop_ids and set(stop_ids) & set(x[0, P:(b + 1) * B].tolist()):
             break
@@ -85,5 +94,47 @@ def naive_filter(z, top_k, top_p):
             mass, n = mass + p[v], n + 1
         keep = n
     out = np.full_like(z, -np.inf)
+    out[order[:keep]] = z[order[:keep]]
+    return out
+
+
+def naive_decision_in(dtype, logits, cur, mask_id, T, noise, threshold, top_k, top_p,
+                      confidence="filtered"):
+    """[(position, token)] committed at one step, decided in ``dtype`` as SDAR's
+    ``sample_with_temperature_topk_topp`` does: ``L / T``, top-k (ties with the k-th kept),
+    top-p and the softmax all in ``dtype``; the token is the Gumbel-max draw over the log of
+    those probabilities (their first maximum at T = 0), its confidence its probability there;
+    the most confident position wins, the lowest on ties. logits: (B, V) float64 numpy."""
+    x0, conf = {}, {}
+    for j in np.flatnonzero(cur == mask_id):
+        z = torch.from_numpy(logits[j]).to(dtype)
+        z[mask_id] = -torch.inf
+        if T > 0:
+            z = z / T
+        p = torch.softmax(naive_filter_in(z, top_k, top_p), -1)
+        y = p.double() if T == 0 else p.double().log() + torch.from_numpy(noise[j])
+        tok = int(np.argmax(y.numpy()))                    # numpy's argmax: the first maximum
+        scored = p if confidence == "filtered" else torch.softmax(z, -1)
+        x0[j], conf[j] = tok, float(scored[tok])
+    best = max(conf, key=lambda j: (conf[j], -j))        # most confident, lowest position on ties
+    chosen = [j for j in conf if threshold is not None and conf[j] > threshold] or [best]
+    return [(int(j), x0[j]) for j in sorted(chosen)]
+
+
+def naive_filter_in(z, top_k, top_p):
+    """Top-k (every entry tied with the k-th kept) then top-p on one row ``z`` (V,) of a torch
+    dtype, the mass summed in that dtype over the entries in descending order (ties: lower
+    index first), kept while the mass strictly before an entry is at most p."""
+    order = sorted(range(len(z)), key=lambda v: (-float(z[v]), v))
+    keep = len(order)
+    if top_k is not None and top_k < len(order):
+        kth = float(z[order[top_k - 1]])
+        keep = sum(1 for v in order if float(z[v]) >= kth)
+    if top_p is not None:
+        ranked = torch.full_like(z, -torch.inf)
+        ranked[:keep] = z[order[:keep]]
+        before = torch.cumsum(torch.softmax(ranked, -1), -1)      # in z's dtype
+        keep = 1 + sum(1 for i in range(1, keep) if float(before[i - 1]) <= top_p)
+    out = torch.full_like(z, -torch.inf)
     out[order[:keep]] = z[order[:keep]]
     return out

@@ -14,10 +14,23 @@ state's step, so any decoder that reaches the same state reaches the same decisi
 * one-position rule: the single most confident masked position;
   threshold rule: every masked position with ``c_j > tau``, else the single most confident.
 
+**Precision** (docs/spec.md section 2.1). The rule decides in a stated dtype ``D``, by default
+the logits' own (``precision="auto"``), as SDAR's generate.py does (``probs = softmax(logits)`` in
+the model's dtype; SDAR-8B is served in bf16): ``z = filter(L / T)`` is computed in ``D`` (the
+logits rounded to ``D`` first), the probabilities ``p = softmax(z)`` in ``D``; the token is the
+Gumbel-max draw ``argmax_v (log p[v] + g_k[v])`` (``log`` in float64; T = 0: ``argmax_v p[v]``)
+and its confidence is ``p[x]``, a ``D`` number. In bf16 a confident model's probabilities mostly
+round to exactly 1, so the decision is usually a tie: ties in confidence go to the lowest
+position, ties in tokens to the lowest id (``torch.topk``'s order among ties is
+implementation-defined and never used). top-k keeps every entry tied with the k-th, as SDAR's
+``top_k_logits``. ``precision="float64"`` is the rule spotref had first, kept bit for bit: the
+scores in float64, the token ``argmax_v (z[v] + g_k[v])``, ``c = exp(z[x] - logsumexp(z))``,
+top-k exactly k.
+
 Every other place that samples a coupled token, its runner-up or a confidence (the view, the
 drafters, the recorders) calls ``scores``, ``sample``, ``runner_up`` and ``confidences`` here.
 
-All maths is float64 on the logits' device. A decision is a tuple of ``(position, token)`` pairs
+All maths runs on the logits' device. A decision is a tuple of ``(position, token)`` pairs
 sorted by position: the form of ``Draft.commits`` and of the state-equality check.
 """
 from __future__ import annotations
@@ -32,6 +45,9 @@ from spotref.noise import gumbel
 
 Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
 CONFIDENCES = ("filtered", "unfiltered")
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+PRECISIONS = ("auto", *DTYPES)        # "auto": the logits' dtype; "float64": the original rule
 
 
 @dataclass
@@ -47,34 +63,63 @@ class DecisionRule:
     top_p: float | None = None
     threshold: float | None = None
     confidence: str = "filtered"     # or "unfiltered": see the module docstring
+    precision: str = "auto"          # the dtype decisions are taken in: see the module docstring
     _noise: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCES:
             raise ValueError(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+    def dtype(self, logits: torch.Tensor) -> torch.dtype:
+        """D: the dtype the rule decides ``logits`` in (``precision``, or the logits' own)."""
+        if self.precision != "auto":
+            return DTYPES[self.precision]
+        if logits.dtype not in DTYPES.values():
+            raise ValueError(f"logits of dtype {logits.dtype}: precision='auto' decides in "
+                             f"{', '.join(DTYPES)}; name one as precision")
+        return logits.dtype
+
+    def original(self, logits: torch.Tensor) -> bool:
+        """Whether ``logits`` are decided by the original float64 rule."""
+        return self.dtype(logits) == torch.float64
 
     def copy(self) -> "DecisionRule":
         """The same parameters with a noise cache of its own."""
         return dataclasses.replace(self, _noise={})
 
     def noise(self, block: int, step: int, device) -> torch.Tensor:
-        """g_k: (B, V) float64, cached for the current block only."""
-        key = (block, step)
+        """g_k: (B, V) float64 on ``device``, computed on the CPU (where it is defined: see
+        ``spotref.noise``), cached for the current block only."""
+        key = (block, step, str(device))
         if key not in self._noise:
-            if any(b != block for b, _ in self._noise):
+            if any(b != block for b, _, _ in self._noise):
                 self._noise.clear()
-            self._noise[key] = gumbel(self.seed, block, step, self.block_size, self.vocab_size, device)
+            self._noise[key] = gumbel(self.seed, block, step, self.block_size, self.vocab_size).to(device)
         return self._noise[key]
 
     def scaled(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> float64 L / T (L at T = 0) with MASK at -inf."""
-        z = logits.double().clone()
+        """logits: (M, V) -> L / T (L at T = 0) in D, with MASK at -inf."""
+        D = self.dtype(logits)
+        z = logits.to(D, copy=True)
         z[:, self.mask_id] = -torch.inf
-        return z / self.temperature if self.temperature > 0 else z
+        z = z / self.temperature if self.temperature > 0 else z
+        if bool(torch.isposinf(z).any()) or bool(torch.isnan(z).any()):
+            raise ValueError(f"logits / T overflow {D} (T = {self.temperature}, largest logit "
+                             f"{float(logits.max())}): decide in a wider precision")
+        return z
+
+    def filtered(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: (M, V) -> z (M, V) in D: ``scaled`` with top-k / top-p applied."""
+        keep_ties = not self.original(logits)                 # SDAR's top-k keeps ties
+        return filter_top_k_top_p(self.scaled(logits), self.top_k, self.top_p, keep_ties)
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> z (M, V) float64: ``scaled`` with top-k / top-p applied."""
-        return filter_top_k_top_p(self.scaled(logits), self.top_k, self.top_p)
+        """logits: (M, V) -> (M, V) float64, what the step's noise is added to for the draw:
+        ``filtered`` (the float64 rule), else ``log p`` of the filtered probabilities in D."""
+        z = self.filtered(logits)
+        return z if self.original(logits) else torch.softmax(z, -1).double().log()
 
     def sample(self, z: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
         """Tokens (M,) of scores ``z: (M, V)`` at block ``positions`` under step's noise."""
@@ -84,7 +129,7 @@ class DecisionRule:
         """(tokens, runner-up tokens) (M,): the best and second best of z + g_k."""
         y = self.perturbed(z, positions, block, step)
         x = y.argmax(-1)
-        y[torch.arange(len(x)), x] = -torch.inf
+        y[torch.arange(len(x), device=y.device), x] = -torch.inf
         return x, y.argmax(-1)
 
     def perturbed(self, z: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
@@ -94,13 +139,16 @@ class DecisionRule:
         return z + self.noise(block, step, z.device)[torch.as_tensor(positions, device=z.device)]
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """(M, V) float64: the distribution confidences are taken from (filtered or not)."""
-        z = self.scores(logits) if self.confidence == "filtered" else self.scaled(logits)
+        """(M, V) in D: the distribution confidences are taken from (filtered or not)."""
+        z = self.filtered(logits) if self.confidence == "filtered" else self.scaled(logits)
         return torch.softmax(z, -1)
 
     def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``."""
-        z = self.scores(logits) if self.confidence == "filtered" else self.scaled(logits)
+        """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``, a D
+        number (the float64 rule: ``exp(z[x] - logsumexp(z))``)."""
+        if not self.original(logits):
+            return self.probs(logits).gather(1, x[:, None])[:, 0].double()
+        z = self.filtered(logits) if self.confidence == "filtered" else self.scaled(logits)
         return torch.exp(z.gather(1, x[:, None])[:, 0] - torch.logsumexp(z, -1))
 
     def tokens(self, logits: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
@@ -115,7 +163,7 @@ class DecisionRule:
         rows = logits[torch.as_tensor(masked, device=logits.device)]              # (M, V)
         x = self.tokens(rows, masked, block, step)                                 # (M,)
         c = self.confidences(rows, x)                                              # (M,)
-        if self.threshold is not None and bool((c > self.threshold).any()):
+        if self.threshold is not None and bool((c > self.threshold).any()):   # exact comparison
             chosen = torch.nonzero(c > self.threshold)[:, 0]
         else:
             chosen = c.argmax()[None]                         # first maximum: the lowest position
@@ -123,19 +171,23 @@ class DecisionRule:
         return tuple((int(masked[i]), x[i]) for i in chosen)
 
 
-def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None,
+                       keep_ties: bool = False) -> torch.Tensor:
     """z: (M, V) scaled logits -> the same with filtered-out entries at -inf.
 
-    top-k keeps the k largest entries; top-p then keeps, of the survivors in descending order,
-    every entry whose renormalised mass strictly before it is at most p (so at least one), as
-    SDAR's generate.py applies them; ties in the order go to the lower index (SDAR's top-k keeps
-    every entry tied with the k-th: see docs/spec.md section 2)."""
+    top-k keeps the k largest entries (``keep_ties``: and every entry tied with the k-th, as
+    SDAR's ``top_k_logits``); top-p then keeps, of the survivors in descending order, every entry
+    whose renormalised mass strictly before it is at most p (so at least one), as SDAR's
+    generate.py applies them, in z's dtype; ties in the order go to the lower index."""
     if top_k is None and top_p is None:
         return z
     order = torch.sort(z, dim=-1, descending=True, stable=True).indices       # (M, V)
     keep = torch.ones_like(z, dtype=torch.bool)                                # in sorted order
     if top_k is not None:
         keep[:, top_k:] = False
+        if keep_ties and top_k < z.shape[-1]:
+            kth = z.gather(1, order[:, top_k - 1:top_k])                       # (M, 1)
+            keep |= z.gather(1, order) >= kth
     if top_p is not None:                                     # over the top-k survivors
         p = torch.softmax(z.gather(1, order).masked_fill(~keep, -torch.inf), -1)
         before = torch.cumsum(p, -1)[:, :-1]                   # mass strictly before each entry

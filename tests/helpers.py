@@ -7,7 +7,8 @@ from spotref.models import SDARConfig, SDARModel
 
 
 def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.float32, **kw):
-    cfg = SDARConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=layers,
+    kw = {"intermediate_size": 48, **kw}
+    cfg = SDARConfig(vocab_size=V, hidden_size=32, num_hidden_layers=layers,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                      mask_token_id=V - 1 if mask_id is None else mask_id, block_size=B,
                      initializer_range=init, **kw)

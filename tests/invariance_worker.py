@@ -28,11 +28,12 @@ def main() -> int:
         torch.set_num_threads(threads)
         for i, (B, I) in enumerate(itertools.product(BLOCKS, INTERMEDIATE)):
             dtype, fused = DTYPES[i % 3], bool(i // 3 % 2)     # each (dtype, fused) pair 3 times
-            r = batch_invariance(model(B, I, dtype, i), prefix_len=B * (i % 3), rows=3 + i % 11,
-                                 seed=i, fused=fused)
-            checked += 1
-            if r["equal_rows"] != r["rows"]:
-                failures.append({**r, "dtype": str(dtype), "intermediate_size": I, "threads": threads})
+            for width in (None, 3 + i % 11 + i % 5):            # rows alone; a fixed width >= rows
+                r = batch_invariance(model(B, I, dtype, i), prefix_len=B * (i % 3), rows=3 + i % 11,
+                                     seed=i, fused=fused, width=width)
+                checked += 1
+                if r["equal_rows"] != r["rows"]:
+                    failures.append({**r, "dtype": str(dtype), "intermediate_size": I, "threads": threads})
     print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "checked": checked,
                       "failures": failures}))
     return 0

@@ -64,9 +64,11 @@ def test_gpu_check_smoke_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--smoke", "--device", "cpu", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert {"env", "timing", "invariance", "audit", "targets"} <= set(res)
-    assert res["timing"] and all(row["ms"] > 0 for row in res["timing"])
-    assert {row["variant"] for row in res["timing"]} == {"bmm", "linear"}
-    bmm = [r for r in res["invariance"] if r["variant"] == "bmm"]
-    assert bmm and all(r["equal_rows"] == r["rows"] for r in bmm)     # batch invariant on CPU
+    assert {"env", "curve", "invariance", "audit", "gsm", "projection"} <= set(res)
+    assert res["curve"] and all(row["ms"] > 0 for row in res["curve"])
+    assert {row["path"] for row in res["curve"]} == {"width", "rows"}
+    assert res["invariance"] and all(r["equal_rows"] == r["rows"] for r in res["invariance"])
     assert res["audit"]["identical"]
+    runs = res["gsm"]["runs"]
+    assert {"exact rows", "spot N=4", "calibrated N=4", "confidence N=4"} <= set(runs)
+    assert all(r["identical"] for k, r in runs.items() if not k.startswith("exact"))   # vs exact at W

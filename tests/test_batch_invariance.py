@@ -1,7 +1,8 @@
-"""Batch invariance (SPEC section 6): a row of a batched pass is bit-identical to the same state run
-alone, for the plain and the fused-store pass, in float32, bfloat16 and float16, at odd block sizes
-and intermediate sizes, with 1 and 2 threads, under every CPU capability level this machine has
-(each level in a subprocess of its own: torch reads ATEN_CPU_CAPABILITY once, at start)."""
+"""Batch invariance (docs/spec.md section 4): a row of a batched pass is bit-identical to the same
+state run alone (rows alone), and at a fixed width to the same state among other rows and
+elsewhere in the pass, for the plain and the fused-store pass, in float32, bfloat16 and float16,
+at odd block sizes and intermediate sizes, with 1 and 2 threads, under every CPU capability level
+this machine has (each level in a subprocess of its own: torch reads ATEN_CPU_CAPABILITY once)."""
 import json
 import os
 import subprocess
@@ -44,7 +45,7 @@ def test_rows_are_bit_identical_under_each_cpu_capability(level):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["capability"].lower() == level, f"asked for {level}, torch ran {report['capability']}"
-    assert report["checked"] == 2 * 6 * 3                # threads x blocks x intermediate sizes
+    assert report["checked"] == 2 * 6 * 3 * 2            # threads x blocks x intermediate sizes x paths
     assert report["failures"] == [], json.dumps(report["failures"][:3], indent=1)
 
 
@@ -66,8 +67,18 @@ def test_kernel_path_names_the_capability_and_threads():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (benchmarks/gpu_check.py runs this on a GPU)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("fused", [False, True])
-def test_rows_are_bit_identical_on_cuda(dtype, fused):
+@pytest.mark.parametrize("width", [None, 17, 24])
+def test_rows_are_bit_identical_on_cuda(dtype, fused, width):
     for B in (1, 5, 32):
         model = tiny_model(V=67, B=B, dtype=dtype, intermediate_size=100).cuda()
-        r = batch_invariance(model, prefix_len=2 * B, rows=17, fused=fused)
+        r = batch_invariance(model, prefix_len=2 * B, rows=17, fused=fused, width=width)
         assert r["equal_rows"] == r["rows"], r
+
+
+def test_the_fixed_width_check_can_fail():
+    """A pass whose rows depend on how many rows it holds (as a kernel chosen per row count)."""
+    model = tiny_model(V=67, B=5, intermediate_size=100)
+    denoise = model.denoise
+    model.denoise = lambda cache, s, width=None: denoise(cache, s, width) + 1e-6 * len(s)
+    r = batch_invariance(model, prefix_len=5, rows=9, width=16)
+    assert r["equal_rows"] == 0 and r["max_abs_diff"] > 0

@@ -37,8 +37,9 @@ def test_spot_is_identical_to_exact_decoding(core):
     # The suite must really have covered what it claims (a suite that ran nothing passes too).
     assert seen["cases"] >= 0.9 * EXAMPLES, seen
     for key in ["drafter=oracle", "drafter=wrong", "drafter=random", "drafter=confidence", "threshold",
-                "one-position", "T=0.0", "T=2.0", "partial-prompt-block", "top-k/top-p",
-                "confidence=filtered", "confidence=unfiltered"]:
+                "one-position", "T=0", "T<=1", "T>1", "partial-prompt-block", "top-k/top-p",
+                "confidence=filtered", "confidence=unfiltered", "budget>64", "precision=auto",
+                "precision=float64", "precision=bfloat16", "precision=float16", "rows", "fixed-width"]:
         assert seen[key] > 0, (key, seen)
 
 
@@ -93,7 +94,7 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
     # the same keys and values, their logits are equal up to rounding, and which one is "most
     # confident" is decided by rounding alone. Spotref-vs-spotref tests keep empty prompts.
     model = case.model().double()                         # float64: cached vs recomputed K/V agree to 1e-15
-    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth")}
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth", "width")}
     exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
     naive = reference.generate(lambda x: model(x), case.prompt, case.max_new_tokens,
                                block_size=case.config.block_size, mask_id=case.config.mask_token_id,
@@ -115,3 +116,31 @@ def test_fused_store_gives_identical_tokens_and_one_pass_fewer_per_block(case: C
     blocks = len({b for b, _ in exact.stats["starts"]})          # decoded, hence stored, blocks
     assert fused.passes == exact.passes - blocks
     assert spot.passes <= fused.passes
+
+
+def seed_truncated(model, prompt, n, seed=0, **kw):
+    return spotref.generate(model, prompt, n, seed=seed % 2 ** 32, **kw)
+
+
+def wrong_near_07(model, prompt, n, temperature=0.0, seed=0, **kw):
+    wrong = 0.6 < temperature < 0.8                        # another seed in a narrow band of T
+    return spotref.generate(model, prompt, n, temperature=temperature, seed=(seed + wrong) % 2 ** 64, **kw)
+
+
+def wrong_over_64(model, prompt, n, budget=16, **kw):
+    res = spotref.generate(model, prompt, n, budget=budget, **kw)
+    if budget > 64 and res.tokens:
+        res.tokens = res.tokens[:-1]                       # loses the last token of big trees
+    return res
+
+
+def ignores_stop_ids(model, prompt, n, stop_ids=None, **kw):
+    return spotref.generate(model, prompt, n, **kw)
+
+
+@pytest.mark.parametrize("lossy", [seed_truncated, wrong_near_07, wrong_over_64, ignores_stop_ids])
+def test_the_suite_catches_decoders_wrong_in_a_corner_of_the_inputs(lossy):
+    # issue 38: each of these passed when T was drawn from {0, 0.5, 1, 2}, seeds below 2**32,
+    # budgets up to 64 and stop ids only sometimes
+    with pytest.raises(AssertionError):
+        run_conformance(lossy, max_examples=300, phases=[Phase.generate])

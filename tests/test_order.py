@@ -68,14 +68,15 @@ def test_features_are_append_only_and_a_narrower_checkpoint_reads_its_own(width)
         assert torch.equal(m(x, masked)[0], m(x[..., :width].contiguous(), masked)[0])
     with pytest.raises(AssertionError, match="want"):
         order.OrderModel(8)(x[..., :width], masked)                # a full-width model needs them all
-    assert order.WIDTHS == (48, 49, 52) and order.FEATURE_WIDTH == 52
+    assert order.WIDTHS == (48, 49, 52, 54) and order.FEATURE_WIDTH == 54
 
 
 def test_an_untrained_model_ignores_freshness():
     """The skip starts at the stale log-odds alone: freshness only enters through training."""
     x, masked = random_inputs()
     y = x.clone()
-    y[..., order.CERTAIN + 1:] = torch.rand_like(y[..., order.CERTAIN + 1:])
+    fresh = slice(order.CERTAIN + 1, order.FIRST_TIED - 1)
+    y[..., fresh] = torch.rand_like(y[..., fresh])
     m = order.OrderModel(8).eval()
     with torch.no_grad():
         assert torch.equal(m(x, masked)[0], m(y, masked)[0])
@@ -222,3 +223,27 @@ def test_grow_levels_calls_once_per_level():
         return [opts(s, k) for s, k in zip(states, steps)]
     d = grow_levels(SimpleNamespace(tokens=root, step=0, budget=30, depth=5), batched, width=4)
     assert len(calls) <= 5 and max(calls) <= 4 and len(d) == 30
+
+
+@given(st.lists(st.tuples(st.lists(st.sampled_from([0.25, 0.5, 1.0]), min_size=5, max_size=5),
+                          st.lists(st.booleans(), min_size=5, max_size=5)), min_size=1, max_size=3))
+def test_tie_features_match_a_brute_force(rows):
+    pc = torch.tensor([p for p, _ in rows])
+    masked = torch.tensor([m for _, m in rows])
+    got = order.tie_features(pc, masked)                                           # (N, B, 2)
+    for n, (p, m) in enumerate(rows):
+        top = max((p[j] for j in range(5) if m[j]), default=None)
+        tied = [bool(m[j] and p[j] == top) for j in range(5)]
+        first = [t and not any(tied[:j]) for j, t in enumerate(tied)]
+        assert got[n, :, 0].bool().tolist() == tied and got[n, :, 1].bool().tolist() == first
+
+
+def test_an_untrained_model_breaks_ties_to_the_lowest_position():
+    """In bf16 the stale confidences tie at 1: the untrained model ranks as the rule breaks ties."""
+    B = 6
+    pc = torch.tensor([[0.5, 1.0, 1.0, 0.99609375, 1.0, 1.0]])
+    masked = torch.tensor([[True, False, True, True, True, True]])
+    x = order.features(torch.zeros(B, 32), pc, masked, torch.zeros(1, B, dtype=torch.long),
+                       torch.tensor([1]), 0.0, torch.zeros(B, dtype=torch.bool))
+    s, _ = order.OrderModel(B).eval()(x, masked)
+    assert s[0].argmax().item() == 2 and s[0, 2] > s[0, 4] == s[0, 5] > s[0, 3] > s[0, 0]

@@ -120,7 +120,7 @@ def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
     d = spot_for(model)
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}},
                 "node_calibration": {"0": [[0.5, 0.4, 50]]}}
-    monkeypatch.setattr(budget, "verify_times", lambda model: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
+    monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.1 for N in budget.BUDGETS})
     cut, N = auto_drafter(model, d, 8, 0.0)
     t = 1.0 + 0.01 * N + 0.1
@@ -136,7 +136,7 @@ def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypa
     model = tiny_model(V=61, B=8)
     d = spot_for(model)
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}, "spot-root": {"0": {"1": 1.0, "64": 3.8}}}}
-    monkeypatch.setattr(budget, "verify_times", lambda model: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
+    monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
     cost = {"level": 0.5, "root": 0.1}                               # per round: per-level calls cost more
     monkeypatch.setattr(budget, "draft_times", lambda dr, *a, **k: {N: cost[dr.calls] for N in budget.BUDGETS})
     cut, N = auto_drafter(model, d, 8, 0.0)

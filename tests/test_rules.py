@@ -39,13 +39,17 @@ def test_threshold_rule_commits_every_position_over_tau_else_the_best():
     assert r.decide(L, np.array([1, 2, 5, 5]), 0, 1) == ((2, 3),)    # none over tau: the best
 
 
-def test_confidence_comes_from_the_filtered_distribution_by_default():
-    L = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)  # top-1 keeps one token of five
+@pytest.mark.parametrize("precision, kept", [("float64", 1), ("auto", 5), ("bfloat16", 5)])
+def test_confidence_comes_from_the_filtered_distribution_by_default(precision, kept):
+    # five tokens tie: the float64 rule's top-1 keeps exactly one (c = 1); SDAR's top-k, the
+    # default rule's, keeps every entry tied with the k-th (all five: c = 0.2)
+    L = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)
     for T in (0.0, 1.0):
-        filtered = rule(temperature=T, top_k=1, threshold=0.5).decide(L, np.full(4, 5), 0, 0)
-        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered").decide(
+        filtered = rule(temperature=T, top_k=1, threshold=0.5, precision=precision).decide(
             L, np.full(4, 5), 0, 0)
-        assert len(filtered) == 4                       # c = 1 under the filtered top-1: all over 0.5
+        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered",
+                          precision=precision).decide(L, np.full(4, 5), 0, 0)
+        assert len(filtered) == (4 if kept == 1 else 1)  # c = 1 (all over 0.5) or 0.2 (the best)
         assert len(unfiltered) == 1                     # c = 0.2 under softmax(L / T): none, the best
 
 
@@ -54,7 +58,7 @@ def test_the_two_confidence_sources_commit_different_positions():
     softmax(L) position 1 is more confident; with top-k = 2 position 0's token keeps (nearly) all
     the filtered mass, so the filtered rule commits position 0 (SDAR's generate.py would too)."""
     V = 40
-    L = torch.full((2, V), 0.0)
+    L = -1e-3 * torch.arange(V, dtype=torch.float32).expand(2, V).clone()   # a near-flat tail, no ties
     L[0, 0] = 3.0                                           # p = e^3 / (e^3 + 38) ~ 0.35 unfiltered
     L[1, 1], L[1, 2] = 10.0, 10.0 + np.log(0.4 / 0.6)      # p ~ 0.6 unfiltered, 0.6 filtered
     state = np.full(2, V - 1)
@@ -107,7 +111,7 @@ def test_top_k_top_p_filter(data):
 def test_noise_cache_keeps_only_the_current_block():
     r = rule(temperature=1.0)
     r.noise(0, 0, "cpu"), r.noise(0, 1, "cpu"), r.noise(1, 0, "cpu")
-    assert set(r._noise) == {(1, 0)}
+    assert set(r._noise) == {(1, 0, "cpu")}                  # (block, step, device)
 
 
 @pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])

@@ -246,7 +246,7 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     torch.save(stale, ck)
     for T, ds in data.items():                       # the trajectory caches remeasure reads
         for split in ("test", "train"):
-            ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-v{tj.FORMAT}.pt")
+            ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-auto-v{tj.FORMAT}.pt")
     args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompts=3, prompt_tokens=64,
                      new_tokens=128, seeds=1)
     assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0

@@ -43,15 +43,16 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(example, checkpoint):
-    hf, B, mask = example.load(checkpoint, dtype=torch.float32)
-    return SDARModel.from_pretrained(checkpoint, dtype="float32"), hf, B, mask
+    hf, B, mask, precision = example.load(checkpoint, dtype=torch.float32)
+    assert precision == "bfloat16"                       # saved in bf16: served, so decided, in bf16
+    return SDARModel.from_pretrained(checkpoint, dtype="float32"), hf, B, mask, precision
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, seed=3), dict(threshold=0.3),
                                 dict(temperature=1.0, seed=5, threshold=0.5)], ids=str)
 @pytest.mark.parametrize("drafter", [None, "confidence"])
 def test_the_example_gives_generates_tokens(example, models, monkeypatch, kw, drafter):
-    ours, hf, B, mask = models
+    ours, hf, B, mask, precision = models
     rows, forward = [], example.forward
 
     def counted(model, cache, ids, *args):
@@ -61,7 +62,8 @@ def test_the_example_gives_generates_tokens(example, models, monkeypatch, kw, dr
     monkeypatch.setattr(example, "forward", counted)
     for prompt in PROMPTS:
         want = spotref.generate(ours, prompt, 14, **kw).tokens
-        got = example.generate(hf, prompt, 14, B, mask, drafter=drafter, budget=8, depth=4, **kw)
+        got = example.generate(hf, prompt, 14, B, mask, drafter=drafter, budget=8, depth=4,
+                               precision=precision, **kw)
         assert got == want and len(got) == 14, (prompt, want, got)
     assert (max(rows) > 1) == (drafter is not None)      # a drafter's rows share one forward
 

@@ -38,18 +38,22 @@ PRIOR = {1: 1.0, 64: 2.5}          # E(N) for a drafter without a measured curve
 _TIMES = weakref.WeakKeyDictionary()     # model -> {(budgets, context): {N: seconds}}
 
 
-def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3) -> dict:
-    """{N: seconds} of one target forward over N states of a block after ``context`` tokens."""
-    known, key = _TIMES.setdefault(model, {}), (tuple(budgets), context)
+def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None) -> dict:
+    """{N: seconds} of one target forward over N states of a block after ``context`` tokens
+    (``width``: at that fixed width, one cost for every N <= width)."""
+    known, key = _TIMES.setdefault(model, {}), (tuple(budgets), context, width)
     if key not in known:
         B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
         g = torch.Generator().manual_seed(0)
         cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
+        w = {} if width is None else {"width": width}
         out = {}
-        for N in budgets:
+        for N in budgets if width is None else [n for n in budgets if n <= width]:
             states = torch.full((N, B), mask_id, dtype=torch.long)
             states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)       # half committed
-            out[N] = _median_time(lambda: model.denoise(cache, states), repeats)
+            out[N] = _median_time(lambda: model.denoise(cache, states, **w), repeats)
+        if width is not None:                       # one shape: one cost, the largest measured
+            out = dict.fromkeys(out, max(out.values()))
         known[key] = out
     return known[key]
 
@@ -105,18 +109,20 @@ def resolve_budget(budget, model, drafter, depth: int, temperature: float) -> in
     return auto_drafter(model, drafter, depth, temperature)[1]
 
 
-def auto_drafter(model, drafter, depth: int, temperature: float) -> tuple:
+def auto_drafter(model, drafter, depth: int, temperature: float, width: int | None = None) -> tuple:
     """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N). A drafter
     with ``variants()`` (the SPOT drafter: order-model calls per level or per round) is replaced
-    by the variant whose best N commits the most per second."""
+    by the variant whose best N commits the most per second. ``width``: every pass runs at that
+    width, so verify costs the same for every N <= width (measured once) and N <= width."""
     if drafter is None:
         return None, 1
-    tv = verify_times(model)
+    tv = verify_times(model, width=width)
+    budgets = sorted(tv)
     best = None
     for d in getattr(drafter, "variants", lambda: [drafter])():
-        td = draft_times(d, model, depth=depth, temperature=temperature)
-        t = {N: tv[N] + td[N] for N in BUDGETS}
-        e = {N: expected_commits(d, N, temperature) for N in BUDGETS}
+        td = draft_times(d, model, budgets, depth=depth, temperature=temperature)
+        t = {N: tv[N] + td[N] for N in budgets}
+        e = {N: expected_commits(d, N, temperature) for N in budgets}
         N = choose_budget(t, e)
         if best is None or e[N] / t[N] > best[0]:
             best = (e[N] / t[N], d, N, e, t)

@@ -5,6 +5,10 @@ state, its step, what was committed since the stale pass, the stale top-32 proba
 the coupled tokens (and runner-ups) with their stale probabilities at any step. ``ViewInputs`` computes them from a ``View`` through the
 decision rule (``spotref.rules``: the one home of sampling and confidence); recorded trajectories
 (``spotref.tools.trajectories.Row``) hand the same names to offline training and evaluation.
+
+Device: the (B, V) work (the rule's probabilities, the coupled tokens) runs on the stale logits'
+device; what the order model reads ((B, 32) probabilities, (B,) tokens and probabilities) is
+brought to the CPU, where the 0.62M-parameter order model runs.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ class ViewInputs:
     @functools.cached_property
     def top(self) -> torch.Tensor:
         """(B, 32) sorted stale probabilities (only the order model reads them)."""
-        return order.top_probs(self.probs)
+        return order.top_probs(self.probs).cpu()
 
     @functools.cached_property
     def filtered(self) -> torch.Tensor:
@@ -61,13 +65,14 @@ class ViewInputs:
     def coupled(self, m: int):
         """(tokens (B,) int64, their stale probabilities (B,)) under the noise of step m."""
         if m not in self._coupled:
-            x = self.view.coupled_tokens(m)
-            self._coupled[m] = (x, self.probs.gather(1, torch.from_numpy(x)[:, None])[:, 0])
+            x = self.view.coupled_tokens(m)                                     # (B,) numpy
+            idx = torch.as_tensor(x, device=self.probs.device)[:, None]
+            self._coupled[m] = (x, self.probs.gather(1, idx)[:, 0].cpu())
         return self._coupled[m]
 
     def second(self, m: int):
         """The runner-up coupled tokens at step m and their stale probabilities."""
         if m not in self._second:
-            x2 = self.pair(m)[1]
-            self._second[m] = (x2.numpy(), self.probs.gather(1, x2[:, None])[:, 0])
+            x2 = self.pair(m)[1]                                                # (B,) on the device
+            self._second[m] = (x2.cpu().numpy(), self.probs.gather(1, x2[:, None])[:, 0].cpu())
         return self._second[m]

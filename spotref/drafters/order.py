@@ -24,10 +24,16 @@ vocabulary-agnostic by construction):
   bonus decision nor that neighbourhood shows in the stale distributions (on the gsm target
   39% of the stale order's misses are the bonus decision's neighbour).
 
-In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY) + len(FRESH)`` = 32 + 7 + 9 + 1 + 3 = 52
-numbers. Features are append-only: a model reads the first ``feature_width`` of them, so
-checkpoints trained on the first 48 (before the certainty feature) or 49 (before freshness)
-load and draft as they did.
+* ties (``TIES``): whether p_coupled is tied with the largest p_coupled of the node's masked
+  positions, and whether the position is the first (lowest) of those tied. The rule decides in
+  the target's precision (``spotref.rules``): in bf16 most confidences of a confident target are
+  exactly 1, the decision a tie, and ties go to the lowest position; these two say what decides
+  it (on gsm-b32 at T = 0 the stale order so ranked predicts 0.87 of the next commits).
+
+In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY) + len(FRESH) + len(TIES)`` = 32 + 7 + 9
++ 1 + 3 + 2 = 54 numbers. Features are append-only: a model reads the first ``feature_width`` of
+them, so checkpoints trained on the first 48 (before the certainty feature), 49 (before
+freshness) or 52 (before ties) load and draft as they did.
 
 A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
 B positions gives two numbers per position: the next-commit score (non-masked positions get
@@ -35,8 +41,8 @@ B positions gives two numbers per position: the next-commit score (non-masked po
 token logit (will the coupled stale token be the target's token when this position is
 committed?). A linear skip from the features to the two outputs starts the score at
 log(p_coupled) - log(1 - p_coupled) (the log-odds; log(p_coupled) for a model without the
-certainty feature): an untrained model ranks by stale confidence, the training-free order, and
-learns corrections to it. 0.62M parameters at these sizes.
+certainty feature), plus 1 for the first of the tied: an untrained model ranks by stale
+confidence, ties to the lowest position, the training-free order, and learns corrections to it. 0.62M parameters at these sizes.
 
 SPOT-Sets (the threshold rule, SPEC section 2) reads the same encoder through a set head: for a
 threshold ``tau`` it gives, per masked position, the logit of "this position's confidence will
@@ -64,9 +70,12 @@ POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
 CERTAINTY = ("-log(1 - p_coupled) / LOG_SCALE",)               # resolves confidences near 1
 FRESH = ("unseen", "1 / left distance to fresh", "1 / right distance to fresh")   # fresh: committed
                                                               # since the stale pass (unseen or drafted)
+TIES = ("tied with the top p_coupled", "first of the tied")  # what breaks a tie in the rule's precision
 CERTAIN = TOP_K + len(STRUCT) + POSITION                      # the certainty feature's index
-FEATURE_WIDTH = CERTAIN + len(CERTAINTY) + len(FRESH)         # top, structure, position, certainty, freshness: 52
-WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FEATURE_WIDTH)   # checkpoints read: before certainty / freshness, all
+FIRST_TIED = CERTAIN + len(CERTAINTY) + len(FRESH) + 1        # the "first of the tied" feature's index
+FEATURE_WIDTH = FIRST_TIED + 1                                # top, structure, position, certainty, freshness, ties: 54
+WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FIRST_TIED - 1, FEATURE_WIDTH)   # checkpoints read: before
+                                                              # certainty / freshness / ties, all
 LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
 SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
@@ -101,6 +110,8 @@ class OrderModel(nn.Module):
             self.skip.weight[0, LOG_PC] = LOG_SCALE
             if feature_width > CERTAIN:
                 self.skip.weight[0, CERTAIN] = LOG_SCALE
+            if feature_width > FIRST_TIED:
+                self.skip.weight[0, FIRST_TIED] = 1.0
             self.head.weight.zero_()
             self.head.bias.zero_()
         self.set_head = None
@@ -244,7 +255,17 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
     certain = -(1 - pc).clamp_min(1e-9).log()[..., None] / LOG_SCALE                 # (N, B, 1)
     unseen = torch.as_tensor(unseen, dtype=torch.bool).expand(N, B)
     near = fresh_distances(unseen | (draft_depth > 0))                                # (N, B, 2)
-    return torch.cat([top.float(), struct, pos, certain, unseen.float()[..., None], near], -1)
+    ties = tie_features(pc, masked)                                                   # (N, B, 2)
+    return torch.cat([top.float(), struct, pos, certain, unseen.float()[..., None], near, ties], -1)
+
+
+def tie_features(pc: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """pc: (N, B) p_coupled, masked: (N, B) bool -> (N, B, 2) float: tied with the largest
+    p_coupled of the masked positions, and the first (lowest) position so tied."""
+    top = pc.masked_fill(~masked, -1.0).max(-1, keepdim=True).values                # (N, 1)
+    tied = masked & (pc == top)                                                       # (N, B)
+    first = tied & (tied.cumsum(-1) == 1)
+    return torch.stack([tied.float(), first.float()], -1)
 
 
 CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_width", "top_k", "set_hidden")

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from spotref.api import serving_precision
 from spotref.drafters import order
 from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
@@ -218,8 +219,9 @@ def recorded(target, args, split: str, T: float, threshold: float | None = None)
         n, rule = (args.prompts if split == "train" else args.test_prompts), ""
     else:
         n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
+    precision = serving_precision(target.model)       # the rule the trajectories are decided by
     path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
-                               f"-p{args.prompt_tokens}-g{args.new_tokens}-v{tj.FORMAT}.pt")
+                               f"-p{args.prompt_tokens}-g{args.new_tokens}-{precision}-v{tj.FORMAT}.pt")
     if path.exists():
         try:
             return tj.Trajectories.load(path)

@@ -28,7 +28,8 @@ from spotref.load.files import atomic_save
 from spotref.tools.report import progress
 
 DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
-FORMAT = 3          # 3: + unseen; 2: stale probabilities of the coupled tokens in float32 (1: float16)
+FORMAT = 4          # 4: decided in the target's serving precision (docs/spec.md 2.1); 3: + unseen;
+                    # 2: stale probabilities of the coupled tokens in float32 (1: float16)
 FIELDS = ("tokens", "step", "unseen", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
           "tau", "prompt")
 
@@ -45,12 +46,12 @@ class Recorder:
         steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
             else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
         c = {m: inp.pair(m) for m in set(steps)}
-        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].numpy()             # float32: 1 - p matters
+        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].float().cpu().numpy()   # float32: 1 - p matters
         self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), unseen=view.unseen.copy(),
                               top=inp.top.half().numpy(),
-                              ctok=torch.stack([c[m][0] for m in steps]).numpy().astype(np.int32),
+                              ctok=torch.stack([c[m][0] for m in steps]).cpu().numpy().astype(np.int32),
                               pc=np.stack([prob(c[m][0]) for m in steps]),
-                              ctok2=torch.stack([c[m][1] for m in steps]).numpy().astype(np.int32),
+                              ctok2=torch.stack([c[m][1] for m in steps]).cpu().numpy().astype(np.int32),
                               pc2=np.stack([prob(c[m][1]) for m in steps])))
         return Draft.root()
 
