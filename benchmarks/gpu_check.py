@@ -57,7 +57,7 @@ SMOKE_CONFIG = SDARConfig(vocab_size=96, hidden_size=32, intermediate_size=64, n
                           mask_token_id=95, block_size=4, initializer_range=0.3)
 FULL = dict(nodes=(1, 2, 4, 8, 16, 32, 64), blocks=(4, 32), prefixes=(512, 2048), rows_nodes=(1, 8),
             inv=((4, 8), (32, 8), (32, 64)), inv_prefix=512, audit_prompt=64, audit_tokens=64,
-            gsm_problems=3, gsm_tokens=256, widths=(4, 8, 16, 64))
+            gsm_problems=2, gsm_tokens=256, widths=(4, 8, 16, 64))
 SMOKE = dict(nodes=(1, 2, 4), blocks=(4,), prefixes=(8, 16), rows_nodes=(1, 2), inv=((4, 4),), inv_prefix=8,
              audit_prompt=6, audit_tokens=8, gsm_problems=1, gsm_tokens=16, widths=(4,))
 DRAFTERS = ("confidence", "calibrated", "spot")
