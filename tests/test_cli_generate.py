@@ -56,6 +56,18 @@ def test_generate_prints_the_exact_text(capsys, ckpt, drafter):
     assert "passes" in err and f"drafter {drafter}" in err
 
 
+@pytest.mark.parametrize("precision", ["float64", "bfloat16"])
+def test_generate_takes_the_precision_and_the_width(capsys, ckpt, precision):
+    rc, out, _ = run(capsys, "generate", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
+                     "--temperature", 1.0, "--seed", 3, "--precision", precision, "--width", 16)
+    assert rc == 0
+    assert out == expected(ckpt, "def add(a,", 12, temperature=1.0, seed=3, precision=precision, width=16,
+                           drafter="confidence") + "\n"
+    rc, out, _ = run(capsys, "audit", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
+                     "--width", 16, "--precision", precision)
+    assert rc == 0 and "8/8 rows" in out and "audit: identical" in out
+
+
 def test_generate_chat_and_sampling(capsys, ckpt):
     rc, out, _ = run(capsys, "generate", "--model", ckpt, "--prompt", "add", "--chat", "--max-new-tokens", 8,
                      "--temperature", 1.0, "--seed", 7, "--block-length", 8, "--dtype", "float32")

@@ -78,3 +78,13 @@ def test_demo_on_a_math_target_finishes_its_answer(capsys):
     out = capsys.readouterr().out
     assert "at most 256 new tokens" in out and "the model's: -" not in out
     assert "--- spot N=8: identical, " in out
+
+
+def test_demo_runs_every_pass_at_a_fixed_width_and_says_what_a_pass_costs(capsys):
+    assert main(["demo", "--model", "random", "--prompts", "1", "--gen-length", "24", "--width", "8",
+                 "--budgets", "4,8"]) == 0
+    out = capsys.readouterr().out
+    assert "every output identical to exact decoding: yes" in out
+    assert "A verify pass of N states costs t(N) / t(1) = 1.00 at N = 8 on this machine (width 8" in out
+    assert main(["demo", "--model", "random", "--prompts", "1", "--width", "4", "--budgets", "8"]) == 2
+    assert "--budgets 8 exceeds --width 4" in capsys.readouterr().err

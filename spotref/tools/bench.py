@@ -106,6 +106,7 @@ FULL = dict(temperatures=[0.0, 1.0], budgets=[1, 4, 8, 16, 32, 64], prompts=8, n
             thresholds=[0.9, 0.7, 0.5])
 QUICK = dict(temperatures=[0.0, 1.0], budgets=[1, 4], prompts=2, new_tokens=24, thresholds=[0.9])
 RULES = ("one-position", "threshold")
+PRECISION_NAMES = ("float64", "float32", "bfloat16", "float16")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -139,6 +140,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CI smoke test: a tiny grid (random model if no target); explicit options win")
     p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
     p.add_argument("--drafters-dir", default=None, help="drafter checkpoints from here (default: bundled)")
+    p.add_argument("--precision", choices=PRECISION_NAMES, default=None,
+                   help="decide every run in this precision (default: each target's serving "
+                        "precision, docs/spec.md 2.1); drafters are matched to the target first")
     p.add_argument("--out", default=None,
                    help="report path (default: runs/bench-TIME/results.md; missing directories are created)")
     p.add_argument("--plot", default=None, help="PNG, needs matplotlib (default: beside --out, as .png)")

@@ -4,6 +4,9 @@ and the totals a table row is made of. ``spotref.tools.bench`` (one-position rul
 ``spotref.tools.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import sys
 from dataclasses import dataclass, field
 
@@ -45,7 +48,17 @@ def target_setup(name: str, args) -> Setup:
         s.calibrated = drafter_for(t.model, "calibrated", args.drafters_dir)
     except ValueError as e:
         print(f"bench: {name}: {e}", file=sys.stderr)
+    if getattr(args, "precision", None):
+        s.model = served_in(t.model, args.precision)
     return s
+
+
+def served_in(model, precision: str):
+    """``model`` (its weights shared) with the serving precision ``precision``: every run of the
+    bench, recordings and ``budget="auto"`` included, then decides in it."""
+    out = copy.copy(model)
+    out.config = dataclasses.replace(model.config, extra={**model.config.extra, "torch_dtype": precision})
+    return out
 
 
 def random_setup(args) -> Setup:

@@ -63,6 +63,12 @@ def add_model_args(p, drafter_default: str) -> None:
                    help="none, confidence, confidence-chain, calibrated, spot, a bundled drafter name "
                         "or a drafter .pt path")
     p.add_argument("--budget", type=positive_int, default=16, help="tree node budget N (root included)")
+    p.add_argument("--width", type=positive_int, default=None,
+                   help="run every pass as one forward of this many rows, padded (>= --budget; "
+                        "default: each row alone)")
+    p.add_argument("--precision", choices=("auto", "float64", "float32", "bfloat16", "float16"),
+                   default=None, help="the dtype the rule decides in (default: the model's serving "
+                                      "precision, its config's torch_dtype, else the logits' dtype)")
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
@@ -169,7 +175,7 @@ def setup(args):
     stops = [] if args.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
     kw = dict(temperature=args.temperature, seed=args.seed, threshold=args.threshold, top_k=args.top_k,
               top_p=args.top_p, budget=args.budget, depth=args.depth, stop_ids=stops,
-              confidence=args.confidence)
+              confidence=args.confidence, precision=args.precision, width=args.width)
     return model, tok, ids, drafter, kw
 
 
@@ -197,8 +203,9 @@ def run_audit(args) -> int:
     if drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
     if args.batch_rows:
+        rows = args.batch_rows if args.width is None else min(args.batch_rows, args.width)
         inv = batch_invariance(model, prefix_len=len(ids) // model.block_size * model.block_size,
-                               rows=args.batch_rows, seed=args.seed)
+                               rows=rows, seed=args.seed, width=args.width)
         print(f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
               f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})")
     report = audit(model, ids, args.max_new_tokens, drafter=drafter, **kw)

@@ -18,6 +18,7 @@ import torch
 
 import spotref
 from spotref.api import auto_budget
+from spotref.drafters.budget import verify_times
 from spotref.load.drafters import find_checkpoint, resolve_drafter
 from spotref.load.gsm import final_answer
 from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
@@ -52,6 +53,9 @@ def add_arguments(p):
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
     p.add_argument("--drafter", default=None,
                    help="drafter name (default: spot when the target ships one, else confidence)")
+    p.add_argument("--width", type=positive_int, default=None,
+                   help="run every pass, exact decoding's too, as one forward of this many rows "
+                        "(padded; >= every budget); default: each row alone")
     p.add_argument("--fused-store", action="store_true",
                    help="store each finished block inside the next block's first pass (one pass fewer per block)")
     p.add_argument("--model", default="default",
@@ -124,11 +128,14 @@ def demo(args) -> int:
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
     length = gen_length(args, env)
     drafter = args.drafter or best_drafter(model)
-    kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store)
+    kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store,
+              width=args.width)
+    if args.width is not None and max(args.budgets) > args.width:
+        raise ValueError(f"--budgets {max(args.budgets)} exceeds --width {args.width} (a pass verifies at most width states)")
     name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b) for b in args.budgets}
     if args.budget_auto:
-        cut, n = auto_budget(model, drafter, args.depth, args.temperature)   # cut per round
+        cut, n = auto_budget(model, drafter, args.depth, args.temperature, args.width)   # cut per round
         budgets[f"{name_of} auto (N={n})"] = (cut, n)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
@@ -146,7 +153,20 @@ def demo(args) -> int:
           f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
           f"every output identical to exact decoding: yes\n")
     print(table(COLUMNS, summary_rows(runs)))
+    print(why(model, args))
     return 0
+
+
+def why(model, args) -> str:
+    """Why fewer passes are or are not more tokens per second here: the measured verify curve."""
+    t = verify_times(model, width=args.width)                      # the cost model's own timings
+    N = max(n for n in t if n <= max(args.budgets))
+    path = "rows alone" if args.width is None else f"width {args.width}"
+    return (f"\nA verify pass of N states costs t(N) / t(1) = {t[N] / t[1]:.2f} at N = {N} on this "
+            f"machine ({path}; t(1) = {t[1] * 1e3:.1f} ms): SPOT gains tokens/s only where its pass "
+            f"reduction exceeds that ratio plus the drafter's time; budget=\"auto\" picks the N with "
+            f"the most expected commits per second from this curve (docs/gpu.md: on a GPU the curve "
+            f"is flat at a fixed width).")
 
 
 COLUMNS = ["decoder", "tokens", "passes", "passes/token", "commits/pass", "tokens/s", "fewer passes",
