@@ -120,7 +120,7 @@ def test_bad_command_lines(capsys, argv):
     (["bench", "--replot"], "--replot needs --out"),
     (["bench", "--replot", "--out", "/nonexistent/r.md"], "--out '/nonexistent/r.md': cannot read the report"),
     (["bench", "--targets", "nope"], "--targets: unknown target(s) nope"),
-    (["train-target", "--name", "t", "--export", str(TARGETS_DIR)], "is the bundled targets directory"),
+    (["train-target", "--name", "t", "--export", str(TARGETS_DIR)], "t.safetensors is a shipped file"),
     (["train-drafter", DEFAULT_TARGET, "--update-shipped", "--out", "x.pt"], "--update-shipped writes the shipped"),
     (["train-drafter", "no-such-target"], "unknown target 'no-such-target'"),
 ])

@@ -14,7 +14,7 @@ Per round (``RoundBudget``): the drafter drafts at that N, and each round's tree
 the nodes worth their verify time. Node n (in order of falling path probability, ``Draft.probs``)
 adds ``reach(p_n)`` expected commits, where ``reach`` maps the drafter's path probability to the
 rate at which such nodes were reached on held-out trajectories (``calibration_table``, stored in
-the drafter's checkpoint), and costs ``verify(n + 1) - verify(n)`` seconds; it is kept while it
+the drafter's checkpoint), and costs the curve's mean seconds per state up to the tree's size; it is kept while it
 commits at least at the run's expected rate ``E(N) / t(N)`` (commits per second). A draft
 without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``.
 """
@@ -158,12 +158,16 @@ def reach(table, p):
 
 def trim(draft: Draft, verify: dict, rate: float, table=None) -> Draft:
     """The prefix of ``draft`` whose nodes are each worth their verify time: node n stays while
-    reach(p_n) >= rate * (verify(n + 1) - verify(n)) (verify: {states: seconds}, interpolated)."""
+    reach(p_n) >= rate * slope, slope = (verify(len) - verify(1)) / (len - 1), the measured
+    curve's mean cost of a state up to the draft's size (verify: {states: seconds},
+    interpolated). The mean, not each local difference: timings taken on a busy machine are
+    noisy, and one inflated difference would cut every tree to its root."""
     if draft.probs is None or len(draft) < 2:
         return draft
     ns = sorted(verify)
     t = np.interp(np.arange(1, len(draft) + 1), ns, [verify[k] for k in ns])       # t(1) .. t(len)
-    worth = reach(table, np.asarray(draft.probs[1:])) >= rate * np.diff(t)          # node n: t(n + 1) - t(n)
+    slope = max(t[-1] - t[0], 0.0) / (len(t) - 1)
+    worth = reach(table, np.asarray(draft.probs[1:])) >= rate * slope
     return draft.prefix(1 + (len(worth) if worth.all() else int(np.argmin(worth))))
 
 

@@ -4,15 +4,20 @@ file written atomically."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from spotref.checkpoint import CONFIG, INDEX, SINGLE, resolve_dtype
-from spotref.load.files import atomic_path, atomic_write_text
+from spotref.load.files import atomic_dir, atomic_path, atomic_write_text, shipped_writes
 
 
 def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
-                    shard_of=None) -> Path:
+                    shard_of=None, update_shipped: bool = False) -> Path:
     """Write ``model`` as a checkpoint directory in the official layout; returns the path.
+
+    Whole or absent: the files are written into a fresh directory that then replaces ``path``
+    (``spotref.load.files.atomic_dir``), so no shard or index of an earlier save survives; other
+    files in ``path`` (a tokenizer) are kept. ``update_shipped``: allow a path inside the package.
 
     dtype: the stored dtype (default: the model's). One ``model.safetensors``, or shards with
     ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
@@ -20,9 +25,19 @@ def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
     """
     from safetensors.torch import save_file
-    root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
     dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
+    with shipped_writes(update_shipped), atomic_dir(path, keep=not_checkpoint) as root:
+        write(model, root, dtype, max_shard_bytes, shard_of, save_file)
+    return Path(path)
+
+
+def not_checkpoint(name: str) -> bool:
+    """Files of a directory that a checkpoint save does not own (kept across saves)."""
+    return name not in (CONFIG, SINGLE, INDEX) and not re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)
+
+
+def write(model, root: Path, dtype, max_shard_bytes, shard_of, save_file) -> None:
+    """The checkpoint's files into the (fresh) directory ``root``."""
     state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
@@ -33,7 +48,7 @@ def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
         with atomic_path(root / SINGLE) as tmp:
             save_file(state, str(tmp), metadata={"format": "pt"})
-        return root
+        return
     wmap, total = {}, sum(t.numel() * t.element_size() for t in state.values())
     for i, names in enumerate(groups):
         fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
@@ -42,7 +57,6 @@ def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
         wmap.update({n: fname for n in names})
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
     atomic_write_text(root / INDEX, json.dumps(index, indent=2) + "\n")
-    return root
 
 
 def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:

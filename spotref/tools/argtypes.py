@@ -10,6 +10,8 @@ import argparse
 import math
 import sys
 
+from spotref.load.files import shipped_writes
+
 SEED_MAX = 2 ** 64 - 1          # the noise generator's key is 64 bits (spotref.noise)
 
 
@@ -130,4 +132,10 @@ def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    return guarded(prog, lambda: run(args))
+    return guarded(prog, lambda: run_allowed(run, args))
+
+
+def run_allowed(run, args):
+    """``run(args)``, shipped files writable only with ``--update-shipped`` (``spotref.load.files``)."""
+    with shipped_writes(getattr(args, "update_shipped", False)):
+        return run(args)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.files import atomic_write_text, run_dir
+from spotref.load.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
 from spotref.tools import bench_sets, stability
 from spotref.tools.bench_run import (  # noqa: F401  (answer_blocks, gen: read by the tests)
@@ -488,6 +488,8 @@ def outputs(args) -> None:
         raise ValueError("--replot needs --out (the report to redraw from), or --update-shipped")
     args.out = args.out or str(run_dir("bench") / "results.md")
     args.plot = args.plot or str(Path(args.out).with_suffix(".png"))
+    for path in (args.out, args.plot, gain_path(args.plot)):   # refused now, not after the runs
+        check_writable(path)
 
 
 def run(args) -> int:

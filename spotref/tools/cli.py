@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-from spotref.tools.argtypes import guarded
+from spotref.tools.argtypes import guarded, run_allowed
 
 COMMANDS = {      # name: (one-line help, module, its add-options function, its entry point)
     "demo": ("exact vs SPOT decoding side by side, outputs checked identical",
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     def run() -> int:
         args = parser_for(command).parse_args(argv)
         args.argv = argv[argv.index(args.command) + 1:]            # after the command name (for reports)
-        return entry(args.command, 3)(args) or 0
+        return run_allowed(entry(args.command, 3), args) or 0
     return guarded(f"spotref {command}" if command else "spotref", run)
 
 

@@ -42,7 +42,7 @@ import torch
 
 import spotref
 from spotref.draft import Draft
-from spotref.load.files import atomic_write_text
+from spotref.load.files import atomic_write_text, check_writable
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import quality_math
 from spotref.tools.argtypes import add_threads, positive_int, tool_main
@@ -152,11 +152,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     add_threads(p)
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
+    p.add_argument("--update-shipped", action="store_true",
+                   help="allow --write-meta to replace a bundled target's NAME.json")
 
 
 def run(args) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
     torch.set_num_threads(args.threads)
+    if args.write_meta:                                    # refused before the work, not after
+        check_writable(meta_path(args))
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
     if (target.meta.get("corpus") or {}).get("name") == "gsm":
         r = quality_math.report(target, args.prompts or 500, args.new_tokens or 256)
@@ -165,13 +169,18 @@ def run(args) -> int:
         r["meets_bar"] = passes_bar(r)
     print(json.dumps(r, indent=1))
     if args.write_meta:
-        path = Path(args.target) if args.target.endswith(".json") else \
-            Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
+        path = meta_path(args)
         meta = json.loads(path.read_text())
         meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
         meta["quality_samples"] = r["samples"]
         atomic_write_text(path, json.dumps(meta, indent=1) + "\n")
     return 0 if r["meets_bar"] else 1
+
+
+def meta_path(args) -> Path:
+    """The NAME.json that --write-meta writes."""
+    return Path(args.target) if args.target.endswith(".json") else \
+        Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
 
 
 def main(argv=None) -> int:

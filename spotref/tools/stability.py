@@ -25,7 +25,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from spotref.load.files import atomic_write_text, run_dir
+from spotref.load.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import add_threads, positive_int, tool_main
@@ -136,7 +136,7 @@ def run(args) -> int:
     unknown = [t for t in args.targets if t not in known]
     if unknown:
         raise ValueError(f"unknown target(s) {', '.join(unknown)} in {directory}; known: {', '.join(known) or 'none'}")
-    out = SHIPPED if args.update_shipped else args.out or run_dir("stability") / "stability.md"
+    out = check_writable(SHIPPED if args.update_shipped else args.out or run_dir("stability") / "stability.md")
     args.seeds, args.prompts = 1, 0
     tables = ([], [], [])
     for name in args.targets or known:

@@ -68,6 +68,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import shlex
 import sys
 import time
@@ -88,12 +89,13 @@ from spotref.load.corpora import (
     StdlibCorpus,
     open_corpus,
 )
-from spotref.load.files import atomic_path, atomic_save, atomic_write_text
+from spotref.load.files import atomic_path, atomic_save, atomic_write_text, check_writable, shipped_writes
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel, rope
 from spotref.tools.argtypes import (
     add_threads,
     guarded,
+    run_allowed,
     int_list,
     nonneg_int,
     nonneg_real,
@@ -1135,11 +1137,13 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
 
 
 def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None,
-               checkpoint: Path | None = None) -> Path:
+               checkpoint: Path | None = None, update_shipped: bool = False) -> Path:
     """Export a run's last checkpoint (or ``checkpoint``, e.g. one of its snapshots) without
     training further, at ``block_size`` (default: the run's ``--block-size``; a ``--mix-blocks``
     run may be exported at any of its sizes). The held-out loss is measured afresh at the
-    exported block size, on the run's own corpus."""
+    exported block size, on the run's own corpus. A bundled target is replaced only with
+    ``update_shipped=True``; the outputs are checked before the work."""
+    check_export(argparse.Namespace(name=name, export=str(out_dir)))
     ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
     state, args = ck["state"], run_args(ck["state"]["args"])
     if args.init and "init" not in state and args.init.endswith(".pt") and Path(args.init).is_file():  # a run from before the record
@@ -1158,7 +1162,8 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     loss = round(heldout_loss(model, held, args, tok.mask_id), 4)
     state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
                                                        "heldout_loss": loss, "block_size": args.block_size}]}
-    return export(model, tok, state, Path(out_dir), name)
+    with shipped_writes(update_shipped):
+        return export(model, tok, state, Path(out_dir), name)
 
 
 def run_args(saved: dict) -> argparse.Namespace:
@@ -1172,15 +1177,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m spotref.tools.train", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
-    return guarded(p.prog, lambda: run(args))
+    return guarded(p.prog, lambda: run_allowed(run, args))
 
 
 def check_export(args) -> None:
-    """--export into the bundled targets directory replaces shipped files: only when asked."""
-    if args.export and Path(args.export).resolve() == TARGETS_DIR.resolve() \
-            and not getattr(args, "update_shipped", False):
-        raise ValueError(f"--export {args.export!r} is the bundled targets directory: pass "
-                         f"--update-shipped to replace shipped targets, or export elsewhere")
+    """--name is a plain name; --export's three files are writable (a shipped target only with
+    --update-shipped: ``spotref.load.files.check_writable``), checked before any training."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name or ""):
+        raise ValueError(f"--name {args.name!r} must be a plain name (letters, digits, '.', '_', '-'; "
+                         f"no path): it names runs/NAME and the exported files")
+    if args.export:
+        for suffix in (".safetensors", ".json", ".tokenizer.json"):
+            check_writable(Path(args.export) / f"{args.name}{suffix}")
 
 
 def run(args) -> int:

@@ -44,7 +44,7 @@ from spotref.load.drafters import (
     model_fingerprint,
     save_order_model,
 )
-from spotref.load.files import run_dir
+from spotref.load.files import check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None,
                    help="checkpoint path (default: runs/drafter-TIME/TARGET.pt; with --curves-only "
-                        "the checkpoint to re-measure, default the shipped one)")
+                        "the checkpoint to re-measure, default the shipped one, which then needs "
+                        "--update-shipped)")
     p.add_argument("--update-shipped", action="store_true",
                    help="write the shipped spotref/order_models/TARGET.pt (not with --out)")
     p.add_argument("--seed", type=seed_int, default=0, help="training seed")
@@ -332,8 +333,8 @@ def out_path(args) -> Path:
     if getattr(args, "update_shipped", False):
         if args.out:
             raise ValueError("--update-shipped writes the shipped checkpoint: leave out --out")
-        return shipped_path(args)
-    return Path(args.out) if args.out else run_dir("drafter") / f"{args.target}.pt"
+        return check_writable(shipped_path(args))
+    return check_writable(Path(args.out) if args.out else run_dir("drafter") / f"{args.target}.pt")
 
 
 def run(args) -> int:
@@ -400,7 +401,7 @@ def set_head(model, target, args) -> tuple:
 def sets_only(target, args) -> int:
     """``--sets-only``: the checkpoint (--out, default the shipped one) with a trained set head,
     written where ``out_path`` says; its order model, calibration and curves are kept."""
-    src = Path(args.out) if args.out else shipped_path(args)
+    src = check_writable(Path(args.out) if args.out else shipped_path(args))
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
     model, header["sets"] = set_head(order.without_set_head(model), target, args)     # a fresh set head
@@ -415,7 +416,7 @@ def remeasure(target, args) -> int:
     held-out states) re-measured, everything else kept (the set head's ``sets`` accuracies too:
     they come from threshold trajectories, which only training records). Reads --out
     (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
-    src = Path(args.out) if args.out else shipped_path(args)
+    src = check_writable(Path(args.out) if args.out else shipped_path(args))
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
