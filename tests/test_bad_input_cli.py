@@ -222,7 +222,11 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
     path = train_drafter.out_path(args)
     assert path.parent.parent == Path("runs") and path.parent.name.startswith("drafter-") and path.name == "t.pt"
     assert train_drafter.out_path(Namespace(target="t", out="x/y.pt", update_shipped=False)) == Path("x/y.pt")
-    assert train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True)) == ORDER_DIR / "t.pt"
+    from spotref.load.files import shipped_writes
+    with shipped_writes():                                # as the tool runs it with --update-shipped
+        assert train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True)) == ORDER_DIR / "t.pt"
+    with pytest.raises(ValueError, match="is a shipped file"):
+        train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True))
     with pytest.raises(ValueError, match="--update-shipped"):
         train_drafter.out_path(Namespace(target="t", out="x.pt", update_shipped=True))
 
