@@ -136,3 +136,23 @@ def test_without_a_model_the_speculator_takes_a_drafter_object():
         blk.accept(model.denoise(cache, torch.from_numpy(blk.propose())))
     assert blk.tokens.tolist() == spotref.generate(model, [], 4).tokens
     assert sum(len(d) for d in blk.decisions) == 4
+
+
+def test_a_width_makes_every_proposal_that_many_rows_and_the_tokens_those_of_exact_at_it():
+    m = tiny_model(V=50, B=4)
+    spec = Speculator.for_model(m, drafter="confidence", budget=4, depth=3, width=6)
+    cache = m.prefill(torch.tensor([1, 2, 3, 4]))
+    blk = spec.block(1, np.full(4, m.mask_id))
+    shapes = []
+    while not blk.done:
+        rows = blk.propose()
+        shapes.append(rows.shape)
+        assert (rows[len(np.unique(rows, axis=0)):] == rows[0]).all()     # padding: copies of row 0
+        with pytest.raises(ValueError, match="want"):
+            blk.accept(torch.zeros(5, 4, 50))                              # one row short
+        blk.accept(m.denoise(cache, torch.from_numpy(rows), width=6))
+    assert set(shapes) == {(6, 4)}
+    exact = spotref.generate(m, [1, 2, 3, 4], 4, width=6)
+    assert blk.tokens.tolist() == exact.tokens
+    with pytest.raises(ValueError, match="budget 8 exceeds the verify width 6"):
+        Speculator.for_model(m, drafter="confidence", budget=8, width=6)
