@@ -59,7 +59,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     model = resolve_model(model)
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
-    stops = check_stop_ids(stop_ids, model.config.vocab_size)
+    stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
     if not isinstance(fused_store, (bool, np.bool_)):
         raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
     spec = Speculator.for_model(model, temperature=temperature, seed=seed, threshold=threshold,
@@ -101,8 +101,8 @@ class Speculator:
                                   threshold, top_k, top_p, confidence,
                                   serving_precision(model) if precision is None else precision)
         if budget != "auto":
-            check_int("budget", budget, 1)
-        self.depth = check_int("depth", depth, 0)
+            check_int("budget", budget, 1, LIMIT - 1)
+        self.depth = check_int("depth", depth, 0, LIMIT - 1)
         self.width = None if width is None else check_int("width", width, 1, LIMIT - 1)
         self.core = resolve_core(core)
         self.drafter = None if drafter is None else speculator_drafter(drafter, model)
@@ -130,7 +130,7 @@ class Speculator:
 
     def block(self, index: int, state, stats: Stats | None = None) -> Block:
         """A ``Block`` for block ``index`` (absolute, from position 0) starting at ``state``."""
-        check_int("index", index, 0)
+        check_int("index", index, 0, LIMIT - 1)          # the noise key holds 64 bits; positions less
         return Block(self.rule, self.drafter, self.core, self.budget, self.depth, int(index),
                      check_state(state, self.rule), stats, self.width)
 

@@ -196,6 +196,10 @@ def resolve_device(device) -> torch.device:
         raise ValueError(f"bad device {device!r}: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available on this machine")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: spotref runs on cpu or cuda")
     return dev
 
 

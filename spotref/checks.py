@@ -45,8 +45,9 @@ def check_temperature(temperature) -> float:
     return T
 
 
-def check_stop_ids(stop_ids, V: int) -> list:
-    """None, one id, or a 1-D sequence / numpy array / tensor of ids -> a list of ints."""
+def check_stop_ids(stop_ids, V: int, mask_id: int | None = None) -> list:
+    """None, one id, or a 1-D sequence / numpy array / tensor of ids -> a list of ints (never
+    MASK: it is never committed, so it could never stop anything)."""
     if stop_ids is None:
         return []
     if isinstance(stop_ids, (torch.Tensor, np.ndarray)):
@@ -58,7 +59,10 @@ def check_stop_ids(stop_ids, V: int) -> list:
         stop_ids = [stop_ids]                   # one id, as Hugging Face's eos_token_id
     if isinstance(stop_ids, (str, bytes, dict)) or not hasattr(stop_ids, "__iter__"):
         raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got {stop_ids!r}")
-    return [check_int("stop_ids", s, 0, V - 1) for s in stop_ids]
+    ids = [check_int("stop_ids", s, 0, V - 1) for s in stop_ids]
+    if mask_id is not None and mask_id in ids:
+        raise ValueError(f"stop_ids holds the MASK token {mask_id}: MASK is never committed, so it never stops")
+    return ids
 
 
 def check_prompt(prompt_ids, V: int, mask_id: int) -> list:

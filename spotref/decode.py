@@ -155,7 +155,7 @@ class Block:
             raise RuntimeError("accept() without propose(): propose() the rows, run them, then accept")
         tree = self._tree
         R = len(tree) if self.width is None else self.width
-        logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size))[:len(tree)]
+        logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[:len(tree)]
         self._tree = None
         with self.stats.timed("book_s"):                                      # 4. walk
             self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
@@ -173,14 +173,18 @@ def padded(states: np.ndarray, width: int | None) -> np.ndarray:
     return np.concatenate([states, np.repeat(states[:1], width - len(states), 0)])
 
 
-def checked_logits(logits, shape: tuple) -> torch.Tensor:
-    """The caller's logits as a float tensor of ``shape`` (R, B, V); ``ValueError`` otherwise."""
+def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
+    """The caller's logits as a dense float tensor of ``shape`` (R, B, V), detached, each position
+    with a finite logit other than MASK's; ``ValueError`` otherwise."""
     if isinstance(logits, np.ndarray):
         if logits.dtype.kind != "f":
             raise ValueError(f"logits must be floating point, got numpy {logits.dtype}")
         logits = torch.from_numpy(logits)
     if not isinstance(logits, torch.Tensor):
         raise ValueError(f"logits must be a torch tensor or a numpy array, got {type(logits).__name__}")
+    if logits.layout != torch.strided or logits.device.type == "meta":
+        raise ValueError(f"logits must be a dense tensor with values, got {logits.layout} on {logits.device}")
+    logits = logits.detach()
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     if tuple(logits.shape) != shape:
@@ -189,6 +193,10 @@ def checked_logits(logits, shape: tuple) -> torch.Tensor:
         raise ValueError("logits hold NaN or +inf")
     if bool(torch.isneginf(logits).all(-1).any()):
         raise ValueError("logits: a position has no finite logit (all -inf)")
+    others = torch.cat((logits[..., :mask_id], logits[..., mask_id + 1:]), -1)
+    if bool(torch.isneginf(others).all(-1).any()):
+        r, j = (int(i) for i in torch.nonzero(torch.isneginf(others).all(-1))[0])
+        raise ValueError(f"logits: row {r}, position {j} has no finite logit but MASK's (MASK is never committed)")
     return logits
 
 

@@ -78,6 +78,15 @@ class SDARConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                 raise ValueError(f"SDARConfig.{name} must be a positive finite number, got {value!r}")
+        if self.head_dim % 2:
+            raise ValueError(f"SDARConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+        if not self.rope_theta > 1:
+            raise ValueError(f"SDARConfig.rope_theta must be above 1 (the RoPE base), got {self.rope_theta!r}")
+        for name in ("bos_token_id", "eos_token_id"):
+            ids = getattr(self, name)
+            for t in ids if isinstance(ids, list) else [ids]:
+                if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size):
+                    raise ValueError(f"SDARConfig.{name} {ids!r} is not a token id of the vocabulary [0, {self.vocab_size})")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
                              f"multiple of num_key_value_heads ({self.num_key_value_heads})")
@@ -107,9 +116,9 @@ class SDARConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def _check_int(name: str, value, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"SDARConfig.{name} must be an int >= {lo}, got {value!r}")
+def _check_int(name: str, value, lo: int, hi: int = 2 ** 31 - 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"SDARConfig.{name} must be an int in [{lo}, 2**31 - 1], got {value!r}")
 
 
 class RMSNorm(nn.Module):

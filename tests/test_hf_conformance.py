@@ -27,7 +27,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
 DIMS = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, mask_token_id=319,
-            max_position_embeddings=512)
+            max_position_embeddings=512, bos_token_id=318, eos_token_id=318)   # ids of this vocabulary
 ATOL = 1e-5
 
 

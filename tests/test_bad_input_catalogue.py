@@ -1,0 +1,96 @@
+"""Issue 38's catalogue: each input once accepted silently, or refused only after forward passes
+or with a traceback from inside torch, is now refused by name before any work (exact type and
+a message naming the culprit)."""
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_model
+
+import spotref
+from spotref.api import Speculator
+from spotref.models import SDARConfig
+
+
+def spec(**kw):
+    return Speculator(vocab_size=10, block_size=4, mask_id=9, drafter=None, **kw)
+
+
+def test_a_position_whose_only_finite_logit_is_masks_is_refused_and_the_block_is_unchanged():
+    blk = spec(temperature=1.0, top_p=0.5).block(0, np.full(4, 9))
+    blk.propose()
+    L = torch.zeros(1, 4, 10)
+    L[0, 2, :9] = -torch.inf                          # position 2: only MASK is finite
+    with pytest.raises(ValueError, match="row 0, position 2 has no finite logit but MASK's"):
+        blk.accept(L)
+    blk.accept(torch.zeros(1, 4, 10))                 # the block still works
+    assert blk.passes == 1
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: torch.zeros(1, 4, 10, device="meta"), "dense tensor with values"),
+    (lambda: torch.zeros(1, 4, 10).to_sparse(), "dense tensor with values"),
+])
+def test_meta_and_sparse_logits_are_refused(make, message):
+    blk = spec().block(0, np.full(4, 9))
+    blk.propose()
+    with pytest.raises(ValueError, match=message):
+        blk.accept(make())
+
+
+def test_logits_that_require_grad_are_taken_detached_and_the_block_finishes():
+    blk = spec().block(0, np.full(4, 9))
+    while not blk.done:
+        rows = blk.propose()
+        blk.accept(torch.randn(len(rows), 4, 10, requires_grad=True))
+    assert blk.passes == 4 and blk.done
+
+
+def test_accept_keeps_a_copy_not_a_view_of_the_callers_buffer():
+    blk = spotref.Speculator(vocab_size=10, block_size=4, mask_id=9, drafter="confidence").block(0, np.full(4, 9))
+    buf = torch.randn(1, 4, 10)
+    blk.propose()
+    blk.accept(buf)
+    before = blk.stale.clone()
+    buf.fill_(7.0)                                     # the caller reuses its buffer
+    assert torch.equal(blk.stale, before)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(budget=2 ** 31), "budget must be in"), (dict(depth=2 ** 31), "depth must be in"),
+])
+def test_budgets_and_depths_the_core_cannot_hold_are_refused_up_front(kw, message):
+    with pytest.raises(ValueError, match=message):
+        Speculator(vocab_size=10, block_size=4, mask_id=9, drafter="confidence", **kw)
+
+
+@pytest.mark.parametrize("index", [2 ** 31, 2 ** 64, 2 ** 64 + 1, -1])
+def test_a_block_index_beyond_the_noise_key_is_refused(index):
+    with pytest.raises(ValueError, match="index must be in"):
+        spec().block(index, np.full(4, 9))
+
+
+def test_mask_as_a_stop_id_is_refused():
+    with pytest.raises(ValueError, match="stop_ids holds the MASK token 9"):
+        spotref.generate(tiny_model(V=10, B=4), [1, 2], 4, stop_ids=[3, 9])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(head_dim=7), "head_dim must be even"),
+    (dict(vocab_size=2 ** 63), r"vocab_size must be an int in \[1, 2\*\*31 - 1\]"),
+    (dict(rope_theta=1e-300), "rope_theta must be above 1"),
+    (dict(eos_token_id=-1), "eos_token_id -1 is not a token id"),
+    (dict(eos_token_id=[5, 300]), r"eos_token_id \[5, 300\] is not a token id"),
+    (dict(bos_token_id=300), "bos_token_id 300 is not a token id"),
+])
+def test_configs_that_would_fail_inside_torch_are_refused_by_field(kw, message):
+    with pytest.raises(ValueError, match=message):
+        SDARConfig(**{"vocab_size": 300, "head_dim": 16, **kw})
+
+
+@pytest.mark.parametrize("device", ["mps", "cuda:7", "xla", "nonsense"])
+def test_a_device_this_machine_lacks_is_refused_by_name(device):
+    from spotref.checkpoint import resolve_device
+    if torch.cuda.is_available() and device == "cuda:7" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has 8 GPUs")
+    with pytest.raises(ValueError, match="device"):
+        resolve_device(device)
