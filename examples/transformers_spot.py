@@ -4,7 +4,7 @@ SDAR is a Qwen3 trained for block diffusion, with Qwen3's weight names, so trans
 ``Qwen3ForCausalLM`` loads an SDAR checkpoint directory as it is. Decoding it needs two things
 more: SDAR's block-causal 4D attention mask (a position sees every position of its own block and
 of the blocks before it) and no logit shift (the logits at position i predict position i). This
-file is the whole caller's side of spotref's step API (SPEC section 7), with none of spotref's
+file is the whole caller's side of spotref's step API (docs/spec.md section 7), with none of spotref's
 model code:
 
 1. prefill the complete prompt blocks into transformers' own ``DynamicCache``;

@@ -1,4 +1,4 @@
-"""``spotref.generate``: argument checks, then exact or SPOT decoding (SPEC section 7).
+"""``spotref.generate``: argument checks, then exact or SPOT decoding (docs/spec.md section 7).
 
 Every argument is checked before the first forward; a bad one raises ``ValueError`` naming it.
 """
@@ -74,7 +74,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
 
 
 class Speculator:
-    """The SPOT round without the model (SPEC section 7, the step API): for decoders that own
+    """The SPOT round without the model (docs/spec.md section 7, the step API): for decoders that own
     their model, cache and batching. ``block(index, state)`` gives a ``spotref.decode.Block``:
 
         spec = Speculator(vocab_size=V, block_size=B, mask_id=M, drafter="confidence")

@@ -1,5 +1,5 @@
 """The exactness audit: does speculative decoding on this model, on this hardware, give the tokens
-of exact decoding? (SPEC section 6.)
+of exact decoding? (docs/spec.md section 4.)
 
 SPOT is lossless only if a state's logits do not depend on which other states share its verify
 batch. spotref's model runs every row of a batch as a pass of its own (``spotref.models``), so a

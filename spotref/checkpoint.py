@@ -1,10 +1,10 @@
-"""Real SDAR checkpoints: the format (SPEC section 1) and ``SDARModel.from_pretrained``'s reader
+"""Real SDAR checkpoints: the format (docs/spec.md section 1) and ``SDARModel.from_pretrained``'s reader
 (``spotref.load.export.save_pretrained`` writes one).
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
 Weight names are Qwen3's (``model.layers.N.self_attn.q_proj.weight``, ...). ``lm_head.weight``
-is used when present, else the head is tied to ``model.embed_tokens.weight`` (SPEC section 1).
+is used when present, else the head is tied to ``model.embed_tokens.weight`` (docs/spec.md section 1).
 
 Everything is checked before a byte of weights is read: the config (block size and mask id
 supplied by the caller when the config lacks them; no unsupported Qwen3 feature), the shard

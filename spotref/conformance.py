@@ -1,6 +1,6 @@
 """The conformance suite: is a decoder's output identical to exact decoding?
 
-Reusable by any decoder that follows spotref's model and drafter contracts (SPEC section 7):
+Reusable by any decoder that follows spotref's model and drafter contracts (docs/spec.md section 7):
 
     from spotref.conformance import run_conformance    # pip install "spotref[conformance]"
     run_conformance(my_generate, max_examples=200)     # raises AssertionError on the first bug

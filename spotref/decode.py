@@ -1,10 +1,10 @@
-"""Exact decoding and SPOT speculative decoding of a block-diffusion LM (SPEC sections 2-3).
+"""Exact decoding and SPOT speculative decoding of a block-diffusion LM (docs/spec.md sections 2-3).
 
 Both run the same outer loop (``decode``): prefill the complete prompt blocks, then per block
 start from MASK (a prompt tail that ends mid-block stays fixed), fill it, and store it in the
 cache with one more pass (B + 1 forwards per block under the one-position rule, as SDAR's
 generate.py, JetEngine, lmdeploy and sglang count them). A block is filled by a ``Block``, the
-step API (SPEC section 7): ``propose`` the block states to run through the model, ``accept``
+step API (docs/spec.md section 7): ``propose`` the block states to run through the model, ``accept``
 their logits, until ``done``. Each round is draft -> build -> (the caller's) verify forward ->
 walk by state equality, plus the bonus decision at the deepest accepted state. Every accepted
 transition is the target's own decision at that state with that state's noise, so the committed
@@ -104,7 +104,7 @@ class Block:
     """One block decoded round by round: ``propose`` the states to verify, ``accept`` their logits.
 
     The block owns the decision rule, the noise, the drafter, the tree, the walk and the stale
-    logits; the caller owns the model, its cache and batching (SPEC section 7). ``state`` (B,)
+    logits; the caller owns the model, its cache and batching (docs/spec.md section 7). ``state`` (B,)
     holds MASK where uncommitted (a prompt tail stays fixed). ``drafter=None``: exact decoding.
     ``width``: None, or every ``propose`` returns exactly that many rows (the tree's states, then
     copies of the root), so the caller's forward always runs one shape (docs/spec.md section 4).

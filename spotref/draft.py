@@ -1,4 +1,4 @@
-"""The drafter protocol (SPEC section 7): ``drafter(view) -> Draft``.
+"""The drafter protocol (docs/spec.md section 7): ``drafter(view) -> Draft``.
 
 A drafter sees only what the decoder already holds after a pass: the current block state, the
 step, the stale logits of the previous pass, and the coupled-noise sampler. It proposes a tree
@@ -98,7 +98,7 @@ def _probs(probs, n: int) -> tuple:
 
 
 class Drafter(Protocol):
-    """The drafter contract (SPEC section 7): any callable from a view to a draft tree."""
+    """The drafter contract (docs/spec.md section 7): any callable from a view to a draft tree."""
 
     def __call__(self, view: "View") -> Draft: ...
 

@@ -4,7 +4,7 @@ It follows the structure of JetAstra/SDAR ``generate.py`` (``block_diffusion_gen
 ``denoising_steps == block_length``: ``low_confidence_static`` commits one position per step,
 ``low_confidence_dynamic`` every position over the threshold) but recomputes the whole sequence
 at every step with the block-causal mask and no cache, and takes its decisions with its own
-numpy code, written from SPEC section 2 rather than shared with ``spotref.rules``. Only the
+numpy code, written from docs/spec.md section 2 rather than shared with ``spotref.rules``. Only the
 noise function is shared: it is the definition of the noise, not an implementation detail.
 
 It needs nothing from a model but ``logits_fn(x: LongTensor (1, L)) -> (1, L, V)``, computed

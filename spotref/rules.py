@@ -1,4 +1,4 @@
-"""The target's decision at a state (SPEC section 2): which masked positions to commit, with which tokens.
+"""The target's decision at a state (docs/spec.md section 2): which masked positions to commit, with which tokens.
 
 A decision is a pure function of the logits ``L[B, V]`` at the state and of the noise of the
 state's step, so any decoder that reaches the same state reaches the same decision:

@@ -1,4 +1,4 @@
-"""A drafter cannot change the output through what its view hands it (SPEC section 7): the state,
+"""A drafter cannot change the output through what its view hands it (docs/spec.md section 7): the state,
 the stale logits, the rule and its noise are copies or read-only, whatever the drafter does."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The step API (SPEC section 7): Speculator / Block propose-accept, driven by a caller's own loop."""
+"""The step API (docs/spec.md section 7): Speculator / Block propose-accept, driven by a caller's own loop."""
 import numpy as np
 import pytest
 import torch

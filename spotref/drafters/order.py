@@ -1,4 +1,4 @@
-"""The SPOT order model: which masked position does the target commit next? (SPEC section 4)
+"""The SPOT order model: which masked position does the target commit next? (docs/spec.md section 6)
 
 Input per block position (``FEATURE_WIDTH`` numbers, no token ids, so the model is
 vocabulary-agnostic by construction):
@@ -44,7 +44,7 @@ log(p_coupled) - log(1 - p_coupled) (the log-odds; log(p_coupled) for a model wi
 certainty feature), plus 1 for the first of the tied: an untrained model ranks by stale
 confidence, ties to the lowest position, the training-free order, and learns corrections to it. 0.62M parameters at these sizes.
 
-SPOT-Sets (the threshold rule, SPEC section 2) reads the same encoder through a set head: for a
+SPOT-Sets (the threshold rule, docs/spec.md section 2) reads the same encoder through a set head: for a
 threshold ``tau`` it gives, per masked position, the logit of "this position's confidence will
 exceed tau" (the rule commits every such position, else the single most confident: the
 next-commit head's distribution, ``spotref.drafters.sets``). The head is a small MLP over the

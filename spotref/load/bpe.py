@@ -1,6 +1,6 @@
 """Tokenizers of the bundled targets: a byte-level BPE (the default) and plain bytes.
 
-Both have the contract of SPEC section 7 (``encode(str) -> list[int]``, ``decode(list) -> str``)
+Both have the contract of docs/spec.md section 7 (``encode(str) -> list[int]``, ``decode(list) -> str``)
 and two special tokens: ``EOS`` (ends a document; a stop id) and ``MASK`` (the diffusion mask,
 never produced by ``encode``).
 

@@ -21,7 +21,7 @@ blocks (aligned at absolute positions; the prompt length is a multiple of every 
 * ``whitespace_share`` of the generated text vs ``corpus_whitespace_share`` (held-out text);
 * ``token_stability``: at every commit after a block's first, whether the token of the
   *previous* pass (stale logits, MASK excluded, argmax) at the committed position equals the
-  committed token (SPEC section 3), overall and on blocks that are not one-character blocks.
+  committed token (docs/spec.md section 3), overall and on blocks that are not one-character blocks.
   Measured through ``spotref.generate`` with a recording drafter that proposes no node but the
   root: the drafter sees each round's stale logits, the run is exact decoding, and the
   trajectory (``stats["trajectory"]``) gives the commits.

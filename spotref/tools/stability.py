@@ -3,17 +3,17 @@
 ``python -m spotref.tools.stability [TARGET ...]`` writes ``runs/stability-TIME/stability.md`` (``--out``;
 ``--update-shipped`` replaces the committed ``docs/stability.md``), atomically.
 
-SPOT drafts tokens from the stale distributions (SPEC section 3), so its acceptance is bounded by
+SPOT drafts tokens from the stale distributions (docs/spec.md section 3), so its acceptance is bounded by
 how often they are right, whatever the order drafter does. On recorded held-out trajectories of
 exact decoding (``spotref.tools.trajectories``), for the true commit d steps ahead of a state (d = 0:
 the very next one), the share of commits whose token is the coupled stale token (top-1), and the
 share where it is that token or the runner-up (top-2: what a second-token branch can catch).
-The SPEC's premise, from the paper: over 90% on SDAR-8B.
+The paper's premise: over 90% on SDAR-8B.
 
 The same rates split two ways: by the class of the committed token (``CLASSES``: a stop id, digits
 only, anything else, by the target's tokenizer decoding of that one token), so that end-of-text
 fill is counted apart; and by the stale confidence of the coupled token at the committed position
-(its probability under the stale distribution, as SPEC section 2 defines confidence; ``BUCKETS``).
+(its probability under the stale distribution, as docs/spec.md section 2 defines confidence; ``BUCKETS``).
 """
 from __future__ import annotations
 
@@ -160,14 +160,14 @@ def report(args, overall: list, by_class: list, by_conf: list) -> str:
         "For the true commit d steps ahead of a recorded state: the share whose token is the coupled "
         "stale token (top-1) / that token or the runner-up (top-2). SPOT's tokens come from these "
         "stale distributions, so a draft path of length d + 1 needs every one of its tokens right; "
-        "the SPEC's premise (the paper, SDAR-8B) is over 90% at d = 0.", "",
+        "the paper's premise (SDAR-8B) is over 90% at d = 0.", "",
         table(["target", "T", "states"] + depth_cols, overall), "",
         "## By token class", "",
         "The committed token's class, by the target's tokenizer decoding of it: `end-of-text` (a stop "
         "id: the fill after an answer), `digits` (digits only), `other`. `commits`: at d = 0.", "",
         table(["target", "T", "token", "commits"] + depth_cols, by_class), "",
         "## By stale confidence", "",
-        "The stale probability of the coupled token at the committed position (its confidence, SPEC "
+        "The stale probability of the coupled token at the committed position (its confidence, docs/spec.md "
         "section 2, under the stale distribution). `commits`: at d = 0.", "",
         table(["target", "T", "stale confidence", "commits"] + depth_cols, by_conf), ""])
 

@@ -1,4 +1,4 @@
-"""Exact-decoding trajectories: the order model's training data (SPEC section 4).
+"""Exact-decoding trajectories: the order model's training data (docs/spec.md section 6).
 
 ``record(model, prompts, temperature, seeds)`` runs ``spotref.generate`` with a drafter that
 drafts nothing (so the run is exact decoding) but saves, at every state after a block's first,
