@@ -128,9 +128,11 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
 
 
 MODEL_DRAFTERS = ("calibrated", "spot")   # the target's own: they need the model to be found
+CONFIDENCE, CONFIDENCE_CHAIN = ConfidenceDrafter(), ConfidenceDrafter(chain=True)   # stateless: one each,
+                                                 # so budget="auto"'s per-drafter measurement is reused
 DRAFTERS = {                     # the one registry of drafter names (generate, the CLI, the tools)
-    "confidence": lambda model: ConfidenceDrafter(),
-    "confidence-chain": lambda model: ConfidenceDrafter(chain=True),
+    "confidence": lambda model: CONFIDENCE,
+    "confidence-chain": lambda model: CONFIDENCE_CHAIN,
     "calibrated": lambda model: drafter_for(model, "calibrated"),
     "spot": lambda model: drafter_for(model, "spot"),
 }
