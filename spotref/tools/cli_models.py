@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 import spotref
 from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
@@ -22,7 +24,7 @@ from spotref.load.drafters import (
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import chat_format, load_tokenizer
 from spotref.models import SDARModel
-from spotref.tools.argtypes import int_range, nonneg_int, positive_int, seed_int
+from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
 
 MAX_BATCH_ROWS = 4096           # a batched denoise of R rows holds R full activations
 
@@ -72,6 +74,7 @@ def add_model_args(p, drafter_default: str) -> None:
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
+    add_threads(p)
     p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
 
 
@@ -91,7 +94,27 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
     except (KeyError, ValueError, FileNotFoundError) as e:
         raise ValueError(f"--model {spec!r}: no such checkpoint directory or bundled target "
                          f"({str(e).strip(chr(39))})") from None
-    return target_model(target, block_size, mask_token_id, dtype, device), getattr(target, "tokenizer", None)
+    tok = getattr(target, "tokenizer", None)
+    if ((getattr(target, "meta", None) or {}).get("corpus") or {}).get("name") in CHAT_CORPORA:
+        tok = ChatText(tok)
+    return target_model(target, block_size, mask_token_id, dtype, device), tok
+
+
+CHAT_CORPORA = ("gsm",)           # bundled corpora of chat-formatted documents
+
+
+class ChatText:
+    """The tokenizer of a bundled target trained on chat-formatted text (the Qwen3 template
+    written out as text): ``--chat`` wraps a prompt in that format."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def encode_chat(self, messages) -> list:
+        return self.tok.encode(chat_format(messages))
 
 
 def directory_tokenizer(path: Path):
@@ -134,6 +157,9 @@ def prompt_ids(args, tok) -> list:
         raise ValueError(f"--chat: --model {args.model!r} has no chat format (a bundled target is "
                          f"trained on plain text): leave out --chat")
     if not args.chat:
+        if isinstance(tok, ChatText) and "<|im_start|>" not in args.prompt:
+            print(f"note: --model {args.model} is trained on chat-formatted problems; "
+                  f"--chat wraps --prompt in that format", file=sys.stderr)
         return tok.encode(args.prompt)
     msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": args.prompt}]
@@ -168,6 +194,7 @@ def check_chat_args(args) -> None:
 def setup(args):
     """(model, tokenizer, prompt ids, generate kwargs) from the parsed arguments."""
     check_chat_args(args)
+    torch.set_num_threads(args.threads)
     drafter = drafter_arg(args.drafter)
     model, tok = resolve_model(args.model, args.block_length, args.mask_id, args.dtype, args.device)
     check_pair(model, tok)
