@@ -69,9 +69,11 @@ def forward(model, cache, ids: torch.Tensor, start: int, B: int) -> torch.Tensor
                  **{cache_kw: cache}).logits
 
 
-def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: int,
+def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: int, stop_ids=(),
              **speculator_kwargs) -> list:
-    """SPOT: ``max_new_tokens`` after ``prompt_ids``, the tokens of exact decoding.
+    """SPOT: ``max_new_tokens`` after ``prompt_ids``, the tokens of exact decoding. With
+    ``stop_ids`` (end-of-text), decoding ends with the block holding one and the output is cut
+    after the first (SDAR's rule, as ``spotref.generate``).
 
     speculator_kwargs: ``spotref.Speculator``'s (temperature, seed, threshold, top_k, top_p,
     drafter, budget, depth, precision); ``drafter=None`` is exact decoding (one row per forward)."""
@@ -96,7 +98,10 @@ def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: i
             blk.accept(forward(model, per_row, rows, start, B))        # logits (R, B, V)
         forward(model, cache, torch.from_numpy(blk.tokens)[None], start, B)      # store
         out += blk.tokens[len(tail):].tolist()
-    return out[:max_new_tokens]
+        if set(stop_ids) & set(out):
+            break
+    out = out[:max_new_tokens]
+    return out[:next((i + 1 for i, t in enumerate(out) if t in stop_ids), len(out))]
 
 
 if __name__ == "__main__":
@@ -108,7 +113,9 @@ if __name__ == "__main__":
     ap.add_argument("--drafter", default="confidence", help='"confidence", "none", ...')
     args = ap.parse_args()
     model, B, mask_id, precision = load(args.checkpoint)
+    eos = json.loads((Path(args.checkpoint) / "config.json").read_text()).get("eos_token_id")
+    stops = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     ids = [int(t) for t in args.prompt_ids.split(",") if t]
     drafter = None if args.drafter == "none" else args.drafter
-    print(generate(model, ids, args.new, B, mask_id, temperature=args.temperature,
-                   drafter=drafter, precision=precision))
+    print(generate(model, ids, args.new, B, mask_id, stop_ids=stops, temperature=args.temperature,
+                   drafter=drafter, precision=precision))             # cut after end-of-text

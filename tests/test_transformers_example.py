@@ -68,6 +68,17 @@ def test_the_example_gives_generates_tokens(example, models, monkeypatch, kw, dr
     assert (max(rows) > 1) == (drafter is not None)      # a drafter's rows share one forward
 
 
+@pytest.mark.parametrize("drafter", [None, "confidence"])
+def test_the_example_stops_as_generate_does(example, models, drafter):
+    ours, hf, B, mask, precision = models
+    for prompt in PROMPTS:
+        free = spotref.generate(ours, prompt, 14).tokens
+        stop = [free[5]]                                 # a token the decode does produce
+        want = spotref.generate(ours, prompt, 14, stop_ids=stop).tokens
+        got = example.generate(hf, prompt, 14, B, mask, stop_ids=stop, drafter=drafter, precision=precision)
+        assert got == want and got[-1] == stop[0] and len(got) <= 6, (prompt, want, got)
+
+
 def test_the_example_runs_as_a_script(models, checkpoint):
     ours, *_ = models
     argv = [sys.executable, str(EXAMPLE), str(checkpoint), "--prompt-ids", "5,17,200", "--new", "6",
