@@ -293,7 +293,8 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
     return case()
 
 
-def run_conformance(generate_fn, max_examples: int = 100, database=None, strategy=None, **settings) -> Counter:
+def run_conformance(generate_fn, max_examples: int = 100, database=None, strategy=None, progress=None,
+                    **settings) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
 
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
@@ -305,7 +306,9 @@ def run_conformance(generate_fn, max_examples: int = 100, database=None, strateg
 
     Returns what was covered: a Counter of cases by drafter, rule, temperature and prompt shape
     (its "cases" entry is the number of distinct cases checked). strategy: the cases to draw
-    (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``)."""
+    (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
+    progress: a callable given one line at every tenth of the cases and the verdict at the end
+    (e.g. ``print``); default None, silent."""
     h = hypothesis()
     HealthCheck, given, hsettings = h.HealthCheck, h.given, h.settings
     if isinstance(database, (str, os.PathLike)):
@@ -322,8 +325,13 @@ def run_conformance(generate_fn, max_examples: int = 100, database=None, strateg
     def conformance(case):
         check_case(case, generate_fn)
         seen.update(coverage(case))
+        if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
+            progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
     with _storage(database is None):
         conformance()
+    if progress:
+        progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding "
+                 f"({sum(v for k, v in seen.items() if k.startswith('drafter='))} drafted runs)")
     return seen
 
 

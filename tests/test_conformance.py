@@ -144,3 +144,9 @@ def test_the_suite_catches_decoders_wrong_in_a_corner_of_the_inputs(lossy):
     # budgets up to 64 and stop ids only sometimes
     with pytest.raises(AssertionError):
         run_conformance(lossy, max_examples=300, phases=[Phase.generate])
+
+
+def test_the_suite_says_how_far_it_is_and_its_verdict():
+    lines = []
+    seen = run_conformance(spotref.generate, max_examples=10, progress=lines.append)
+    assert lines[-1].startswith(f"conformance: passed, {seen['cases']} cases identical") and len(lines) >= 2
