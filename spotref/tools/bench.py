@@ -29,6 +29,7 @@ written atomically (``spotref.load.files``). ``--quick`` is a CI smoke test.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import sys
 import time
@@ -234,13 +235,18 @@ def goal_rows(rows: list, args, field: str = "fewer_passes") -> list:
         R = lambda d: getattr(k[(tgt, T, d, N)], field) if (tgt, T, d, N) in k else float("nan")
         oo = (R("spot") - 1) / (R("oracle-order") - 1) if R("oracle-order") > 1 else float("nan")
         vs_cal, vs_conf = R("spot") / R("calibrated"), R("spot") / R("confidence")
-        out.append([tgt, T, N, R("spot"), vs_cal, _yes(vs_cal, "vs_calibrated"), vs_conf,
-                    _yes(vs_conf, "vs_confidence"), oo, _yes(oo, "oracle_order_gain")])
+        out.append([tgt, T, N, R("spot"), _num(vs_cal), _yes(vs_cal, "vs_calibrated"), _num(vs_conf),
+                    _yes(vs_conf, "vs_confidence"), _num(oo), _yes(oo, "oracle_order_gain")])
     return out
 
 
 def _yes(value: float, goal: str) -> str:
-    return "yes" if value >= GOALS[goal] else "no"
+    """The verdict; "-" where the run has no row to compare with (a drafter left out)."""
+    return "-" if math.isnan(value) else "yes" if value >= GOALS[goal] else "no"
+
+
+def _num(value: float):
+    return "-" if math.isnan(value) else value
 
 
 def ceiling_rows(rows: list) -> list:
@@ -418,8 +424,9 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
         "positions, stale coupled tokens, no drafter cost) reaches. An order drafter can beat "
         f"`calibrated` by {GOALS['vs_calibrated']:g}x only where the first column is >= "
         f"{GOALS['vs_calibrated']:g} (runner-up token branches can add a little on top).", "",
-        table(["target", "T", "oracle-order vs calibrated, best", "oracle-order vs confidence, best",
-               "oracle-order fewer passes", "oracle-order speed-up, best"], ceiling_rows(rows)), ""]
+        *(table(["target", "T", "oracle-order vs calibrated, best", "oracle-order vs confidence, best",
+                 "oracle-order fewer passes", "oracle-order speed-up, best"], ceiling_rows(rows))
+          if ceiling_rows(rows) else "No `oracle-order` rows in this run (--drafters left it out).",), ""]
     if transfer:
         lines += ["## Transfer (T = 0, N = 16: fewer passes than exact)", "",
                   "Rows: whose drafter; columns: the target it drafts for.", "",
