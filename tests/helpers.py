@@ -1,4 +1,5 @@
 """Small shared builders for the tests."""
+import os
 from pathlib import Path
 
 import torch
@@ -16,4 +17,7 @@ def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.
         torch.manual_seed(seed)
         return SDARModel(cfg).to(dtype).eval()
 
-SDAR_FILES = Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat"   # config + tokenizer, no weights
+SDAR_FILES = Path(os.environ.get("SPOTREF_SDAR_DIR") or
+                  Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat")
+# The real SDAR-8B-Chat config.json, weight index and tokenizer files (no weights), for the tests
+# that check spotref against them: SPOTREF_SDAR_DIR names the directory (default: ../shared/...).

@@ -10,7 +10,7 @@ from spotref.load.export import save_pretrained
 from spotref.models import SDARConfig, SDARModel
 
 pytest.importorskip("safetensors")
-REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
+REAL = SDAR_FILES
 
 
 def tiny(tie=False, **kw) -> SDARModel:
@@ -144,7 +144,7 @@ def test_unsupported_qwen3_options(ckpt):
     assert "rope_scaling" in msg and "attention_bias" in msg
 
 
-@pytest.mark.skipif(not (REAL / "config.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
+@pytest.mark.skipif(not (REAL / "config.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
 def test_real_index_names_are_the_models_names():
     """Every name of the real SDAR-8B index, with the shape the real config gives it."""
     from spotref.checkpoint import build_on_meta, config_fields

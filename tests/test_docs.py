@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import doctest
+import os
 import re
 import runpy
 import shlex
@@ -39,7 +40,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "sdar-8b-chat"
+SHARED = Path(os.environ.get("SPOTREF_SDAR_DIR") or ROOT.parent / "shared" / "sdar-8b-chat")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LANGS = {"python", "bash", "text"}
 NOT_RUN_MARK = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")

@@ -24,7 +24,7 @@ from spotref.models import SDARModel
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
+REAL = SDAR_FILES
 DIMS = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32, mask_token_id=319,
             max_position_embeddings=512, bos_token_id=318, eos_token_id=318)   # ids of this vocabulary
@@ -68,7 +68,7 @@ def write_tiny_official(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     if not (REAL / "model.safetensors.index.json").is_file():
-        pytest.skip(f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
+        pytest.skip(f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
     root = tmp_path_factory.mktemp("tiny_sdar")
     state = write_tiny_official(root)
     ours = SDARModel.from_pretrained(root, dtype="float32")

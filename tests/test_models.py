@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from spotref.models import SDARConfig, SDARModel
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat"
+SHARED = SDAR_FILES
 
 
 @given(st.data())
@@ -70,7 +70,7 @@ def test_random_init_follows_torchs_rng():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
+@pytest.mark.skipif(not SHARED.exists(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
 def test_config_reads_the_real_sdar_config():
     cfg = SDARConfig.from_json(SHARED / "config.json")
     raw = json.loads((SHARED / "config.json").read_text())

@@ -8,8 +8,8 @@ from helpers import SDAR_FILES
 from spotref.load.tokenizer import chat_format, load_tokenizer
 
 pytest.importorskip("tokenizers")
-REAL = Path(__file__).parents[2] / "shared" / "sdar-8b-chat"
-needs_real = pytest.mark.skipif(not (REAL / "vocab.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}")
+REAL = SDAR_FILES
+needs_real = pytest.mark.skipif(not (REAL / "vocab.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
 
 TEXTS = [
     "Hello, world! It's  a test.\n\n",
