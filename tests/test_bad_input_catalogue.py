@@ -94,3 +94,21 @@ def test_a_device_this_machine_lacks_is_refused_by_name(device):
         pytest.skip("this machine has 8 GPUs")
     with pytest.raises(ValueError, match="device"):
         resolve_device(device)
+
+
+@pytest.mark.parametrize("name", ["stdlib-b32", "gsm-b32"])
+def test_the_literal_text_of_a_special_token_encodes_as_text(name):
+    tok = spotref.load_target(name).tokenizer
+    text = "a <|mask|> b <|eos|>"
+    ids = tok.encode(text)
+    assert tok.mask_id not in ids and tok.eos_id not in ids and tok.decode(ids) == text
+    assert tok.encode_batch([text, "x"]) == [ids, tok.encode("x")]
+
+
+@pytest.mark.parametrize("bad, message", [([2.7], "2.7 at index 0 is not an integer"),
+                                          (["5"], "'5' at index 0 is not an integer"),
+                                          ([True, 5], "True at index 0 is not an integer"),
+                                          ("12", "a sequence of token ids")])
+def test_decode_refuses_what_is_not_token_ids(bad, message):
+    with pytest.raises(ValueError, match=message):
+        spotref.load_target("stdlib-b32").tokenizer.decode(bad)

@@ -20,6 +20,8 @@ and shows MASK as ``MASK_TEXT``; invalid UTF-8 becomes U+FFFD.
 from __future__ import annotations
 
 import json
+import numbers
+import re
 
 EOS_TEXT, MASK_TEXT = "<|eos|>", "<|mask|>"
 
@@ -35,11 +37,28 @@ def _utf8(text) -> bytes:
 
 
 def _check_ids(ids, V: int) -> list[int]:
-    ids = [int(i) for i in ids]
+    """Token ids: ints (a bool, float or str is refused by index), each in [0, V)."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise ValueError(f"decode takes a sequence of token ids, got {type(ids).__name__}")
+    ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
     for i, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise ValueError(f"token id {t!r} at index {i} is not an integer")
         if not 0 <= t < V:
             raise ValueError(f"token id {t} at index {i} is outside the vocabulary [0, {V})")
-    return ids
+    return [int(t) for t in ids]
+
+
+SPECIAL_TEXT = re.compile(f"({re.escape(EOS_TEXT)}|{re.escape(MASK_TEXT)})")
+
+
+def plain_pieces(text: str) -> list[str]:
+    """``text`` cut so that no piece is a special token's text: the literal ``<|mask|>`` or
+    ``<|eos|>`` in a prompt is text, never the MASK or end-of-text id."""
+    out = []
+    for piece in SPECIAL_TEXT.split(text):
+        out += [piece[:-2], piece[-2:]] if SPECIAL_TEXT.fullmatch(piece) else [piece]
+    return [p for p in out if p]
 
 
 class ByteTokenizer:
@@ -119,11 +138,17 @@ class BPETokenizer:
                    for p in pre.get("pretokenizers", [pre]))
 
     def encode(self, text: str) -> list[int]:
+        """Text -> ids; never EOS or MASK (their literal text is encoded as text)."""
         _utf8(text)
-        return self.tok.encode(text, add_special_tokens=False).ids
+        if not SPECIAL_TEXT.search(text):
+            return self.tok.encode(text, add_special_tokens=False).ids
+        return [i for piece in plain_pieces(text) for i in self.tok.encode(piece, add_special_tokens=False).ids]
 
     def encode_batch(self, texts) -> list[list[int]]:
-        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+        texts = list(texts)
+        if any(SPECIAL_TEXT.search(t) for t in texts if isinstance(t, str)):
+            return [self.encode(t) for t in texts]
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids) -> str:
         ids = _check_ids(ids, self.vocab_size)
