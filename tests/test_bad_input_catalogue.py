@@ -112,3 +112,26 @@ def test_the_literal_text_of_a_special_token_encodes_as_text(name):
 def test_decode_refuses_what_is_not_token_ids(bad, message):
     with pytest.raises(ValueError, match=message):
         spotref.load_target("stdlib-b32").tokenizer.decode(bad)
+
+
+def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
+    import json
+    import os
+
+    from spotref.load.targets import TARGETS_DIR, load_target
+    meta = json.loads((TARGETS_DIR / "gsm-b32.json").read_text())
+    for f in (meta["weights"]["file"], meta["tokenizer"]["file"]):
+        os.symlink(TARGETS_DIR / f, tmp_path / f)
+
+    def refused(edit, message):
+        m = json.loads(json.dumps(meta))
+        edit(m)
+        (tmp_path / "gsm-b32.json").write_text(json.dumps(m))
+        with pytest.raises(ValueError, match=message):
+            load_target(tmp_path / "gsm-b32.json")
+    refused(lambda m: m["tokenizer"].update(file="../targets/gsm-b32.tokenizer.json"), "must name a file beside it")
+    refused(lambda m: m["config"].update(mask_token_id=5), "tokenizer's MASK id is 1, the model's mask_token_id 5")
+    (tmp_path / "bytes.json").write_text(json.dumps({"kind": "bytes"}))
+    refused(lambda m: m["tokenizer"].update(file="bytes.json"), "tokenizer.s MASK id is 257, the model.s mask_token_id 1")
+    meta["config"]["mask_token_id"] = 257                     # the same MASK id, other sizes
+    refused(lambda m: m["tokenizer"].update(file="bytes.json"), "the tokenizer has 258 ids, the model.s vocabulary 1024")

@@ -86,9 +86,29 @@ def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str 
     if not meta_path.is_file():
         raise ValueError(f"no target metadata at {meta_path}")
     meta = read_meta(meta_path)
-    tokenizer = _load_tokenizer(meta_path.parent / meta["tokenizer"]["file"])
-    model = _load_model(meta_path.parent / meta["weights"]["file"], meta, meta_path)
+    tokenizer = _load_tokenizer(inside(meta_path, meta["tokenizer"]["file"], "tokenizer.file"))
+    model = _load_model(inside(meta_path, meta["weights"]["file"], "weights.file"), meta, meta_path)
+    check_pair(model.config, tokenizer, meta_path)
     return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
+
+
+def inside(meta_path: Path, name: str, field: str) -> Path:
+    """A file the metadata names: a plain file name beside the metadata, not a path elsewhere
+    (the weights are checked against their SHA-256 whatever the file is)."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise ValueError(f"the target metadata {meta_path}: {field} {name!r} must name a file beside it "
+                         f"(no directories)")
+    return meta_path.parent / name
+
+
+def check_pair(cfg, tokenizer, meta_path: Path) -> None:
+    """The tokenizer fits the model: the same MASK id, and every id it makes is in the vocabulary."""
+    if tokenizer.mask_id != cfg.mask_token_id:
+        raise ValueError(f"the target {meta_path}: the tokenizer's MASK id is {tokenizer.mask_id}, the "
+                         f"model's mask_token_id {cfg.mask_token_id}")
+    if tokenizer.vocab_size != cfg.vocab_size:
+        raise ValueError(f"the target {meta_path}: the tokenizer has {tokenizer.vocab_size} ids, the "
+                         f"model's vocabulary {cfg.vocab_size}")
 
 
 # The metadata fields load_target reads, and the JSON type of each.
