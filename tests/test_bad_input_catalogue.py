@@ -135,3 +135,10 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
     refused(lambda m: m["tokenizer"].update(file="bytes.json"), "tokenizer.s MASK id is 257, the model.s mask_token_id 1")
     meta["config"]["mask_token_id"] = 257                     # the same MASK id, other sizes
     refused(lambda m: m["tokenizer"].update(file="bytes.json"), "the tokenizer has 258 ids, the model.s vocabulary 1024")
+
+
+@pytest.mark.parametrize("option", ["--targets-dir", "--drafters-dir"])
+def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
+    from spotref.tools.cli import main
+    assert main(["bench", "--quick", option, "/nonexistent", "--out", str(tmp_path / "r.md")]) == 2
+    assert f"{option} '/nonexistent' is not a directory" in capsys.readouterr().err

@@ -450,6 +450,9 @@ def report(args, rows: list, transfer: list, setups: list, plot_path, seconds: f
 def setups_for(args) -> list:
     if args.targets == "random":
         return [lambda: random_setup(args)]
+    for option, d in (("--targets-dir", args.targets_dir), ("--drafters-dir", args.drafters_dir)):
+        if d is not None and not Path(d).is_dir():
+            raise ValueError(f"{option} {d!r} is not a directory")
     known = list_targets(args.targets_dir or TARGETS_DIR)
     names = known if args.targets == "all" else [t for t in args.targets.split(",") if t]
     unknown = [t for t in names if t not in known]
