@@ -142,3 +142,9 @@ def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
     from spotref.tools.cli import main
     assert main(["bench", "--quick", option, "/nonexistent", "--out", str(tmp_path / "r.md")]) == 2
     assert f"{option} '/nonexistent' is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", [10 ** 9, -1, 2.5, True])
+def test_heldout_refuses_an_unbounded_or_odd_count(n):
+    with pytest.raises(ValueError, match="heldout: n must be an int"):
+        spotref.load_target("gsm-b32").heldout(n)

@@ -29,6 +29,7 @@ from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
+MAX_HELDOUT = 100_000                   # held-out prompts one call may ask for (10**9 ran without bound)
 
 
 @dataclass
@@ -62,6 +63,8 @@ class Target:
         >>> type(prompt).__name__, answer
         ('str', None)
         """
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_HELDOUT:
+            raise ValueError(f"heldout: n must be an int in [0, {MAX_HELDOUT}], got {n!r}")
         return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
 
 
