@@ -165,6 +165,8 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
                            "--tokenizer", str(src / "tokenizer.json")))
     run = tmp_path / "runs" / "tuned"
     out = average_run(run, [str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")], tmp_path / "avg")
+    with pytest.raises(ValueError, match="already holds a run checkpoint"):     # another run's: kept
+        average_run(run, [str(src / "ckpt.pt")], src)
     a, b = (torch.load(p, weights_only=False) for p in (run / "ckpt.pt", src / "ckpt.pt"))
     shipped = load_target(tmp / "targets" / "tiny.json").model.state_dict()
     got = torch.load(out, weights_only=False)

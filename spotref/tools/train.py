@@ -1114,10 +1114,15 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
     written as ``out_dir/ckpt.pt`` beside the run's tokenizer. It keeps the run's state (its data
     and lineage) and records each input's lineage under ``average``, which an export and a later
     ``--init`` carry; ``export_run`` and ``--init`` take it as any run. Not the run's own
-    directory, and without the run's optimizer state (a resume would start it afresh)."""
+    directory nor one holding another run's checkpoint, and without the run's optimizer state (a
+    resume would start it afresh)."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if out_dir.resolve() == run_dir.resolve():
         raise ValueError(f"average_run: out_dir {out_dir} is the run's own directory; write the average elsewhere")
+    if (out_dir / "ckpt.pt").exists():
+        raise ValueError(f"average_run: out_dir {out_dir} already holds a run checkpoint (ckpt.pt); "
+                         f"write the average to a new directory")
+    check_writable(out_dir / "ckpt.pt")
     ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
     tok = run_tokenizer(run_dir)
     model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
