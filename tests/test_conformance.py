@@ -146,7 +146,7 @@ def test_the_suite_catches_decoders_wrong_in_a_corner_of_the_inputs(lossy):
     # issue 38: each of these passed when T was drawn from {0, 0.5, 1, 2}, seeds below 2**32,
     # budgets up to 64 and stop ids only sometimes
     with pytest.raises(AssertionError):
-        run_conformance(lossy, max_examples=300, phases=[Phase.generate])
+        run_conformance(lossy, max_examples=1500, phases=[Phase.generate])   # stops at the first bug
 
 
 def test_the_suite_says_how_far_it_is_and_its_verdict():
