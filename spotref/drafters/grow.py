@@ -58,8 +58,10 @@ def grow_levels(view, options_batch, width: int) -> Draft:
     """
     t = _Levels(view)
     layer = [0] if view.depth > 0 and view.budget > 1 else []
-    for _ in range(view.depth):
-        floor = t.floor(view.budget - 1)
+    for level in range(view.depth):
+        if level and view.budget <= 2:
+            break                      # the one slot below the root is taken: no child can enter
+        floor = t.floor(view.budget - (2 if level else 1))       # room for the node and a child
         layer = [i for i in layer if t.cums[i] >= floor][:width]
         if not layer:
             break
