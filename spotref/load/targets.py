@@ -1,7 +1,7 @@
 """Bundled targets: small real SDAR models trained here (``spotref.tools.train``) on grade-school
 math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``).
 
-Each target is three files in ``spotref/targets/``: ``NAME.safetensors`` (float16 weights with
+Each target is three files in ``spotref/load/targets/``: ``NAME.safetensors`` (float16 weights with
 the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,
 tokenizer, corpus, training command and time, held-out loss, quality numbers, and the SHA-256
 of the weights, checked at load time so a corrupt or truncated file fails loudly).

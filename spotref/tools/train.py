@@ -712,7 +712,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after training, write the target into this directory (the bundled targets "
                         "directory only with --update-shipped)")
     p.add_argument("--update-shipped", action="store_true",
-                   help="allow --export to replace a target shipped in spotref/targets/")
+                   help="allow --export to replace a target shipped in spotref/load/targets/")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 

@@ -16,7 +16,7 @@
    tau 0.9 / 0.7 / 0.5, the order model kept) and report its held-out set accuracy next to the
    confidence sets'; ``--sets-only`` does this step alone on an existing checkpoint.
 5. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
-   ``spotref/order_models/NAME.pt``): float16 weights and a header with the block size, feature
+   ``spotref/load/order_models/NAME.pt``): float16 weights and a header with the block size, feature
    width, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
    cache too) is written atomically; a corrupt cache file is a cache miss (recorded again).
 """
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the checkpoint to re-measure, default the shipped one, which then needs "
                         "--update-shipped)")
     p.add_argument("--update-shipped", action="store_true",
-                   help="write the shipped spotref/order_models/TARGET.pt (not with --out)")
+                   help="write the shipped spotref/load/order_models/TARGET.pt (not with --out)")
     p.add_argument("--seed", type=seed_int, default=0, help="training seed")
     p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
