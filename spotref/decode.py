@@ -191,11 +191,12 @@ def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
         raise ValueError(f"logits of shape {tuple(logits.shape)}, want {shape} (R proposed rows, B, V)")
     if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
         raise ValueError("logits hold NaN or +inf")
-    if bool(torch.isneginf(logits).all(-1).any()):
+    finite = (~torch.isneginf(logits)).sum(-1)                       # (R, B): one pass, no copy
+    if bool((finite == 0).any()):
         raise ValueError("logits: a position has no finite logit (all -inf)")
-    others = torch.cat((logits[..., :mask_id], logits[..., mask_id + 1:]), -1)
-    if bool(torch.isneginf(others).all(-1).any()):
-        r, j = (int(i) for i in torch.nonzero(torch.isneginf(others).all(-1))[0])
+    only_mask = (finite == 1) & ~torch.isneginf(logits[..., mask_id])
+    if bool(only_mask.any()):
+        r, j = (int(i) for i in torch.nonzero(only_mask)[0])
         raise ValueError(f"logits: row {r}, position {j} has no finite logit but MASK's (MASK is never committed)")
     return logits
 

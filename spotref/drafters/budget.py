@@ -46,14 +46,14 @@ def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, w
         B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
         g = torch.Generator().manual_seed(0)
         cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
-        w = {} if width is None else {"width": width}
         out = {}
-        for N in budgets if width is None else [n for n in budgets if n <= width]:
+        for N in budgets if width is None else [width]:   # at a width every pass is one shape
             states = torch.full((N, B), mask_id, dtype=torch.long)
             states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)       # half committed
+            w = {} if width is None else {"width": width}
             out[N] = _median_time(lambda: model.denoise(cache, states, **w), repeats)
-        if width is not None:                       # one shape: one cost, the largest measured
-            out = dict.fromkeys(out, max(out.values()))
+        if width is not None:                       # measured once: the cost of every N <= width
+            out = dict.fromkeys((n for n in budgets if n <= width), out[width])
         known[key] = out
     return known[key]
 

@@ -165,9 +165,7 @@ def _mode(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o777
     except FileNotFoundError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        return 0o666 & ~_umask()
 
 
 def atomic_write_text(path, text: str) -> Path:
