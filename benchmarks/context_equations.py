@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a ch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import spotref  # noqa: E402
 from equation_drills import answer  # noqa: E402
-from spotref.load import gsm  # noqa: E402
+from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.tools import quality_math  # noqa: E402
 from spotref.tools.report import progress, table  # noqa: E402
@@ -74,7 +74,7 @@ def records(target, n_problems: int) -> list[dict]:
     for p in progress(quality_math.problems_of(target, n_problems), "problems"):
         ids, tokens = solve(target, p)
         for a, op, b, c, k in written(target, tokens):
-            true = gsm._apply(a, op, b)
+            true = gsm.apply_op(a, op, b)
             out.append({"outcome": quality_math.outcome(a, op, b, c),
                         "prefix": with_prefix(target, ids + tokens[:k]) == true,
                         "alone": answer(target, a, op, b) == true})

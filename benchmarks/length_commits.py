@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
-from spotref.load import gsm  # noqa: E402
+from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.tools import quality_math  # noqa: E402
 from spotref.tools.report import table  # noqa: E402
@@ -53,7 +53,7 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
     out = []
     for m in gsm.EQUATION.finditer("".join(pieces)):
         a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
-        true = gsm._apply(a, op, b)
+        true = gsm.apply_op(a, op, b)
         j0, j1 = (int(np.searchsorted(ends, x, "right")) - 1 for x in (m.start(4), m.end(4)))
         if true is None or j1 >= len(pieces) or where(j0)[0] != where(j1)[0]:
             continue                                                # j1: the token after c

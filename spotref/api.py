@@ -5,16 +5,12 @@ Every argument is checked before the first forward; a bad one raises ``ValueErro
 from __future__ import annotations
 
 import time
-import weakref
 from functools import partial
 
 import numpy as np
 
-import spotref
 from spotref.decode import Block, Result, Stats, decode, fill_block
-from spotref.drafters.budget import auto_drafter
-from spotref.load.drafters import MODEL_DRAFTERS, resolve_drafter
-from spotref.load.targets import load_target
+from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
 from spotref.checks import (MIN_TEMPERATURE, check_int, check_length, check_prompt, check_real,  # noqa: F401
                             check_state, check_stop_ids, check_temperature)
 from spotref.core import LIMIT
@@ -169,59 +165,3 @@ def serving_precision(model) -> str:
     extra = getattr(getattr(model, "config", None), "extra", None) or {}
     dtype = extra.get("torch_dtype") or extra.get("dtype")
     return dtype if isinstance(dtype, str) and dtype in DTYPES else "auto"
-
-
-_AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): (drafter, N)}
-
-
-def auto_budget(model, drafter, depth: int, temperature: float, width: int | None = None) -> tuple:
-    """budget="auto": (the drafter cut per round, the cost model's N) for this model and drafter
-    on this machine (measured once per process and model, see ``spotref.drafters.budget``);
-    with a width, N <= width and the curve is measured at that width."""
-    known = _AUTO_BUDGETS.setdefault(model, {})
-    key = (drafter, depth, temperature > 0, width)
-    if key not in known:
-        known[key] = auto_drafter(model, drafter, depth, temperature, width)
-    return known[key]
-
-
-def resolve_model(model):
-    """An ``SDARModel`` (or a model with its contract), from a model, a ``Target`` or a name."""
-    contract = lambda m: all(hasattr(m, a) for a in ("config", "prefill", "denoise", "store"))
-    if isinstance(model, str):
-        return _named_target(model).model
-    if contract(model):
-        return model
-    if contract(getattr(model, "model", None)) and hasattr(model, "tokenizer"):     # a Target
-        return model.model
-    raise ValueError(f"model must be an SDARModel, a spotref Target or a bundled target name "
-                     f"(spotref.list_targets()), got {type(model).__name__}")
-
-
-_NAMED: dict = {}
-
-
-def _named_target(name: str):
-    """``spotref.load_target(name)``, loaded once per process (ValueError naming it if unknown)."""
-    if name not in _NAMED:
-        try:
-            _NAMED[name] = load_target(name)
-        except ValueError as e:
-            raise ValueError(f"model {name!r}: {e}") from None
-    return _NAMED[name]
-
-
-def resolve_core(core):
-    """None (the active core), "py", "c" or a core module -> the module."""
-    if core is None or isinstance(core, str):
-        try:
-            return spotref.core_module(core)
-        except ImportError:
-            raise ImportError("core='c': the compiled core is not built (python setup.py "
-                              "build_ext --inplace), or use core='py'") from None
-    if not all(callable(getattr(core, f, None)) for f in ("build_tree", "walk")):
-        raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), "
-                         f"got {core!r}")
-    return core
-
-

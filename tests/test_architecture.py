@@ -41,3 +41,35 @@ def test_the_readme_reading_list_counts_are_true_and_under_1000():
         assert code_lines(ROOT / path) == int(n), f"{path}: the README says {n} lines of code"
     total = sum(int(n) for _, n in rows)
     assert total < 1000 and f"{total} lines of code in all" in readme
+
+
+IMPORTED = """
+import sys, spotref.api
+{extra}
+mods = [m for m in sys.modules.values() if m.__name__.startswith("spotref") and getattr(m, "__file__", "")]
+print(sum(sum(1 for _ in open(m.__file__)) for m in mods if m.__file__.endswith(".py")))
+print(" ".join(sorted(m.__name__ for m in mods)))
+"""
+
+
+def imported(extra: str = "") -> tuple[int, list[str]]:
+    """(lines of spotref source loaded, module names) in a fresh interpreter after ``extra``."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", IMPORTED.format(extra=extra)], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout.split("\n")
+    return int(out[0]), out[1].split()
+
+
+def test_import_api_loads_the_spec_and_the_loaders_only():
+    lines, mods = imported()
+    assert lines <= 3000, f"import spotref.api loads {lines} lines of spotref"
+    assert not [m for m in mods if m.startswith(("spotref.tools", "spotref.data", "spotref.drafters."))], mods
+
+
+def test_exact_decoding_loads_no_drafter_and_a_named_drafter_loads_its_module():
+    run = "import spotref; spotref.generate('gsm-b32', [5, 6, 7], 4{kw})"
+    _, exact = imported(run.format(kw=""))
+    assert not [m for m in exact if m.startswith(("spotref.drafters.", "spotref.data"))], exact
+    _, drafted = imported(run.format(kw=", drafter='confidence', budget=4"))
+    assert "spotref.drafters.confidence" in drafted and "spotref.drafters.order" not in drafted

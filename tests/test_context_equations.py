@@ -3,7 +3,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from spotref.load import gsm
+from spotref.data import gsm
 from spotref.tools import quality_math
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -2,7 +2,7 @@
 import importlib.util
 from pathlib import Path
 
-from spotref.load import gsm
+from spotref.data import gsm
 
 spec = importlib.util.spec_from_file_location("equation_drills", Path(__file__).resolve().parents[1]
                                               / "benchmarks" / "equation_drills.py")
@@ -16,7 +16,7 @@ def test_the_drills_are_the_solutions_equations_and_as_many_range_ones():
     asked = ed.drills(target, 3)
     written = [e[:4] for p in gsm.problems(3, 0, "heldout") for e in gsm.equations(p.solution)]
     assert asked["problems"] == written and len(asked["range"]) == len(written) > 0
-    assert all(gsm._apply(a, op, b) == c for a, op, b, c in asked["range"])
+    assert all(gsm.apply_op(a, op, b) == c for a, op, b, c in asked["range"])
     assert asked == ed.drills(target, 3)                                   # seeded
 
 

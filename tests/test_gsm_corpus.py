@@ -1,11 +1,11 @@
-"""The procedural grade-school math corpus (spotref.load.gsm)."""
+"""The procedural grade-school math corpus (spotref.data.gsm)."""
 import re
 from collections import Counter
 
 import pytest
 
 from spotref.load.tokenizer import chat_format
-from spotref.load import gsm
+from spotref.data import gsm
 
 
 def test_same_seed_same_problems_and_prefix_stable():

@@ -4,9 +4,9 @@ import json
 import pytest
 
 import spotref
-from spotref.load import gsm
-from spotref.load.corpora import GsmCorpus, StdlibCorpus, open_corpus
-from spotref.load.stdlib_corpus import build_corpus
+from spotref.data import gsm
+from spotref.data.corpora import GsmCorpus, StdlibCorpus, open_corpus
+from spotref.data.stdlib_corpus import build_corpus
 from spotref.load.targets import Target
 
 pytest.importorskip("tokenizers")

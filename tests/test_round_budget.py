@@ -194,12 +194,12 @@ def test_vectorised_options_equal_the_per_node_loop(T, seed):
 
 def test_auto_measures_a_named_drafter_once_per_model(monkeypatch):
     """Three generate calls with drafter="confidence", budget="auto": one measurement, one entry."""
-    from spotref import api
+    from spotref import names
     from spotref.drafters import budget as bd
     m = tiny_model(V=40, B=4)
     calls = []
     real = bd.auto_drafter
-    monkeypatch.setattr(api, "auto_drafter", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(bd, "auto_drafter", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
         spotref.generate(m, [1, 2, 3], 8, drafter="confidence", budget="auto")
-    assert len(calls) == 1 and len(api._AUTO_BUDGETS[m]) == 1
+    assert len(calls) == 1 and len(names._AUTO_BUDGETS[m]) == 1

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from spotref.load.bpe import BPETokenizer
-from spotref.load.corpora import open_corpus
+from spotref.data.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
-from spotref.load import gsm
+from spotref.data import gsm
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train import (
     CORPORA,

@@ -17,7 +17,7 @@ token right)), and where a set's least certain member's token is uncertain, the 
 that member's runner-up token (``sets.runner_up_sets``); growth, merging and the level-batched calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
 (``spotref.drafters.confidence.threshold_options``).
 
-Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``, ``drafter_for``).
+Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``) and found by name by ``spotref.names`` (``drafter_for``).
 """
 from __future__ import annotations
 

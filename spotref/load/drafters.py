@@ -1,12 +1,11 @@
-"""Trained drafters on disk, and the one registry of drafter names.
+"""Trained drafters on disk: the checkpoint format's reader and writer.
 
 Shipped SPOT drafter checkpoints live in ``order_models/`` beside this file, one per bundled
 target (``NAME.pt``: the order model's weights and a JSON header with the target's fingerprint,
 held-out accuracies, offline acceptance curves and the calibrated baseline's rank graph).
-``load_drafter(name_or_path)`` loads one; ``drafter_for(model, kind)`` finds the shipped one
-whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"calibrated"``).
-``DRAFTERS`` maps every drafter name to a factory of the model; ``resolve_drafter`` is what
-``spotref.generate`` and the CLI call.
+``load_drafter(name_or_path)`` loads one; ``find_checkpoint(model)`` finds the shipped one
+whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"calibrated"``, which
+``spotref.names`` resolves).
 """
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ from pathlib import Path
 import torch
 
 from spotref.drafters import order
-from spotref.drafters.calibrated import CalibratedDrafter
-from spotref.drafters.confidence import ConfidenceDrafter
 from spotref.drafters.spot import SpotDrafter
 from spotref.load.files import atomic_save
 
@@ -85,7 +82,7 @@ def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
     that, one trained on a model of the same config (another version of the target: still exact,
     maybe less accurate), with a warning."""
     fp, cfg = model_fingerprint(model), model_fingerprint(model, weights=False)
-    headers = [(p, _header(p)) for p in sorted(Path(directory or ORDER_DIR).glob("*.pt"))]
+    headers = [(p, header(p)) for p in sorted(Path(directory or ORDER_DIR).glob("*.pt"))]
     for path, h in headers:
         if h.get("target", {}).get("fingerprint") == fp:
             return path
@@ -97,7 +94,8 @@ def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
     return None
 
 
-def _header(path: Path) -> dict:
+def header(path: Path) -> dict:
+    """A checkpoint's header, read once per file version ({} for an unreadable file)."""
     key = (str(path), path.stat().st_mtime)
     if key not in _HEADERS:
         try:
@@ -105,59 +103,3 @@ def _header(path: Path) -> dict:
         except ValueError:
             _HEADERS[key] = {}
     return _HEADERS[key]
-
-
-_DRAFTERS: dict = {}
-
-
-def drafter_for(model, kind: str, directory: Path | str | None = None):
-    """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model`` (loaded once
-    per process and checkpoint, so repeated ``generate`` calls share one object)."""
-    path = find_checkpoint(model, directory)
-    if path is None:
-        raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
-                         f"{', '.join(list_checkpoints(directory)) or 'none'}); train one with "
-                         f"`spotref train-drafter` or pass spotref.load_drafter(path)")
-    key = (kind, str(path), path.stat().st_mtime)
-    if key not in _DRAFTERS:
-        if kind == "spot":
-            _DRAFTERS[key] = load_drafter(str(path))
-        else:
-            _DRAFTERS[key] = CalibratedDrafter.from_header(_header(path), path)
-    return _DRAFTERS[key]
-
-
-MODEL_DRAFTERS = ("calibrated", "spot")   # the target's own: they need the model to be found
-CONFIDENCE, CONFIDENCE_CHAIN = ConfidenceDrafter(), ConfidenceDrafter(chain=True)   # stateless: one each,
-                                                 # so budget="auto"'s per-drafter measurement is reused
-DRAFTERS = {                     # the one registry of drafter names (generate, the CLI, the tools)
-    "confidence": lambda model: CONFIDENCE,
-    "confidence-chain": lambda model: CONFIDENCE_CHAIN,
-    "calibrated": lambda model: drafter_for(model, "calibrated"),
-    "spot": lambda model: drafter_for(model, "spot"),
-}
-
-
-def resolve_drafter(drafter, model):
-    """A drafter for ``model``: a registered name (``DRAFTERS``), a bundled SPOT drafter's name or a
-    ``.pt`` checkpoint path (``load_drafter``), or any callable ``view -> Draft`` (kept as is)."""
-    if isinstance(drafter, (str, os.PathLike)):
-        name = os.fspath(drafter)
-        if name in DRAFTERS:
-            return DRAFTERS[name](model)
-        if is_checkpoint_name(name):
-            return load_drafter(name)
-        raise ValueError(f"drafter {name!r} is unknown; known: {known_names()}")
-    if not callable(drafter):
-        raise ValueError(f"drafter must be None, a name or a callable, got {type(drafter).__name__}")
-    return drafter
-
-
-def is_checkpoint_name(name: str) -> bool:
-    """Whether ``load_drafter`` would look for ``name``: a bundled drafter or a ``.pt`` path."""
-    return name.endswith(".pt") or name in list_checkpoints() or Path(name).is_file()
-
-
-def known_names() -> str:
-    return (f"{', '.join(DRAFTERS)}, a bundled drafter ({', '.join(list_checkpoints()) or 'none'}) "
-            f"or a drafter .pt path")

@@ -24,7 +24,6 @@ import torch
 
 from spotref.checkpoint import check_field_types, read_json
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.corpora import open_corpus
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -53,7 +52,7 @@ class Target:
 
     def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, int | None]]:
         """``n`` held-out ``(prompt text, answer or None)`` pairs of the target's own domain
-        (its metadata's corpus, ``spotref.load.corpora``), a pure function of ``(n, seed, split)``;
+        (its metadata's corpus, ``spotref.data.corpora``), a pure function of ``(n, seed, split)``;
         no prompt comes from a training document. split: None (the whole held-out set),
         ``"train"`` or ``"test"`` (two halves that share no document: drafter training vs
         evaluation). Code targets have no answers (None).
@@ -65,6 +64,7 @@ class Target:
         """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_HELDOUT:
             raise ValueError(f"heldout: n must be an int in [0, {MAX_HELDOUT}], got {n!r}")
+        from spotref.data.corpora import open_corpus      # the corpora load only when asked for
         return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
 
 

@@ -19,7 +19,7 @@ from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.drafters.budget import auto_drafter
-from spotref.load.drafters import drafter_for, resolve_drafter
+from spotref.names import drafter_for, resolve_drafter
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.report import answer_blocks

@@ -15,12 +15,8 @@ import torch
 import spotref
 from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
-from spotref.load.drafters import (
-    DRAFTERS,
-    is_checkpoint_name,
-    known_names,
-    load_drafter,
-)
+from spotref.load.drafters import load_drafter
+from spotref.names import DRAFTERS, is_checkpoint_name, known_names
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import chat_format, load_tokenizer
 from spotref.models import SDARModel

@@ -1,9 +1,9 @@
 """The training corpus of the stdlib targets, for the tools: collected by
-``spotref.load.stdlib_corpus`` (where ``Target.heldout`` reaches it), plus the tools' text metric.
+``spotref.data.stdlib_corpus`` (where ``Target.heldout`` reaches it), plus the tools' text metric.
 """
 from __future__ import annotations
 
-from spotref.load.stdlib_corpus import (  # noqa: F401 (re-exported for the tools)
+from spotref.data.stdlib_corpus import (  # noqa: F401 (re-exported for the tools)
     EXCLUDED_DIRS,
     Corpus,
     Document,

@@ -29,7 +29,7 @@ from spotref.drafters.budget import (
     expected_commits,
     verify_times,
 )
-from spotref.load.drafters import drafter_for, resolve_drafter
+from spotref.names import drafter_for, resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.tools.argtypes import int_list
 from spotref.tools.report import table

@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import torch
 
 import spotref
-from spotref.api import auto_budget
+from spotref.names import auto_budget
 from spotref.drafters.budget import verify_times
-from spotref.load.drafters import find_checkpoint, resolve_drafter
-from spotref.load.gsm import final_answer
+from spotref.load.drafters import find_checkpoint
+from spotref.names import resolve_drafter
+from spotref.data.gsm import final_answer
 from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from spotref.load import gsm
+from spotref.data import gsm
 from spotref.tools import stability
 from spotref.tools.report import progress
 from spotref.tools.trajectories import record_run, stack
@@ -54,14 +54,14 @@ def equation_kind(a: int, op: str, b: int, c: int) -> str:
 def wrong_length(a: int, op: str, b: int, c: int) -> bool:
     """Whether the written result ``c`` of ``a op b`` has another number of digits than the
     true result (False when that is no integer)."""
-    true = gsm._apply(a, op, b)
+    true = gsm.apply_op(a, op, b)
     return true is not None and len(str(true)) != len(str(c))
 
 
 def outcome(a: int, op: str, b: int, c: int) -> str:
     """``"right"``, ``"wrong length"`` (``wrong_length``) or ``"wrong digits"``: what a written
     equation ``a op b = c`` got wrong."""
-    return "right" if gsm._apply(a, op, b) == c else "wrong length" if wrong_length(a, op, b, c) else "wrong digits"
+    return "right" if gsm.apply_op(a, op, b) == c else "wrong length" if wrong_length(a, op, b, c) else "wrong digits"
 
 
 def report(target, n: int, new_tokens: int) -> dict:

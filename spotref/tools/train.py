@@ -24,8 +24,8 @@ A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes
 command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
 (``NAME.safetensors``, ``NAME.json``, ``NAME.tokenizer.json``) for ``spotref.load_target``.
 
-Data (``spotref.load.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
-text, the default), ``gsm`` (grade-school math word problems from ``spotref.load.gsm``, drawn
+Data (``spotref.data.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
+text, the default), ``gsm`` (grade-school math word problems from ``spotref.data.gsm``, drawn
 with ``--corpus-seed`` at ``--corpus-level``, ``--corpus-size`` of them) or a text file of
 documents. The exported metadata records the corpus (name, seed, options), so
 ``Target.heldout`` draws held-out prompts of the same domain. ``--pad-eot`` packs documents as
@@ -80,9 +80,9 @@ import torch
 import torch.nn.functional as F
 
 from spotref.api import generate
-from spotref.load import gsm
+from spotref.data import gsm
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
-from spotref.load.corpora import (
+from spotref.data.corpora import (
     CORPORA,
     FileCorpus,
     GsmCorpus,
@@ -592,7 +592,7 @@ def recipe(args: dict) -> dict:
             "curriculum_lower": args.get("curriculum_lower", 0.4) if sched or adaptive else None,
             "adaptive": {"levels": adaptive, "every": args.get("adapt_every"), "n": args.get("adapt_n"),
                          "answers": args.get("adapt_answers"), "equations": args.get("adapt_equations"),
-                         "heldout": "the first n held-out problems of spotref.load.gsm (seed 0), T = 0"}
+                         "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0"}
             if adaptive else None,
             "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
             "rope_theta": args.get("rope_theta"), "drill_share": args.get("drill_share", 0.0),
@@ -613,13 +613,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train the BPE (--tokenizer bpeN) with every digit its own token")
     p.add_argument("--corpus", type=corpus_arg, default="stdlib",
                    help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
-                        "spotref.load.gsm) or the path of a text file of documents (one per line, or "
+                        "spotref.data.gsm) or the path of a text file of documents (one per line, or "
                         "JSON lines with a \"text\" field)")
     p.add_argument("--corpus-seed", type=seed_int, default=None, help="gsm: the seed of the problems (default 0)")
     p.add_argument("--corpus-size", type=positive_int, default=None,
                    help="gsm: how many training problems (default 40000)")
     p.add_argument("--corpus-level", type=int, choices=sorted(gsm.LEVELS), default=None,
-                   help="gsm: the difficulty level (default 3; spotref.load.gsm.LEVELS)")
+                   help="gsm: the difficulty level (default 3; spotref.data.gsm.LEVELS)")
     p.add_argument("--pad-eot", action="store_true",
                    help="follow every document with end-of-text up to the end of its block and start "
                         "windows at block boundaries (SDAR's chat data)")
@@ -656,7 +656,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(their places fix the result's length; the decoder mostly commits them first), default 1")
     p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
                    help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
-                        "(spotref.load.gsm.LEVELS)")
+                        "(spotref.data.gsm.LEVELS)")
     p.add_argument("--adaptive", type=adaptive_arg, default=None, metavar="LEVEL,...",
                    help="--fresh-problems: train the gsm levels in this order (e.g. 0,1,2,3), moving on when "
                         "held-out decoding meets --adapt-answers and --adapt-equations")

@@ -37,7 +37,7 @@ from spotref.drafters import order
 from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.corpora import ASSISTANT
+from spotref.data.corpora import ASSISTANT
 from spotref.load.drafters import (
     ORDER_DIR,
     load_order_model,

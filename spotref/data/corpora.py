@@ -13,10 +13,10 @@ A corpus gives
   calibration; drafter accuracy and the benchmark);
 * ``record()``: the metadata record it is rebuilt from.
 
-The corpora ``spotref.load`` can build (``CORPORA``): ``stdlib`` (Python's own text,
-``spotref.load.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
+The corpora ``spotref.data`` can build (``CORPORA``): ``stdlib`` (Python's own text,
+``spotref.data.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
 text file of documents, one per line, or JSON lines with a ``"text"`` field). and ``gsm`` (grade-school math word problems from the
-seeded generator ``spotref.load.gsm``, adapted by ``GsmCorpus``).
+seeded generator ``spotref.data.gsm``, adapted by ``GsmCorpus``).
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spotref.load import gsm
-from spotref.load.stdlib_corpus import build_corpus, heldout_code, is_heldout
+from spotref.data import gsm
+from spotref.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
 
 SPLITS = (None, "train", "test")
 ASSISTANT = "<|im_start|>assistant\n"        # the Qwen3 chat template's assistant header
@@ -171,7 +171,7 @@ def prompt_of(document: str) -> str:
 # --- grade-school math (the generator is handed in) --------------------------------------------
 
 class GsmCorpus:
-    """GSM8K-style word problems from a generator with the interface of ``spotref.load.gsm``
+    """GSM8K-style word problems from a generator with the interface of ``spotref.data.gsm``
     (``documents``, ``problems``, ``iter_problems``, ``heldout``, ``describe``, ``Difficulty``,
     ``LEVELS``, ``VERSION``). ``size`` training problems drawn with ``seed`` at difficulty
     ``level``; held-out prompts are chat-formatted questions with their integer answers, drawn

@@ -12,8 +12,8 @@ Python version alone (its SHA-256 is recorded in each target's metadata):
 Train / held-out split by document (never inside a file): a document is held out when the
 first byte of SHA-256 of its name is below ``256 * heldout_frac``.
 
-It lives under ``spotref.load`` because a bundled target's held-out prompts
-(``Target.heldout``, through ``spotref.load.corpora``) are drawn from it; the training tools
+It lives in ``spotref.data`` because a bundled target's held-out prompts
+(``Target.heldout``, through ``spotref.data.corpora``) are drawn from it; the training tools
 reach it through ``spotref.tools.corpus``.
 """
 from __future__ import annotations
