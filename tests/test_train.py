@@ -9,28 +9,16 @@ import pytest
 import torch
 
 from spotref.load.bpe import BPETokenizer
-from spotref.data.corpora import open_corpus
+from spotref.data.corpora import CORPORA, open_corpus
 from spotref.models import SDARConfig, SDARModel
 from spotref.data import gsm
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
-from spotref.tools.train import (
-    CORPORA,
-    add_arguments,
-    batch_at,
-    bd3_logits,
-    bd3_mask,
-    encode_row,
-    export_run,
-    fresh_problem,
-    noise_blocks,
-    parse_curriculum,
-    result_positions,
-    row_level,
-    rows_batch,
-    snapshot_due,
-    token_stream,
-    train,
-)
+from spotref.tools.train_curriculum import fresh_problem, row_level
+from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
+from spotref.tools.train_export import export_run
+from spotref.tools.train_loop import snapshot_due, train
+from spotref.tools.train_objective import bd3_logits, bd3_mask, noise_blocks
+from spotref.tools.train_options import TrainOptions, add_arguments, parse_curriculum
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -108,13 +96,30 @@ def test_corpus_split_is_by_document_and_reproducible():
 
 
 def args_for(tmp_path, *extra):
+    return TrainOptions.from_argv(["--name", "tiny", "--runs", str(tmp_path / "runs"), "--corpus-limit", "3",
+                                   "--tokenizer", "bpe300", "--hidden", "32", "--intermediate", "64",
+                                   "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
+                                   "--seq-len", "32", "--block-size", "8", "--batch", "2",
+                                   "--eval-every", "10", "--ckpt-every", "5", "--no-progress", *extra])
+
+
+def test_options_are_built_once_and_record_what_the_command_line_gave():
+    """``TrainOptions``: frozen, built once from the parsed namespace; ``record`` (what a run saves)
+    is the namespace's entries in its order, the ``spotref`` command's ``command`` and ``argv``
+    included; ``from_record`` rebuilds the options, with the defaults of options a run lacks."""
     p = argparse.ArgumentParser()
     add_arguments(p)
-    return p.parse_args(["--name", "tiny", "--runs", str(tmp_path / "runs"), "--corpus-limit", "3",
-                         "--tokenizer", "bpe300", "--hidden", "32", "--intermediate", "64",
-                         "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                         "--seq-len", "32", "--block-size", "8", "--batch", "2",
-                         "--eval-every", "10", "--ckpt-every", "5", "--no-progress", *extra])
+    parsed = p.parse_args(["--name", "x", "--mix-blocks", "16,32", "--curriculum", "0@0,1@40"])
+    ns = argparse.Namespace(command="train-target", **vars(parsed), argv=["--name", "x"])
+    options = TrainOptions.from_namespace(ns)
+    assert options.mix_blocks == [16, 32] and options.extra == {"command": "train-target", "argv": ["--name", "x"]}
+    assert list(options.record().items()) == list(vars(ns).items())
+    with pytest.raises(AttributeError):
+        options.seq_len = 1
+    old = {k: v for k, v in options.record().items() if k not in ("drill_from", "suffix_results")}
+    rebuilt = TrainOptions.from_record(old)
+    assert rebuilt.drill_from is None and rebuilt.suffix_results == 0.0
+    assert rebuilt.record() == options.record()
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +163,7 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
     a target); the export and a run initialised from it name every input; another tokenizer is
     refused as ``--init`` refuses it."""
     from spotref.load.targets import load_target
-    from spotref.tools.train import average_run
+    from spotref.tools.train_export import average_run
     tmp, state = tiny_run
     src = tmp / "runs" / "tiny"
     tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "3", "--init", str(src / "ckpt.pt"),
@@ -200,7 +205,8 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     """``--init NAME.json``: the target's weights (float16, as it loads them), its lineage with
     their SHA-256; another tokenizer or another model shape is refused, naming the option."""
     from spotref.load.targets import load_target
-    from spotref.tools.train import make_config, start_from
+    from spotref.tools.train_export import start_from
+    from spotref.tools.train_loop import make_config
     tmp, state = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
     target = load_target(meta_path)
@@ -224,7 +230,8 @@ def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
     """``--init-deepen``: a 1-layer run's weights start a 3-layer model that computes exactly what
     they did (the added layers are the identity); not deeper, or no ``--init``: refused."""
     from spotref.load.targets import load_target
-    from spotref.tools.train import make_config, start_from
+    from spotref.tools.train_export import start_from
+    from spotref.tools.train_loop import make_config
     tmp, _ = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
     target = load_target(meta_path)
@@ -335,7 +342,6 @@ def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
 
 
 def test_drill_share_mixes_drills_into_fresh_problems():
-    from spotref.tools.train import fresh_problem
     d = gsm.LEVELS[0]
     plain = [fresh_problem(5, 7, j, d).question for j in range(40)]
     assert plain == [fresh_problem(5, 7, j, d, 0.0).question for j in range(40)]     # 0: unchanged
@@ -414,7 +420,8 @@ def test_a_resumed_run_keeps_its_data_options(gsm_run):
     no_pad = [a for a in GSM_RUN if a != "--pad-eot"]
     with pytest.raises(ValueError, match="--pad-eot"):
         train(args_for(tmp, "--steps", "7", *no_pad))
-    from spotref.tools.train import data_options, recipe
+    from spotref.tools.train_export import recipe
+    from spotref.tools.train_loop import data_options
     record = {"name": "gsm", "seed": 5}
     assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]     # runs before it
     assert data_options(record, {"drill_from": "problems"})["--drill-from"] == "problems"
@@ -442,8 +449,8 @@ def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
 @pytest.mark.parametrize("argv, message", [
     (["--corpus", "nonesuch"], "--corpus: must be stdlib, gsm or a text file"),
     (["--corpus-level", "9"], "--corpus-level: invalid choice"),
-    (["--keep-snapshots", "0"], "--keep-snapshots: must be a finite number"),
-    (["--corpus-seed", "-1"], "--corpus-seed: must be a seed"),
+    (["--keep-snapshots", "0"], "--keep-snapshots: must be in (0.0, inf], got 0.0"),
+    (["--corpus-seed", "-1"], "--corpus-seed: must be an int in [0, 2**64 - 1], got -1"),
     (["--drill-ops", "add,pow"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
     (["--drill-ops", "+"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
 ])
@@ -537,9 +544,7 @@ def test_fresh_problems_are_a_function_of_seed_and_step_and_never_held_out():
 
 
 def test_the_curriculum_moves_up_by_step_and_mixes_in_lower_levels():
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args(["--name", "x", "--curriculum", "0@0,1@40,2@120"])
+    args = TrainOptions.from_argv(["--name", "x", "--curriculum", "0@0,1@40,2@120"])
     assert parse_curriculum(args.curriculum) == [(0, 0), (40, 1), (120, 2)]
     assert {row_level(args, s, j) for s in range(40) for j in range(8)} == {0}
     late = [row_level(args, s, j) for s in range(120, 220) for j in range(8)]
@@ -630,9 +635,7 @@ def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_pat
     assert all(torch.equal(a[k], b[k]) for k in a)
     meta = load_target("tiny", directory=tmp_path / "targets").meta["training"]
     assert meta["recipe"]["adaptive"]["levels"] == [0, 1, 2] and meta["adaptive_evals"] == straight["adaptive_evals"]
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args(["--name", "x", "--adaptive", "0,1,2"])
+    args = TrainOptions.from_argv(["--name", "x", "--adaptive", "0,1,2"])
     assert {row_level(args, 9, j, 0) for j in range(50)} == {0}
     assert {row_level(args, 9, j, 2) for j in range(50)} == {0, 1, 2}
 
@@ -641,7 +644,7 @@ def test_result_weight_weights_the_results_and_the_tokens_after_them():
     """--result-weight: the results and the 2 tokens after each weigh W in the loss; the masks
     drawn are the same as without it."""
     from spotref.load.targets import load_target
-    from spotref.tools.train import boosted_results
+    from spotref.tools.train_data import boosted_results
     tok = load_target("gsm-b32").tokenizer
     p = gsm.drill(np.random.default_rng(9))
     ids, start, end = row = encode_row(p.document, tok, 8, True, 512)
@@ -669,7 +672,7 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
     far given, as when the decoder places the result's length); other blocks and rows keep the
     draw, and share 0 draws nothing."""
     from spotref.load.targets import load_target
-    from spotref.tools.train import suffix_cuts
+    from spotref.tools.train_data import suffix_cuts
     tok = load_target("gsm-b32").tokenizer
     rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
             for s in range(8)]
@@ -705,21 +708,21 @@ def test_mask_and_suffix_results_share_each_rows_result_positions(monkeypatch):
     each row is parsed once however many options pick it, and the draws are those made without
     it; ``result_starts`` is each result's first digit."""
     from spotref.load.targets import load_target
-    from spotref.tools import train
+    from spotref.tools import train_data
     tok = load_target("gsm-b32").tokenizer
     rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
             for s in range(8)]
     for ids, _, _ in rows:
         pos = result_positions(ids, tok)
-        assert train.result_starts(ids, tok).tolist() == [j for j in pos.tolist() if j - 1 not in set(pos.tolist())]
-    alone = (train.forced_results(rows, tok, 0.8, np.random.default_rng(1)),
-             train.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2)))
+        assert train_data.result_starts(ids, tok).tolist() == [j for j in pos.tolist() if j - 1 not in set(pos.tolist())]
+    alone = (train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1)),
+             train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2)))
     calls = []
-    parse = train.result_positions
-    monkeypatch.setattr(train, "result_positions", lambda ids, tok, follow=0: calls.append(1) or parse(ids, tok, follow))
-    positions = train.row_results(rows, tok)
-    shared = (train.forced_results(rows, tok, 0.8, np.random.default_rng(1), positions),
-              train.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2), positions))
+    parse = train_data.result_positions
+    monkeypatch.setattr(train_data, "result_positions", lambda ids, tok, follow=0: calls.append(1) or parse(ids, tok, follow))
+    positions = train_data.row_results(rows, tok)
+    shared = (train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1), positions),
+              train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2), positions))
     for a, b in zip(alone, shared):
         assert [None if x is None else x.tolist() for x in a] == [None if x is None else x.tolist() for x in b]
     picked = {i for i in range(len(rows)) if shared[0][i] is not None or shared[1][i] is not None}

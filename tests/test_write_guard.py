@@ -57,7 +57,7 @@ def test_stability_refuses_docs_before_any_work(capsys, unchanged, monkeypatch):
 
 def test_export_run_into_the_bundled_targets_is_refused_before_loading_the_run(unchanged, tmp_path):
     from spotref.load.targets import TARGETS_DIR
-    from spotref.tools.train import export_run
+    from spotref.tools.train_export import export_run
     with pytest.raises(ValueError, match="gsm-b16.safetensors is a shipped file"):
         export_run(tmp_path / "no-such-run", TARGETS_DIR, "gsm-b16")
 

@@ -1,0 +1,268 @@
+"""What a run leaves: the exported target, weight averages, and the lineage of every set of weights.
+
+``export`` writes a target (``NAME.safetensors`` in float16, ``NAME.tokenizer.json``, and the
+metadata ``NAME.json`` that ``spotref.load_target`` reads first), each file atomically;
+``export_run`` exports a run's checkpoint (or one of its snapshots) without training further,
+at any block size it was trained on; ``average_run`` averages a run's weights with others'.
+``start_from`` loads the weights ``--init`` names; each of these records where the weights came
+from (``lineage``: the checkpoint, its step, the commands that trained it, and in turn what it
+started from or averaged), so an export names its whole history.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from spotref.data import gsm
+from spotref.data.corpora import CORPORA, open_corpus
+from spotref.load.bpe import tokenizer_from_json
+from spotref.load.files import atomic_path, atomic_save, atomic_write_text, check_writable, shipped_writes
+from spotref.load.targets import load_target
+from spotref.models import SDARConfig, SDARModel
+from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
+from spotref.tools.train_options import (
+    GSM_DEFAULTS,
+    TrainOptions,
+    block_sizes,
+    check_export,
+    parse_curriculum,
+    stream_align,
+)
+
+
+# --- where weights come from (--init, averages) ----------------------------------------------
+
+def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
+    """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
+
+    ``spec``: a run checkpoint (``runs/NAME/ckpt.pt``), or a target, bundled by name or the path
+    of its ``NAME.json`` (its float16 weights, as the target loads them). The tokenizer the weights
+    were trained with (the run's ``tokenizer.json`` beside the checkpoint, or the target's) must be
+    this run's, and the weights must fit this run's model: else ``ValueError`` naming the option.
+    ``deepen`` (``--init-deepen``): weights with fewer layers fill the model's first layers
+    (``deepened``)."""
+    if spec.endswith(".pt"):
+        init = torch.load(spec, weights_only=False)
+        weights, record = init["model"], lineage(spec, init["state"])
+        run = Path(spec).parent.parent if Path(spec).parent.name == "snapshots" else Path(spec).parent
+        saved = run / "tokenizer.json"                   # a snapshot's tokenizer is its run's
+        theirs = saved.read_text() if saved.exists() else None
+    else:
+        target = load_target(spec)
+        weights, record = target.model.state_dict(), target_lineage(spec, target.meta)
+        theirs = target.tokenizer.to_json()
+    if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
+        raise ValueError(f"--init {spec} was trained with another tokenizer than this run's "
+                         f"(--tokenizer): pass the tokenizer it was trained with")
+    if deepen:
+        weights, record["deepened_from_layers"] = deepened(model, weights, spec), layer_count(weights)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise ValueError(f"--init {spec}: its weights do not fit this run's model (--hidden, --layers, "
+                         f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}") from None
+    return record
+
+
+def layer_count(weights: dict) -> int:
+    """Decoder layers in a state dict (``model.layers.i.*``)."""
+    return len({k.split(".")[2] for k in weights if k.startswith("model.layers.")})
+
+
+ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")      # what writes a layer's output
+
+
+def deepened(model: SDARModel, weights: dict, spec: str) -> dict:
+    """``weights`` with ``model``'s extra layers on top, each the identity: its own fresh weights
+    with the output projections (``ZEROED``) zero, so both residual branches add nothing and the
+    deeper model computes what ``weights`` did."""
+    have, want = layer_count(weights), model.config.num_hidden_layers
+    if have >= want:
+        raise ValueError(f"--init-deepen: --init {spec} has {have} layers, --layers asks {want}: "
+                         f"deepening needs more layers than the weights have")
+    out = dict(weights)
+    for k, v in model.state_dict().items():
+        if k.startswith("model.layers.") and int(k.split(".")[2]) >= have:
+            out[k] = torch.zeros_like(v) if k.endswith(ZEROED) else v.clone()
+    return out
+
+
+def provenance(record: dict) -> dict:
+    """What weights came from, as a lineage, a run's state or a target's training record carries
+    it: ``init`` (what training started from) and ``average`` (what was averaged), where present."""
+    return {k: record[k] for k in ("init", "average") if record.get(k)}
+
+
+def run_tokenizer(run_dir) -> object:
+    """The tokenizer a run trained with (its ``tokenizer.json``)."""
+    return tokenizer_from_json((Path(run_dir) / "tokenizer.json").read_text())
+
+
+def target_lineage(spec: str, meta: dict) -> dict:
+    """The lineage of a target's weights (its metadata's training record, and their SHA-256)."""
+    t = meta.get("training", {})
+    return {"checkpoint": str(spec), "sha256": meta["weights"]["sha256"], "step": t.get("steps"),
+            "train_minutes": t.get("train_minutes"), "commands": t.get("commands", []),
+            **provenance(t)}
+
+
+def lineage(path, init_state: dict) -> dict:
+    """What ``--init`` started from: the checkpoint, its step and training time, the commands
+    that trained it and, in turn, what it started from (so an export names its whole history)."""
+    return {"checkpoint": str(path), "step": init_state["step"],
+            "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
+            "commands": init_state.get("commands", []),
+            **provenance(init_state)}
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
+    """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata),
+    each atomically; the metadata (which load_target reads first) last."""
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
+          if not (model.config.tie_word_embeddings and k == "lm_head.weight")}
+    weights = out_dir / f"{name}.safetensors"
+    with atomic_path(weights) as tmp:
+        save_file(sd, str(tmp))
+    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())
+    meta = metadata(model, tok, state, name, weights)
+    atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
+    return weights
+
+
+def metadata(model: SDARModel, tok, state: dict, name: str, weights: Path) -> dict:
+    """A target's ``NAME.json``: its config, weights, tokenizer, corpus, training record and
+    held-out losses (``state``: the run's, its last held-out loss the target's)."""
+    hist = state["history"]
+    return {
+        "name": name,
+        "config": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "weights": {"file": weights.name, "dtype": "float16", "bytes": weights.stat().st_size,
+                    "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
+        "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
+                      "eos_id": tok.eos_id, "mask_id": tok.mask_id, "split_digits": tok.split_digits},
+        "corpus": state["corpus"],
+        "training": training_record(state),
+        "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
+        "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
+        "history": hist,
+    }
+
+
+def training_record(state: dict) -> dict:
+    """The metadata's ``training``: the commands, steps and time, the objective, the data recipe,
+    the adaptive curriculum's evaluations and the weights' provenance, and the run's arguments."""
+    return {"commands": state.get("commands", []), "steps": state["step"],
+            "train_minutes": round(state["train_s"] / 60, 1),
+            "train_tokens": state["train_tokens"], "torch": torch.__version__,
+            "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
+            "pad_eot": bool(state["args"].get("pad_eot", False)),
+            "recipe": recipe(state["args"]),
+            **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
+            **provenance(state),
+            "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}}
+
+
+def recipe(saved: dict) -> dict:
+    """The data recipe of a run's arguments (defaults for options older runs lack), for the metadata."""
+    sched = parse_curriculum(saved["curriculum"]) if saved.get("curriculum") else None
+    fresh = saved.get("fresh_problems", False)
+    level = GSM_DEFAULTS["corpus_level"] if saved.get("corpus_level") is None else saved["corpus_level"]
+    adaptive = [int(v) for v in str(saved["adaptive"]).split(",")] if saved.get("adaptive") else None
+    levels = sorted({lvl for _, lvl in sched}) if sched else adaptive or ([level] if fresh else [])
+    return {"rows_per_doc": saved.get("rows_per_doc", False), "answer_only": saved.get("answer_only", False),
+            "answer_header": ANSWER_HEADER if saved.get("answer_only") else None,
+            "eot_weight": saved.get("eot_weight", 1.0), "fresh_problems": fresh,
+            "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
+            "curriculum_lower": saved.get("curriculum_lower", 0.4) if sched or adaptive else None,
+            "adaptive": {"levels": adaptive, "every": saved.get("adapt_every"), "n": saved.get("adapt_n"),
+                         "answers": saved.get("adapt_answers"), "equations": saved.get("adapt_equations"),
+                         "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0"}
+            if adaptive else None,
+            "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
+            "rope_theta": saved.get("rope_theta"), "drill_share": saved.get("drill_share", 0.0),
+            "drill_ops": saved.get("drill_ops") or gsm.DRILL_OPS, "drill_from": saved.get("drill_from") or "range",
+            "mask_results": saved.get("mask_results", 0.0), "result_weight": saved.get("result_weight", 1.0),
+            "suffix_results": saved.get("suffix_results", 0.0)}
+
+
+
+def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
+    """Weight averaging: the mean of a run's last checkpoint and ``others`` (run checkpoints or
+    targets, as ``--init`` takes them: the run's tokenizer and model shape, else ``ValueError``),
+    written as ``out_dir/ckpt.pt`` beside the run's tokenizer. It keeps the run's state (its data
+    and lineage) and records each input's lineage under ``average``, which an export and a later
+    ``--init`` carry; ``export_run`` and ``--init`` take it as any run. Not the run's own
+    directory nor one holding another run's checkpoint, and without the run's optimizer state (a
+    resume would start it afresh)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.resolve() == run_dir.resolve():
+        raise ValueError(f"average_run: out_dir {out_dir} is the run's own directory; write the average elsewhere")
+    if (out_dir / "ckpt.pt").exists():
+        raise ValueError(f"average_run: out_dir {out_dir} already holds a run checkpoint (ckpt.pt); "
+                         f"write the average to a new directory")
+    check_writable(out_dir / "ckpt.pt")
+    ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
+    tok = run_tokenizer(run_dir)
+    model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
+    total = {k: v.float().clone() for k, v in ck["model"].items()}      # the running sum
+    records = [lineage(run_dir / "ckpt.pt", ck["state"])]
+    for spec in others:
+        records.append(start_from(model, str(spec), tok))
+        for k, v in model.state_dict().items():
+            total[k] += v.float()
+    ck["model"] = {k: (total[k] / len(records)).to(v.dtype) for k, v in ck["model"].items()}
+    ck["state"] = {**ck["state"], "average": records}
+    ck.pop("opt", None)                                                  # the run's moments, not the mean's
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "tokenizer.json", tok.to_json())
+    atomic_save(ck, out_dir / "ckpt.pt")
+    return out_dir / "ckpt.pt"
+
+
+
+def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None,
+               checkpoint: Path | None = None, update_shipped: bool = False) -> Path:
+    """Export a run's last checkpoint (or ``checkpoint``, e.g. one of its snapshots) without
+    training further, at ``block_size`` (default: the run's ``--block-size``; a ``--mix-blocks``
+    run may be exported at any of its sizes). The held-out loss is measured afresh at the
+    exported block size, on the run's own corpus. A bundled target is replaced only with
+    ``update_shipped=True``; the outputs are checked before the work."""
+    check_export(name, str(out_dir))
+    ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
+    state, options = ck["state"], TrainOptions.from_record(ck["state"]["args"])
+    init = options.init
+    if init and "init" not in state and init.endswith(".pt") and Path(init).is_file():   # a run from before the record
+        state = {**state, "init": lineage(init, torch.load(init, weights_only=False)["state"])}
+    options = dataclasses.replace(options, block_size=block_size or options.block_size)
+    if options.block_size not in block_sizes(options):
+        raise ValueError(f"the run was trained on block sizes {block_sizes(options)}, not {options.block_size}")
+    model = SDARModel(SDARConfig.from_dict({**state["config"], "block_size": options.block_size}))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    tok = run_tokenizer(run_dir)
+    loss = round(heldout_loss(model, heldout_of(state, tok, options), options, tok.mask_id), 4)
+    state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
+                                                       "heldout_loss": loss, "block_size": options.block_size}]}
+    with shipped_writes(update_shipped):
+        return export(model, tok, state, Path(out_dir), name)
+
+
+def heldout_of(state: dict, tok, options: TrainOptions):
+    """A run's held-out data, as its training measured the held-out loss: its corpus's held-out
+    documents as rows (``--rows-per-doc``) or one token stream."""
+    corpus = open_corpus(state["corpus"], CORPORA) if "name" in state["corpus"] else make_corpus(options)
+    docs = corpus.documents("heldout")
+    return encode_rows(docs, tok, options) if options.rows_per_doc else token_stream(docs, tok, stream_align(options))
