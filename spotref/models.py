@@ -347,6 +347,19 @@ class SDARModel(nn.Module):
         """Full block-causal pass without cache: (N, L) -> logits (N, L, V), row by row."""
         return self._rows(input_ids, None)
 
+    def bd3_logits(self, x_t: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """BD3-LM's training pass (gradients kept): x_t, x (N, L) -> logits (N, L, V) of the noised
+        copy x_t, from one forward of ``concat(x_t, x)`` (N, 2L) through the decoder's own layers,
+        both copies at positions 0 .. L-1, under ``mask`` (2L, 2L) additive: noised block i sees
+        itself and the clean blocks < i, clean block i the clean blocks <= i, so each block of x_t
+        is denoised over its clean prefix as a decoding pass denoises it."""
+        L = x.shape[1]
+        cos, sin = (torch.cat((t, t)) for t in self._rope(0, L, x.device))    # (2L, d): positions twice
+        h = self.model.embed_tokens(torch.cat((x_t, x), 1))                    # (N, 2L, H)
+        for layer in self.model.layers:
+            h, _ = layer(h, cos, sin, mask, None)
+        return linear(self.model.norm(h[:, :L]), self.lm_head.weight)         # (N, L, V)
+
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> KVCache:
         """ids: (P,) with P a multiple of B (complete prompt blocks) -> a new cache."""

@@ -17,7 +17,7 @@ from spotref.tools.train_curriculum import fresh_problem, row_level
 from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
 from spotref.tools.train_export import export_run
 from spotref.tools.train_loop import snapshot_due, train
-from spotref.tools.train_objective import bd3_logits, bd3_mask, noise_blocks
+from spotref.tools.train_objective import bd3_loss, bd3_mask, noise_blocks
 from spotref.tools.train_options import TrainOptions, add_arguments, parse_curriculum
 
 pytest.importorskip("tokenizers")
@@ -59,7 +59,7 @@ def test_clean_input_gives_the_decoding_model_logits():
     model = tiny_model()
     x = torch.randint(0, 39, (3, 12))
     with torch.no_grad():
-        got = bd3_logits(model, x, x, bd3_mask(12, 4))
+        got = model.bd3_logits(x, x, bd3_mask(12, 4))
     torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
 
 
@@ -70,11 +70,58 @@ def test_noised_block_logits_equal_a_decoding_pass():
     x_t, _ = noise_blocks(x.numpy(), B, 39, np.random.default_rng(1))
     x_t = torch.from_numpy(x_t)
     with torch.no_grad():
-        train_logits = bd3_logits(model, x_t, x, bd3_mask(12, B))[0]              # (L, V)
+        train_logits = model.bd3_logits(x_t, x, bd3_mask(12, B))[0]               # (L, V)
     for i in range(3):
         cache = model.prefill(x[0, : i * B])
         dec = model.denoise(cache, x_t[:, i * B:(i + 1) * B])[0]                  # (B, V)
         torch.testing.assert_close(train_logits[i * B:(i + 1) * B], dec, rtol=1e-4, atol=1e-5)
+
+
+def transcribed_bd3_logits(model, x_t, x, mask):
+    """The training forward as spotref/tools/train.py had it before the model owned it
+    (``bd3_logits`` over ``layer_forward``): the layers' weights through ``F.linear`` and fused
+    attention, RoPE tables computed here. x_t, x: (N, L) -> logits (N, L, V) of x_t."""
+    F, cfg = torch.nn.functional, model.config
+    (N, L), d = x.shape, cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.outer(torch.arange(L).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), -1).repeat(2, 1)                           # (2L, d): positions twice
+    cos, sin = emb.cos(), emb.sin()
+    rot = lambda t: t * cos + torch.cat((-t[..., d // 2:], t[..., :d // 2]), -1) * sin
+    h = model.model.embed_tokens(torch.cat((x_t, x), 1))                          # (N, 2L, H)
+    for layer in model.model.layers:
+        a, m, S = layer.self_attn, layer.mlp, 2 * L
+        y = layer.input_layernorm(h)
+        q = a.q_norm(F.linear(y, a.q_proj.weight).view(N, S, a.h, d)).transpose(1, 2)       # (N, h, 2L, d)
+        k = a.k_norm(F.linear(y, a.k_proj.weight).view(N, S, a.kvh, d)).transpose(1, 2)     # (N, kvh, 2L, d)
+        v = F.linear(y, a.v_proj.weight).view(N, S, a.kvh, d).transpose(1, 2)
+        g = a.h // a.kvh
+        k, v = rot(k).repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        o = F.scaled_dot_product_attention(rot(q), k, v, attn_mask=mask)               # (N, h, 2L, d)
+        h = h + F.linear(o.transpose(1, 2).reshape(N, S, a.h * d), a.o_proj.weight)
+        y = layer.post_attention_layernorm(h)
+        h = h + F.linear(F.silu(F.linear(y, m.gate_proj.weight)) * F.linear(y, m.up_proj.weight), m.down_proj.weight)
+    return F.linear(model.model.norm(h[:, :L]), model.lm_head.weight)
+
+
+@pytest.mark.parametrize("weighting", ["tokens", "elbo"])
+def test_the_models_training_forward_gives_the_transcribed_loss_and_gradients(weighting):
+    """``SDARModel.bd3_logits`` (the decoder's own layers) against the forward training used
+    before it, on a fixed batch: the same BD3 loss (float32: equal to rounding) and gradients."""
+    model, B, L = tiny_model(B=4), 4, 16
+    model.train()
+    x = torch.from_numpy(np.random.default_rng(3).integers(0, 39, (3, L)))
+    x_t, masked = (torch.from_numpy(a) for a in noise_blocks(x.numpy(), B, 39, np.random.default_rng(4)))
+    losses, grads = [], []
+    for forward in (transcribed_bd3_logits, SDARModel.bd3_logits):
+        model.zero_grad()
+        loss = bd3_loss(forward(model, x_t, x, bd3_mask(L, B)), x, masked, B, weighting)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=0)
+    for new, old in zip(*grads):
+        torch.testing.assert_close(new, old, rtol=1e-4, atol=1e-6)
 
 
 def test_batches_are_a_pure_function_of_seed_and_step():

@@ -28,7 +28,7 @@ from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_curriculum import adapt, recipe_batch
 from spotref.tools.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from spotref.tools.train_export import export, start_from
-from spotref.tools.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
+from spotref.tools.train_objective import bd3_loss, bd3_mask, weighted_loss
 from spotref.tools.train_options import TrainOptions, block_sizes, check_recipe, stream_align
 
 
@@ -198,10 +198,10 @@ def step_loss(run: Run, step: int, B: int, mask_of) -> torch.Tensor:
     if o.rows_per_doc:
         x_t, x, w = recipe_batch(run.data, run.tok, o, step, B, run.state.get("level"))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16):
-            return weighted_loss(bd3_logits(model, x_t, x, mask_of(x.shape[1], B)), x, w)
+            return weighted_loss(model.bd3_logits(x_t, x, mask_of(x.shape[1], B)), x, w)
     x_t, x, masked = batch_at(run.data, step, o.seed, o.batch, o.seq_len, B, run.tok.mask_id, stream_align(o))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16):
-        return bd3_loss(bd3_logits(model, x_t, x, mask_of(o.seq_len, B)), x, masked, B, o.weighting)
+        return bd3_loss(model.bd3_logits(x_t, x, mask_of(o.seq_len, B)), x, masked, B, o.weighting)
 
 
 def _after_step(run: Run, bar) -> None:

@@ -5,15 +5,15 @@ input ``concat(x_t, x)`` of length ``2L``: ``x_t`` the noised copy (``noise_bloc
 ``k ~ U{1..B}`` masks per block), attending as ``bd3_mask`` says. The loss is the cross-entropy
 of the noised copy's logits at its masked positions against the clean tokens (no shift):
 ``bd3_loss`` (per token, or the ELBO's per-block ``1 / t``), or ``weighted_loss`` with a weight
-per position (the rows of the gsm recipe, ``spotref.tools.train_data.rows_batch``).
+per position (the rows of the gsm recipe, ``spotref.tools.train_data.rows_batch``). The logits
+are the model's own: ``SDARModel.bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
+under ``bd3_mask``.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from spotref.models import SDARModel, rope
 
 
 def bd3_mask(L: int, B: int, device=None, dtype=torch.float32) -> torch.Tensor:
@@ -37,39 +37,6 @@ def noise_blocks(x: np.ndarray, B: int, mask_id: int, rng: np.random.Generator):
     rank = rng.random((N, L // B, B)).argsort(-1).argsort(-1)             # a random order per block
     masked = (rank < k).reshape(N, L)
     return np.where(masked, mask_id, x), masked
-
-
-def bd3_logits(model: SDARModel, x_t: torch.Tensor, x: torch.Tensor, mask: torch.Tensor):
-    """x_t, x: (N, L) -> logits (N, L, V) of the noised copy (its own positions, no shift)."""
-    N, L = x.shape
-    cos, sin = model._rope(0, L, x.device)                                 # (L, d)
-    cos, sin = torch.cat((cos, cos)), torch.cat((sin, sin))               # (2L, d): same positions
-    h = model.model.embed_tokens(torch.cat((x_t, x), 1))                   # (N, 2L, H)
-    for layer in model.model.layers:
-        h = layer_forward(layer, h, cos, sin, mask)
-    return F.linear(model.model.norm(h[:, :L]), model.lm_head.weight)     # (N, L, V)
-
-
-def layer_forward(layer, x, cos, sin, mask):
-    """One ``DecoderLayer`` with its own weights, via ``F.linear`` and fused attention.
-
-    The same maths as ``DecoderLayer.forward``, which uses one ``bmm`` per row for batch
-    invariance at decoding time; training needs no invariance and this is several times faster
-    on CPU. ``tests/test_train.py`` checks both give the same logits."""
-    a, m = layer.self_attn, layer.mlp
-    N, S, _ = x.shape
-    h = layer.input_layernorm(x)
-    q = a.q_norm(F.linear(h, a.q_proj.weight).view(N, S, a.h, a.d)).transpose(1, 2)    # (N, h, S, d)
-    k = a.k_norm(F.linear(h, a.k_proj.weight).view(N, S, a.kvh, a.d)).transpose(1, 2)  # (N, kvh, S, d)
-    v = F.linear(h, a.v_proj.weight).view(N, S, a.kvh, a.d).transpose(1, 2)
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
-    g = a.h // a.kvh
-    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)               # (N, h, S, d)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))            # (N, h, S, d)
-    x = x + F.linear(y.transpose(1, 2).reshape(N, S, a.h * a.d), a.o_proj.weight)
-    h = layer.post_attention_layernorm(x)
-    return x + F.linear(F.silu(F.linear(h, m.gate_proj.weight)) * F.linear(h, m.up_proj.weight),
-                        m.down_proj.weight)
 
 
 def bd3_loss(logits, x, masked, B: int, weighting: str = "tokens"):
