@@ -264,7 +264,7 @@ cdef class Tree:
             for k in range(self.B):
                 s[k] = tokens[k]
         if not _small(step, &st, 0):
-            _refuse(check_int, ("lookup: step", step))
+            _refuse(check_int, ("lookup: step", step, 0, LIMIT - 1))
         return max(self._find(s, self._hash(s), st), -1)
 
     def child(self, row, commits):
@@ -272,7 +272,7 @@ cdef class Tree:
         cdef int64_t r = 0
         self._built()
         if not _as_i64(row, &r) or not 0 <= r < self.U:
-            _refuse(check_int, ("child: row", row, 0, self.U))
+            _refuse(check_int, ("child: row", row, 0, self.U - 1))
         return self._child(r, commits)
 
     cdef Py_ssize_t _child(self, Py_ssize_t r, object commits) except -2:

@@ -90,7 +90,7 @@ class Speculator:
                  top_p: float | None = None, drafter="confidence", budget=16, depth: int = 8,
                  confidence: str = "filtered", core=None, model=None, precision: str | None = None,
                  width: int | None = None):
-        check_int("vocab_size", vocab_size, 1)
+        check_int("vocab_size", vocab_size, 2)            # 1 would hold only MASK: nothing to commit
         check_int("block_size", block_size, 1)
         check_int("mask_id", mask_id, 0, vocab_size - 1)
         self.rule = decision_rule(int(vocab_size), int(block_size), int(mask_id), temperature, seed,

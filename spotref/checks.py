@@ -1,20 +1,71 @@
-"""Argument checks of ``spotref.generate`` and the step API: each bad value raises ``ValueError``
-naming the argument, before any forward pass. Not part of the algorithm (the spec modules
-import them; nothing here decides a token)."""
+"""The one family of argument checks: each bad value raises ``ValueError`` naming the argument,
+before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``) serve the core,
+the model config, ``spotref.generate``, the step API and the command line (``tools/argtypes``);
+the rest check ``generate``'s sequences. Not part of the algorithm: nothing here decides a token,
+and nothing here imports torch (a tensor is read through its ``tolist`` / ``numpy``)."""
 from __future__ import annotations
 
 import math
 import numbers
 
 import numpy as np
-import torch
 
-from spotref.rules import DecisionRule
 
-def check_state(state, rule: DecisionRule) -> np.ndarray:
-    """A block state: B ints, each a vocabulary token or MASK -> int64 (B,) (a copy)."""
-    if isinstance(state, torch.Tensor):
-        state = state.detach().cpu().numpy()
+# ---- scalars ---------------------------------------------------------------------------------
+
+def is_index(x) -> bool:
+    """An integer (int or numpy integer), not a bool: ``True`` is not position 1."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def check_int(name, value, lo=None, hi=None) -> int:
+    """``value`` as an int in [lo, hi] (a bound of None: no bound on that side)."""
+    if not is_index(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{name} must be an int in [{_bound(lo, '-inf')}, {_bound(hi, 'inf')}], "
+                         f"got {value!r}")
+    return int(value)
+
+
+def check_real(name, value, lo=None, hi=None, open_lo=False, open_hi=False) -> float:
+    """``value`` as a finite float in [lo, hi] (open on a side with ``open_lo`` / ``open_hi``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    bad_lo = lo is not None and (value <= lo if open_lo else value < lo)
+    bad_hi = hi is not None and (value >= hi if open_hi else value > hi)
+    if bad_lo or bad_hi:
+        lb, rb = "(" if open_lo else "[", ")" if open_hi else "]"
+        raise ValueError(f"{name} must be in {lb}{_bound(lo, '-inf')}, {_bound(hi, 'inf')}{rb}, got {value}")
+    return float(value)
+
+
+def _bound(b, none: str) -> str:
+    """A bound as a message writes it: 2**31 - 1 rather than 2147483647."""
+    if b is None:
+        return none
+    powers = [k for k in (31, 63, 64) if b == 2 ** k - 1]
+    return f"2**{powers[0]} - 1" if powers else str(b)
+
+
+def as_numpy(x):
+    """A torch tensor as a numpy array (detached, on the CPU; bf16 as float32, which numpy lacks);
+    anything else as it is."""
+    if not (hasattr(x, "detach") and hasattr(x, "cpu")):
+        return x
+    t = x.detach().cpu()
+    return (t.float() if t.is_floating_point() else t).numpy()
+
+
+def is_array(x) -> bool:
+    """A numpy array or a tensor (anything with ``ndim`` and ``tolist``)."""
+    return hasattr(x, "ndim") and hasattr(x, "tolist")
+
+
+# ---- generate's arguments --------------------------------------------------------------------
+
+def check_state(state, rule) -> np.ndarray:
+    """A block state: B ints, each a vocabulary token or MASK -> int64 (B,) (a copy); ``rule``
+    (a ``DecisionRule``) gives B and the vocabulary."""
+    state = as_numpy(state)
     arr = np.asarray(state)
     if arr.shape != (rule.block_size,) or arr.dtype.kind not in "iu":
         raise ValueError(f"state must be {rule.block_size} integer token ids (int64 [B], MASK "
@@ -50,7 +101,7 @@ def check_stop_ids(stop_ids, V: int, mask_id: int | None = None) -> list:
     MASK: it is never committed, so it could never stop anything)."""
     if stop_ids is None:
         return []
-    if isinstance(stop_ids, (torch.Tensor, np.ndarray)):
+    if is_array(stop_ids):
         if stop_ids.ndim > 1:
             raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got a "
                              f"{stop_ids.ndim}-D {type(stop_ids).__name__} of shape {tuple(stop_ids.shape)}")
@@ -69,9 +120,7 @@ def check_prompt(prompt_ids, V: int, mask_id: int) -> list:
     if isinstance(prompt_ids, (set, frozenset, dict)):
         raise ValueError(f"prompt_ids must be an ordered 1-D sequence of token ids, got a "
                          f"{type(prompt_ids).__name__} (unordered)")
-    if isinstance(prompt_ids, torch.Tensor):
-        prompt_ids = prompt_ids.tolist() if prompt_ids.ndim == 1 else None
-    elif isinstance(prompt_ids, np.ndarray):
+    if is_array(prompt_ids):
         prompt_ids = prompt_ids.tolist() if prompt_ids.ndim == 1 else None
     if prompt_ids is None or isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
         raise ValueError("prompt_ids must be a 1-D sequence of token ids")
@@ -84,22 +133,3 @@ def check_prompt(prompt_ids, V: int, mask_id: int) -> list:
         if t == mask_id:
             raise ValueError(f"prompt_ids[{i}] is the MASK token {mask_id}: a prompt cannot hold MASK")
     return [int(t) for t in prompt]
-
-
-def check_int(name, value, lo=None, hi=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{name} must be in [{lo}, {'inf' if hi is None else hi}], got {value}")
-    return int(value)
-
-
-def check_real(name, value, lo=None, hi=None, open_lo=False, open_hi=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    bad_lo = lo is not None and (value <= lo if open_lo else value < lo)
-    bad_hi = hi is not None and (value >= hi if open_hi else value > hi)
-    if bad_lo or bad_hi:
-        lb, rb = "(" if open_lo else "[", ")" if open_hi else "]"
-        raise ValueError(f"{name} must be in {lb}{lo}, {'inf' if hi is None else hi}{rb}, got {value}")
-    return float(value)

@@ -23,6 +23,8 @@ import reprlib
 
 import numpy as np
 
+from spotref.checks import check_int, is_index
+
 LIMIT = 2 ** 31      # bound on every int the core holds: the compiled twin's rows are int32
 _LIMIT = f"2**{LIMIT.bit_length() - 1}"                 # as messages write it
 SCALARS = (("root_step", 0), ("mask_id", 0), ("vocab_size", 1), ("max_set", 1), ("budget", 1),
@@ -65,7 +67,7 @@ class Tree:
         state: B tokens, in a form ``build_tree`` takes for its root; step: an int in [0, LIMIT).
         """
         state = check_state("lookup: state", state, self.mask_id, self.vocab_size, self.states.shape[1])
-        check_int("lookup: step", step)
+        check_int("lookup: step", step, 0, LIMIT - 1)
         return self._index.get((tuple(state), int(step)), -1)
 
     def child(self, row, commits) -> int:
@@ -77,7 +79,7 @@ class Tree:
         tuple or list of two ints: distinct positions masked in the state, tokens of the
         vocabulary (0 .. vocab_size - 1) other than MASK, in any order.
         """
-        check_int("child: row", row, 0, len(self))
+        check_int("child: row", row, 0, len(self) - 1)
         state = self.states[row].tolist()
         pairs = check_decision(row, commits, state, self.mask_id, self.vocab_size, self.max_set)
         if not pairs:
@@ -134,20 +136,10 @@ def walk(tree, decide):
 
 # ---- the checks: one ValueError message per broken clause, shared by the compiled twin -------
 
-def is_index(x) -> bool:
-    """An int or numpy integer, not a bool (``True`` is not position 1)."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def check_int(what, x, lo=0, hi=LIMIT):
-    if not is_index(x) or not lo <= x < hi:
-        raise ValueError(f"{what} must be an int in [{lo}, {_LIMIT if hi == LIMIT else hi}), got {x!r}")
-
-
 def check_args(root_step, mask_id, vocab_size, max_set, budget, depth):
     """build_tree's ints: in [lo, LIMIT) (``SCALARS``), and steps stay below LIMIT."""
     for (name, lo), x in zip(SCALARS, (root_step, mask_id, vocab_size, max_set, budget, depth)):
-        check_int(f"build_tree: {name}", x, lo)
+        check_int(f"build_tree: {name}", x, lo, LIMIT - 1)
     if int(root_step) + int(depth) >= LIMIT:
         raise ValueError(f"build_tree: root_step + depth must be below {_LIMIT}, got {root_step} + {depth}")
 

@@ -156,10 +156,10 @@ class Block:
         tree = self._tree
         R = len(tree) if self.width is None else self.width
         logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[:len(tree)]
-        self._tree = None
         with self.stats.timed("book_s"):                                      # 4. walk
             self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
                                                               self.index, self.stats)
+        self._tree = None                  # only now: logits the rule refuses leave the rows pending
         self.decisions += taken
         self.passes += 1
 

@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from spotref.core import is_index
+from spotref.checks import is_index
 from spotref.rules import DecisionRule
 
 

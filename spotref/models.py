@@ -46,6 +46,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from spotref.checkpoint import load_pretrained
+from spotref.checks import check_int
+
+INT_MAX = 2 ** 31 - 1        # every int field of the config fits an int32
 
 
 @dataclass
@@ -73,7 +76,7 @@ class SDARConfig:
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(f"SDARConfig.{name}", getattr(self, name), 1, INT_MAX)
         for name in ("rms_norm_eps", "rope_theta", "initializer_range"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
@@ -91,12 +94,14 @@ class SDARConfig:
             raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
                              f"multiple of num_key_value_heads ({self.num_key_value_heads})")
         if self.mask_token_id is not None:
-            _check_int("mask_token_id", self.mask_token_id, 0)
+            check_int("SDARConfig.mask_token_id", self.mask_token_id, 0, INT_MAX)
             if self.mask_token_id >= self.vocab_size:
                 raise ValueError(f"SDARConfig.mask_token_id {self.mask_token_id} is outside the "
                                  f"vocabulary [0, {self.vocab_size})")
+            if self.vocab_size == 1:
+                raise ValueError("SDARConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
         if self.block_size is not None:
-            _check_int("block_size", self.block_size, 1)
+            check_int("SDARConfig.block_size", self.block_size, 1, INT_MAX)
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(f"SDARConfig.tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}")
 
@@ -114,11 +119,6 @@ class SDARConfig:
     @classmethod
     def from_json(cls, path) -> "SDARConfig":
         return cls.from_dict(json.loads(Path(path).read_text()))
-
-
-def _check_int(name: str, value, lo: int, hi: int = 2 ** 31 - 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"SDARConfig.{name} must be an int in [{lo}, 2**31 - 1], got {value!r}")
 
 
 class RMSNorm(nn.Module):

@@ -26,6 +26,39 @@ def test_a_position_whose_only_finite_logit_is_masks_is_refused_and_the_block_is
     assert blk.passes == 1
 
 
+@pytest.mark.parametrize("precision, T", [("float32", 0.0), ("bfloat16", 1.0), ("float16", 0.5)])
+def test_float64_logits_that_overflow_the_rules_precision_are_refused_and_can_be_retried(precision, T):
+    """Float64 logits of 1e300, decided in a narrower precision: refused by name, the rows stay
+    pending, and the corrected logits then give the tokens a fresh block gives."""
+    blocks = [spec(temperature=T, precision=precision).block(0, np.full(4, 9)) for _ in range(2)]
+    for blk in blocks:
+        blk.propose()
+    bad = torch.zeros(1, 4, 10, dtype=torch.float64)
+    bad[..., 3] = 1e300
+    with pytest.raises(ValueError, match=f"logits / T overflow torch.{precision}"):
+        blocks[0].accept(bad)
+    good = torch.randn(1, 4, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for blk in blocks:
+        blk.accept(good)
+    assert np.array_equal(blocks[0].tokens, blocks[1].tokens) and blocks[0].passes == blocks[1].passes == 1
+
+
+def test_float64_logits_of_1e300_decided_in_float64_are_decided():
+    blk = spec(temperature=1.0, precision="float64").block(0, np.full(4, 9))
+    blk.propose()
+    L = torch.zeros(1, 4, 10, dtype=torch.float64)
+    L[0, 1, 3] = 1e300                                   # position 1, token 3: certain
+    blk.accept(L)
+    assert blk.tokens.tolist() == [9, 3, 9, 9]
+
+
+def test_a_vocabulary_of_only_mask_is_refused():
+    with pytest.raises(ValueError, match="vocab_size must be an int in \\[2, inf\\], got 1"):
+        Speculator(vocab_size=1, block_size=4, mask_id=0)
+    with pytest.raises(ValueError, match="SDARConfig.vocab_size 1 holds only MASK"):
+        SDARConfig(vocab_size=1, mask_token_id=0, head_dim=16)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: torch.zeros(1, 4, 10, device="meta"), "dense tensor with values"),
     (lambda: torch.zeros(1, 4, 10).to_sparse(), "dense tensor with values"),
@@ -56,7 +89,7 @@ def test_accept_keeps_a_copy_not_a_view_of_the_callers_buffer():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(budget=2 ** 31), "budget must be in"), (dict(depth=2 ** 31), "depth must be in"),
+    (dict(budget=2 ** 31), "budget must be an int in"), (dict(depth=2 ** 31), "depth must be an int in"),
 ])
 def test_budgets_and_depths_the_core_cannot_hold_are_refused_up_front(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -65,7 +98,7 @@ def test_budgets_and_depths_the_core_cannot_hold_are_refused_up_front(kw, messag
 
 @pytest.mark.parametrize("index", [2 ** 31, 2 ** 64, 2 ** 64 + 1, -1])
 def test_a_block_index_beyond_the_noise_key_is_refused(index):
-    with pytest.raises(ValueError, match="index must be in"):
+    with pytest.raises(ValueError, match="index must be an int in"):
         spec().block(index, np.full(4, 9))
 
 

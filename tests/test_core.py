@@ -403,11 +403,11 @@ def test_a_bad_root_is_refused(core, root, message):
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("root_step", -1, "build_tree: root_step must be an int in [0, 2**31), got -1"),
+    ("root_step", -1, "build_tree: root_step must be an int in [0, 2**31 - 1], got -1"),
     ("root_step", True, "root_step must be an int"), ("root_step", 1.0, "root_step must be an int"),
     ("root_step", 2 ** 31, "got 2147483648"), ("root_step", np.int64(2 ** 40), "root_step must"),
     ("mask_id", -1, "mask_id must be"), ("mask_id", None, "mask_id must be"),
-    ("vocab_size", 0, "vocab_size must be an int in [1, 2**31)"), ("max_set", 0, "max_set must be an int in [1,"),
+    ("vocab_size", 0, "vocab_size must be an int in [1, 2**31 - 1]"), ("max_set", 0, "max_set must be an int in [1,"),
     ("budget", 0, "budget must be an int in [1,"), ("depth", -1, "depth must be"), ("depth", "4", "depth must be"),
     ("root_step", 2 ** 31 - 4, "build_tree: root_step + depth must be below 2**31, got 2147483644 + 4"),
 ])
@@ -462,7 +462,7 @@ def test_a_decision_at_a_complete_state_is_empty(core):
     ([1.0, M, M, M], 0, NOT_AN_ARRAY), (np.array([[1, M, M, M]]), 0, NOT_AN_ARRAY),
     ([1, M, M, 2 ** 63], 0, "token 9223372036854775808 at position 3 is neither"),
     (np.array([1, -3, M, M]), 0, "token -3 at position 1 is neither"),
-    ([1, M, M, M], -1, "lookup: step must be an int in [0, 2**31), got -1"),
+    ([1, M, M, M], -1, "lookup: step must be an int in [0, 2**31 - 1], got -1"),
     ([1, M, M, M], 2 ** 63, "lookup: step must be an int"), ([1, M, M, M], True, "lookup: step must be"),
     ([1, M, M, M], 1.0, "lookup: step must be"),
 ])
@@ -475,7 +475,7 @@ def test_a_bad_lookup_is_refused(core, state, step, message):
 @pytest.mark.parametrize("row", [-1, 4, 2 ** 63, True, 1.0, None, np.float64(0), "0"])
 def test_a_row_outside_the_tree_is_refused(core, row):
     got = raised(core.build_tree(**FIXED).child, row, ((1, 5),))
-    assert got == f"child: row must be an int in [0, 4), got {row!r}"
+    assert got == f"child: row must be an int in [0, 3], got {row!r}"
 
 
 def test_walk_takes_only_its_own_core_s_tree(ccore):

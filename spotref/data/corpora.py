@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spotref.checks import check_int
 from spotref.data import gsm
 from spotref.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
 
@@ -38,8 +39,7 @@ ASSISTANT = "<|im_start|>assistant\n"        # the Qwen3 chat template's assista
 def check_heldout_args(n, seed, split) -> None:
     """``ValueError`` naming the argument unless n >= 1, seed >= 0 (ints) and split in SPLITS."""
     for name, value, lo in (("n", n, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ValueError(f"heldout: {name} must be an integer >= {lo}, got {value!r}")
+        check_int(f"heldout: {name}", value, lo)
     if split not in SPLITS:
         raise ValueError(f"heldout: split must be None, 'train' or 'test', got {split!r}")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from spotref.checkpoint import check_field_types, read_json
+from spotref.checks import check_int
 from spotref.load.bpe import tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
 
@@ -62,8 +63,7 @@ class Target:
         >>> type(prompt).__name__, answer
         ('str', None)
         """
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_HELDOUT:
-            raise ValueError(f"heldout: n must be an int in [0, {MAX_HELDOUT}], got {n!r}")
+        check_int("heldout: n", n, 0, MAX_HELDOUT)
         from spotref.data.corpora import open_corpus      # the corpora load only when asked for
         return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
 

@@ -1,15 +1,15 @@
 """argparse ``type=`` validators for the command-line tools (no heavy imports: ``--help`` stays fast).
 
 Each raises ``argparse.ArgumentTypeError``, so a bad value is an argparse error (exit status 2)
-that names the option: ``spotref audit: error: argument --batch-rows: must be an integer in
-[0, 4096], got '100000'``.
+that names the option: ``spotref audit: error: argument --batch-rows: must be an int in
+[0, 4096], got 100000``. The ranges are checked by ``spotref.checks``, the one family of checks.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
+from spotref.checks import check_int, check_real
 from spotref.load.files import shipped_writes
 
 SEED_MAX = 2 ** 64 - 1          # the noise generator's key is 64 bits (spotref.noise)
@@ -22,15 +22,18 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
+def _checked(check, *args):
+    """``check(*args)`` (a ``spotref.checks`` function, named ""), its ValueError as argparse's."""
+    try:
+        return check("", *args)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).strip()) from None
+
+
 def int_range(lo: int | None = None, hi: int | None = None, what: str = "an integer"):
     """A validator for integers in [lo, hi] (either bound may be None)."""
     def parse(text: str) -> int:
-        v = _int(text)
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            if hi is None:
-                raise argparse.ArgumentTypeError(f"must be {what} >= {lo}, got {text!r}")
-            raise argparse.ArgumentTypeError(f"must be {what} in [{lo}, {hi}], got {text!r}")
-        return v
+        return _checked(check_int, _int(text), lo, hi)
     parse.__name__ = what
     return parse
 
@@ -47,13 +50,7 @@ def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool =
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        bad = not math.isfinite(v) or (lo is not None and (v <= lo if open_lo else v < lo)) \
-            or (hi is not None and v > hi)
-        if bad:
-            lb = "(" if open_lo else "["
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number in {lb}{lo}, {'inf)' if hi is None else f'{hi}]'}, got {text!r}")
-        return v
+        return _checked(check_real, v, lo, hi, open_lo)
     parse.__name__ = "number"
     return parse
 
