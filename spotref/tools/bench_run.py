@@ -19,11 +19,11 @@ from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.drafters.budget import auto_drafter
+from spotref import names
 from spotref.names import drafter_for, resolve_drafter
-from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.models import SDARConfig, SDARModel
+from spotref.tools.prompts import prompts_for
 from spotref.tools.report import answer_blocks
-from spotref.tools.train_drafter import prompts_for
 from spotref.tools.trajectories import record
 
 
@@ -41,7 +41,7 @@ class Setup:
 
 
 def target_setup(name: str, args) -> Setup:
-    t = load_target(name, args.targets_dir or TARGETS_DIR)
+    t = names.target(name, args.targets_dir)
     s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
     try:
         s.spot = drafter_for(t.model, "spot", args.drafters_dir)

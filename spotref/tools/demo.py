@@ -20,9 +20,10 @@ import spotref
 from spotref.names import auto_budget
 from spotref.drafters.budget import verify_times
 from spotref.load.drafters import find_checkpoint
+from spotref import names
 from spotref.names import resolve_drafter
 from spotref.data.gsm import final_answer
-from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
+from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
 from spotref.tools.report import answer_blocks, progress, table
@@ -79,7 +80,7 @@ def random_setup(n_prompts: int, seed: int):
 
 def target_setup(name: str, n_prompts: int):
     """A bundled target and its own held-out prompts (``Target.heldout``, seed 0), taken whole."""
-    target = load_target(name)
+    target = names.target(name)
     held = target.heldout(n_prompts, seed=0)
     return SimpleNamespace(name=name, model=target.model, prompts=[target.encode(t) for t, _ in held],
                            stops=target.stop_ids, texts=[t for t, _ in held], answers=[a for _, a in held],
