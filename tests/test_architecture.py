@@ -73,3 +73,17 @@ def test_exact_decoding_loads_no_drafter_and_a_named_drafter_loads_its_module():
     assert not [m for m in exact if m.startswith(("spotref.drafters.", "spotref.data"))], exact
     _, drafted = imported(run.format(kw=", drafter='confidence', budget=4"))
     assert "spotref.drafters.confidence" in drafted and "spotref.drafters.order" not in drafted
+
+
+def test_no_module_over_700_lines_and_no_function_over_60():
+    import ast
+    long = []
+    for base in ("spotref", "benchmarks", "examples"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            src = path.read_text(encoding="utf-8")
+            if src.count("\n") > 700:
+                long.append(f"{path.relative_to(ROOT)}: {src.count(chr(10))} lines")
+            long += [f"{path.relative_to(ROOT)}:{n.lineno} {n.name}: {n.end_lineno - n.lineno + 1} lines"
+                     for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.end_lineno - n.lineno + 1 > 60]
+    assert long == []

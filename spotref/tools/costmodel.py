@@ -32,8 +32,8 @@ from spotref.drafters.budget import (
 from spotref.names import drafter_for, resolve_drafter
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.tools.argtypes import int_list
+from spotref.tools.prompts import prompts_for
 from spotref.tools.report import table
-from spotref.tools.train_drafter import prompts_for
 
 # --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
 H200 = dict(flops=790e12, bandwidth=4.8e12)       # dense bf16 FLOP/s, HBM bytes/s
@@ -151,9 +151,7 @@ def profile_rows(model, drafter, prompts: list, new_tokens: int, T: float, depth
     return rows
 
 
-def main(argv=None) -> int:
-    """``python -m spotref.tools.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
-    the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spotref.tools.costmodel", description=main.__doc__.splitlines()[0])
     p.add_argument("target", nargs="?", default=DEFAULT_TARGET)
     p.add_argument("--drafter", default="spot")
@@ -174,36 +172,54 @@ def main(argv=None) -> int:
     p.add_argument("--targets-dir", default=None, help="load the target from here (default: bundled)")
     p.add_argument("--gpu-projection", action="store_true",
                    help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    """``python -m spotref.tools.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
+    the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
+    args = parser().parse_args(argv)
     torch.set_num_threads(1)
     if args.gpu_projection:
         return project(args.target)
     target = load_target(args.target, *([args.targets_dir] if args.targets_dir else []))
-    model = target.model
-    drafter = resolve_drafter(args.drafter, model)
+    drafter = resolve_drafter(args.drafter, target.model)
     if args.drafter == "spot":
         drafter.calls = args.calls
-    if args.fused_store:
-        prompts = prompts_for(target, args.prompts, "test", 64)
-        for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
-            print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
-            print(table(["fused store", "passes/token", "tokens/s"], fused_store_rows(model, prompts, args.new_tokens, d, N)))
-        return 0
-    if args.round_budget:
-        prompts = prompts_for(target, args.prompts, "test", 64)
-        print(f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
-              f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:")
-        print(table(["tree", "passes/token", "nodes drafted", "tokens/s"],
-                    round_budget_rows(model, drafter, prompts, args.new_tokens, args.round_budget, args.depth,
-                                      args.temperature)))
-        return 0
-    if args.profile:
-        prompts = prompts_for(target, args.prompts, "test", 64)
-        print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
-              f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:")
-        print(table(PROFILE_COLUMNS, profile_rows(model, drafter, prompts, args.new_tokens, args.temperature, args.depth,
-                                                  args.budgets)))
-        return 0
+    mode = fused_store if args.fused_store else round_budget if args.round_budget else \
+        profile if args.profile else cost_table
+    mode(args, target, drafter)
+    return 0
+
+
+def fused_store(args, target, drafter) -> None:
+    prompts = prompts_for(target, args.prompts, "test", 64)
+    for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
+        print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
+        print(table(["fused store", "passes/token", "tokens/s"],
+                    fused_store_rows(target.model, prompts, args.new_tokens, d, N)))
+
+
+def round_budget(args, target, drafter) -> None:
+    prompts = prompts_for(target, args.prompts, "test", 64)
+    print(f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
+          f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:")
+    print(table(["tree", "passes/token", "nodes drafted", "tokens/s"],
+                round_budget_rows(target.model, drafter, prompts, args.new_tokens, args.round_budget, args.depth,
+                                  args.temperature)))
+
+
+def profile(args, target, drafter) -> None:
+    prompts = prompts_for(target, args.prompts, "test", 64)
+    print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
+          f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:")
+    print(table(PROFILE_COLUMNS, profile_rows(target.model, drafter, prompts, args.new_tokens, args.temperature,
+                                              args.depth, args.budgets)))
+
+
+def cost_table(args, target, drafter) -> None:
+    """Verify and draft times per N on this machine, E(N), and the N budget="auto" picks."""
+    model = target.model
     tv = verify_times(model, repeats=5)
     td = draft_times(drafter, model, depth=args.depth, temperature=args.temperature)
     e = {N: expected_commits(drafter, N, args.temperature) for N in BUDGETS}
@@ -211,7 +227,6 @@ def main(argv=None) -> int:
     print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))
     print(f"budget='auto' picks N = {choose_budget({N: tv[N] + td[N] for N in BUDGETS}, e)}; "
           f"exact decoding: {1 / tv[1]:.0f} commits/s (one verify of N = 1 per commit)")
-    return 0
 
 
 def project(name: str) -> int:
