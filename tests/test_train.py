@@ -186,6 +186,30 @@ def test_tiny_training_exports_a_loadable_target(tiny_run):
     assert target.tokenizer.decode(target.tokenizer.encode("def f(x):")) == "def f(x):"
 
 
+def test_an_export_killed_before_its_metadata_is_refused_by_name_not_paired(tiny_run, tmp_path):
+    """export() writes the weights, the tokenizer, then the metadata holding both SHA-256: a kill
+    before the metadata leaves new files beside the old metadata, which load_target refuses."""
+    import hashlib
+    import shutil
+
+    from spotref.load.targets import load_target
+    tmp, _ = tiny_run
+    d = shutil.copytree(tmp / "targets", tmp_path / "t")
+    meta = load_target("tiny", directory=d).meta
+    assert meta["tokenizer"]["sha256"] == hashlib.sha256((d / "tiny.tokenizer.json").read_bytes()).hexdigest()
+    tok = d / "tiny.tokenizer.json"
+    tok.write_text(tok.read_text().replace('"', '"', 1) + "\n")     # another tokenizer file landed
+    with pytest.raises(ValueError, match="tiny.tokenizer.json does not match the metadata's SHA-256"):
+        load_target("tiny", directory=d)
+    shutil.copy(tmp / "targets" / "tiny.tokenizer.json", tok)
+    weights = d / "tiny.safetensors"
+    raw = bytearray(weights.read_bytes())
+    raw[-1] ^= 1                                                     # other weights landed
+    weights.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="SHA-256 does not match the metadata"):
+        load_target("tiny", directory=d)
+
+
 def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     """``--init``: the export names what the weights started from (checkpoint, step, commands),
     also for a run whose checkpoint predates the record (read from the init file at export)."""

@@ -89,7 +89,8 @@ def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str 
     if not meta_path.is_file():
         raise ValueError(f"no target metadata at {meta_path}")
     meta = read_meta(meta_path)
-    tokenizer = _load_tokenizer(inside(meta_path, meta["tokenizer"]["file"], "tokenizer.file"))
+    tokenizer = _load_tokenizer(inside(meta_path, meta["tokenizer"]["file"], "tokenizer.file"),
+                                meta["tokenizer"].get("sha256"))
     model = _load_model(inside(meta_path, meta["weights"]["file"], "weights.file"), meta, meta_path)
     check_pair(model.config, tokenizer, meta_path)
     return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
@@ -133,9 +134,18 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def _load_tokenizer(path: Path):
+def _load_tokenizer(path: Path, sha256: str | None = None):
+    """The tokenizer file, checked against the metadata's SHA-256 when it records one (an export
+    killed between its files then fails here by name rather than pairing another tokenizer)."""
     try:
-        return tokenizer_from_json(path.read_text())
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
+    if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+        raise ValueError(f"the tokenizer file {path} does not match the metadata's SHA-256: "
+                         f"it is another tokenizer (an interrupted export?)")
+    try:
+        return tokenizer_from_json(raw.decode("utf-8"))
     except (OSError, ValueError, Exception) as e:          # tokenizers raises its own Exception
         raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
 

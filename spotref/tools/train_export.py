@@ -135,7 +135,8 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     weights = out_dir / f"{name}.safetensors"
     with atomic_path(weights) as tmp:
         save_file(sd, str(tmp))
-    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())
+    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())     # the metadata last: it holds
+                                                                             # both files' SHA-256
     meta = metadata(model, tok, state, name, weights)
     atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return weights
@@ -152,7 +153,8 @@ def metadata(model: SDARModel, tok, state: dict, name: str, weights: Path) -> di
         "weights": {"file": weights.name, "dtype": "float16", "bytes": weights.stat().st_size,
                     "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
         "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
-                      "eos_id": tok.eos_id, "mask_id": tok.mask_id, "split_digits": tok.split_digits},
+                      "eos_id": tok.eos_id, "mask_id": tok.mask_id, "split_digits": tok.split_digits,
+                      "sha256": hashlib.sha256(tok.to_json().encode("utf-8")).hexdigest()},
         "corpus": state["corpus"],
         "training": training_record(state),
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
