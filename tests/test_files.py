@@ -15,7 +15,7 @@ from helpers import tiny_model
 from spotref.drafters import order
 from spotref.load import files
 from spotref.load.drafters import load_order_model, save_order_model
-from spotref.tools import train_drafter
+from spotref.tools import prompts
 from spotref.tools import trajectories as tj
 
 
@@ -140,19 +140,19 @@ def test_a_corrupt_cache_is_a_cache_miss(tmp_path, monkeypatch, damage):
         calls.append(1)
         return ds
     monkeypatch.setattr(tj, "record", record)
-    monkeypatch.setattr(train_drafter, "prompts_for", lambda *a: [[1, 2, 3]])
+    monkeypatch.setattr(prompts, "prompts_for", lambda *a: [[1, 2, 3]])
     target = SimpleNamespace(name="tiny", model=tiny_model(V=20, B=4), stop_ids=None)
     args = Namespace(prompts=1, test_prompts=1, prompt_tokens=3, new_tokens=8, seeds=1, data_dir=str(tmp_path))
-    train_drafter.recorded(target, args, "test", 0.0)
+    prompts.recorded(target, args, "test", 0.0)
     (cache,) = tmp_path.glob("tiny-*.pt")
     data = cache.read_bytes()
     cache.write_bytes({"truncate": data[: len(data) // 3], "empty": b"", "garbage": b"\x00" * 64}[damage])
     with pytest.warns(UserWarning, match="corrupt or truncated.*recording it again"):
-        got = train_drafter.recorded(target, args, "test", 0.0)
+        got = prompts.recorded(target, args, "test", 0.0)
     assert len(calls) == 2 and len(got) == len(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = train_drafter.recorded(target, args, "test", 0.0)        # repaired: a plain hit
+        again = prompts.recorded(target, args, "test", 0.0)        # repaired: a plain hit
     assert len(calls) == 2 and np.array_equal(again.arrays["tokens"], ds.arrays["tokens"])
 
 

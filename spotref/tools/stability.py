@@ -29,8 +29,8 @@ from spotref.load.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import add_threads, positive_int, tool_main
+from spotref.tools.prompts import recorded
 from spotref.tools.report import table
-from spotref.tools.train_drafter import recorded
 
 DEPTHS = (0, 1, 3, 7)
 CLASSES = ("end-of-text", "digits", "other")

@@ -26,18 +26,15 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from spotref.api import serving_precision
 from spotref.drafters import order
 from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
-from spotref.data.corpora import ASSISTANT
 from spotref.load.drafters import (
     ORDER_DIR,
     load_order_model,
@@ -56,6 +53,7 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
+from spotref.tools.prompts import recorded
 from spotref.tools.report import progress
 
 
@@ -192,48 +190,6 @@ def train(model, ds: tj.Trajectories, args, log=print):
 
 
 # --- the pipeline -----------------------------------------------------------------------------
-
-def prompts_for(target, n: int, split: str, tokens: int) -> list:
-    """``n`` held-out prompts of ``split`` (``target.heldout``, seed 1 for ``"test"``, 0 for
-    ``"train"``), as token ids. A question (it has an answer) or a chat turn (it ends with the
-    assistant header) is taken whole; any other text is a text to continue, cut to ``tokens``
-    tokens, and one shorter than that is left out with a warning that counts them (the shipped
-    drafters were trained on what is left: 110 of the 120 training prompts, every test prompt)."""
-    out, short = [], 0
-    for text, answer in target.heldout(n, seed=1 if split == "test" else 0, split=split):
-        ids = target.encode(text)
-        if answer is not None or text.endswith(ASSISTANT):
-            out.append(ids)
-        elif len(ids) >= tokens:
-            out.append(ids[:tokens])
-        else:
-            short += 1
-    if short:
-        warnings.warn(f"{target.name}: {short} of {n} {split} prompts are shorter than {tokens} "
-                      f"tokens and were left out ({len(out)} used)", stacklevel=2)
-    return out
-
-
-def recorded(target, args, split: str, T: float, threshold: float | None = None) -> tj.Trajectories:
-    """Trajectories of ``split`` at temperature T (threshold rule at ``threshold``), cached under --data-dir."""
-    if threshold is None:
-        n, rule = (args.prompts if split == "train" else args.test_prompts), ""
-    else:
-        n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
-    precision = serving_precision(target.model)       # the rule the trajectories are decided by
-    path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
-                               f"-p{args.prompt_tokens}-g{args.new_tokens}-{precision}-v{tj.FORMAT}.pt")
-    if path.exists():
-        try:
-            return tj.Trajectories.load(path)
-        except ValueError as e:                      # a truncated cache is a miss, not a dead end
-            warnings.warn(f"{e}; recording it again")
-    seeds = range(args.seeds) if T > 0 else (0,)
-    ds = tj.record(target.model, prompts_for(target, n, split, args.prompt_tokens), args.new_tokens, T,
-                   seeds, target.stop_ids, desc=f"record {split} T={T:g}{rule}", threshold=threshold)
-    ds.save(path)                                    # atomic, parent directories created
-    return ds
-
 
 def calibrated_tables(data: dict, n_prompts: int) -> dict:
     """The calibrated graph's prefix counts at T = 0 ("0") and T = 1 ("1") on the first prompts."""

@@ -12,7 +12,7 @@ one offset per commit set, members in ascending position; ``tau`` is NaN for one
 (``accepted``): acceptance by state equality needs only the true commits.
 
 Prompts: the target's held-out prompts (``Target.heldout``) of the ``train`` or ``test`` split
-(``train_drafter.prompts_for``).
+(``spotref.tools.prompts.prompts_for``).
 """
 from __future__ import annotations
 
