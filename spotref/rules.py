@@ -155,14 +155,27 @@ class DecisionRule:
         """Sampled tokens (M,) of rows ``logits: (M, V)`` at block ``positions`` under step's noise."""
         return self.sample(self.scores(logits), positions, block, step)
 
+    def drawn(self, logits: torch.Tensor, positions, block: int, step: int) -> tuple:
+        """(``tokens``, their ``confidences``) (M,), (M,): the same numbers from one filter and
+        one softmax of the rows (``decide``'s path; the vocabulary of SDAR-8B makes them count)."""
+        z = self.filtered(logits)                                                  # (M, V) in D
+        unfiltered = self.confidence == "unfiltered" and (self.top_k, self.top_p) != (None, None)
+        if self.original(logits):
+            x = self.sample(z, positions, block, step)
+            zc = self.scaled(logits) if unfiltered else z
+            return x, torch.exp(zc.gather(1, x[:, None])[:, 0] - torch.logsumexp(zc, -1))
+        p = torch.softmax(z, -1)
+        x = self.sample(p.double().log(), positions, block, step)
+        q = torch.softmax(self.scaled(logits), -1) if unfiltered else p
+        return x, q.gather(1, x[:, None])[:, 0].double()
+
     def decide(self, logits: torch.Tensor, state: np.ndarray, block: int, step: int) -> Commits:
         """logits: (B, V) at ``state`` (B,), MASK where uncommitted -> the decision's commits."""
         masked = np.flatnonzero(state == self.mask_id)
         if len(masked) == 0:
             return ()
         rows = logits[torch.as_tensor(masked, device=logits.device)]              # (M, V)
-        x = self.tokens(rows, masked, block, step)                                 # (M,)
-        c = self.confidences(rows, x)                                              # (M,)
+        x, c = self.drawn(rows, masked, block, step)                               # (M,), (M,)
         if self.threshold is not None and bool((c > self.threshold).any()):   # exact comparison
             chosen = torch.nonzero(c > self.threshold)[:, 0]
         else:

@@ -127,3 +127,16 @@ def test_the_naive_oracle_follows_the_same_confidence_source(confidence, T):
                      confidence=confidence)
     naive = naive_decision(L.numpy() * 1.0, state, V - 1, T, noise, None, 2, None, confidence)
     assert tuple(naive) == r.decide(L, state, 0, 0)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("T, top_k, top_p", [(0.0, None, None), (1.0, None, None), (0.7, 5, None), (1.3, None, 0.8),
+                                              (1.0, 3, 0.5)])
+@pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
+def test_drawn_is_tokens_and_confidences_from_one_pass(precision, T, top_k, top_p, confidence):
+    """decide's fused path gives exactly the tokens and confidences of the two definitions."""
+    r = DecisionRule(19, 20, 6, T, 3, top_k, top_p, None, confidence, precision)
+    logits = (torch.randn(6, 20, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
+    logits[:, 4] = logits[:, 7]                                            # a tie
+    x, c = r.drawn(logits, range(6), 2, 5)
+    assert torch.equal(x, r.tokens(logits, range(6), 2, 5)) and torch.equal(c, r.confidences(logits, x))
