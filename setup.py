@@ -3,6 +3,7 @@
 SPOTREF_NO_EXTENSIONS=1 skips the build (the pure-Python core is then used). Otherwise a build
 error fails the install: a silently missing extension would hide a 30x slower core.
 """
+
 import os
 
 from setuptools import setup

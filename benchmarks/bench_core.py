@@ -13,6 +13,7 @@ Each sample times one batch per core, the cores interleaved so that load on a sh
 hits both alike; the table gives the median over samples of the time per tree.
 docs/core-benchmark.md records a run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,24 +26,24 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
 from spotref.draft import DraftBuilder  # noqa: E402
 
 B, N, DEPTH, ACCEPT, STEP = 32, 64, 8, 6, 8
-V, MASK = 151_936, 151_669        # SDAR's vocabulary and MASK id
+V, MASK = 151_936, 151_669  # SDAR's vocabulary and MASK id
 
 
 def random_draft(rng: np.random.Generator):
     """(root, parents, commits, decisions): a draft, and the walk's decision at each row."""
     root = np.full(B, MASK, dtype=np.int64)
     root[rng.choice(B, B - 24, replace=False)] = rng.integers(0, 1000, B - 24)
-    stale = rng.integers(0, 1000, B)                     # the stale token of each position
-    rank = rng.permutation(B)                            # the drafter's position preference
+    stale = rng.integers(0, 1000, B)  # the stale token of each position
+    rank = rng.permutation(B)  # the drafter's position preference
     t, edges = DraftBuilder(root, STEP), set()
 
     def add(p, pos, tok):
-        if (p, pos, tok) not in edges:                   # equal states stay: the core merges them
+        if (p, pos, tok) not in edges:  # equal states stay: the core merges them
             edges.add((p, pos, tok))
             t.add(p, ((pos, tok),))
 
@@ -50,10 +51,10 @@ def random_draft(rng: np.random.Generator):
         masked = np.flatnonzero(t.states[p] == MASK)
         return masked[np.argsort(rank[masked])]
 
-    for k in range(DEPTH):                               # the main chain: nodes 0 .. 8
+    for k in range(DEPTH):  # the main chain: nodes 0 .. 8
         pos = int(ranked_masked(k)[0])
         add(k, pos, int(stale[pos]))
-    while len(t) < N:                                    # branches
+    while len(t) < N:  # branches
         open_ = [i for i in range(len(t)) if t.depths[i] < DEPTH]
         w = np.array([1.0 / (1 + t.depths[i]) ** 2 for i in open_])
         p = open_[rng.choice(len(open_), p=w / w.sum())]
@@ -64,7 +65,7 @@ def random_draft(rng: np.random.Generator):
     rows = [int(tree.node_of[k]) for k in range(ACCEPT + 1)]
     decisions = {rows[k]: t.commits[k + 1] for k in range(ACCEPT)}
     free = int(np.flatnonzero(tree.states[rows[ACCEPT]] == MASK)[0])
-    decisions[rows[ACCEPT]] = ((free, V - 2),)            # off-tree: the bonus commit
+    decisions[rows[ACCEPT]] = ((free, V - 2),)  # off-tree: the bonus commit
     return root, tuple(t.parents), tuple(t.commits), decisions
 
 
@@ -84,12 +85,13 @@ def main():
     cores = {"py": spotref.core_module("py"), "c": spotref.core_module("c")}
     assert cores["c"].__name__ == "spotref._core", "the compiled core is not built"
     trees = {name: [build(m, d) for d in drafts] for name, m in cores.items()}
-    for k, d in enumerate(drafts):                       # the cores agree; walks go deep
+    for k, d in enumerate(drafts):  # the cores agree; walks go deep
         walks = [m.walk(trees[name][k], d[3].__getitem__) for name, m in cores.items()]
         assert walks[0] == walks[1] and len(walks[0][0]) == ACCEPT + 1, walks
         assert np.array_equal(trees["py"][k].states, trees["c"][k].states)
 
-    reps = {"py": 2, "c": 100}                           # batches of reps x trees per sample
+    reps = {"py": 2, "c": 100}  # batches of reps x trees per sample
+
     def build_only(c, r):
         for _ in range(r):
             for d in drafts:
@@ -116,15 +118,15 @@ def main():
     med = {key: statistics.median(v) for key, v in times.items()}
 
     rows = statistics.mean(len(t) for t in trees["py"])
-    print(f"{datetime.date.today()}, python {platform.python_version()}, "
-          f"numpy {np.__version__}, {platform.machine()}")
-    print(f"B={B} N={N} depth<={DEPTH}: {args.trees} trees, mean {rows:.1f} distinct states, "
-          f"walks accept {ACCEPT}; median of {args.samples} samples, microseconds per tree")
+    print(f"{datetime.date.today()}, python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
+    print(
+        f"B={B} N={N} depth<={DEPTH}: {args.trees} trees, mean {rows:.1f} distinct states, "
+        f"walks accept {ACCEPT}; median of {args.samples} samples, microseconds per tree"
+    )
     print(f"{'core':6}" + "".join(f"{job:>14}" for job in jobs))
     for name in cores:
         print(f"{name:6}" + "".join(f"{med[job, name]:14.2f}" for job in jobs))
-    print(f"{'c/py':6}" + "".join(f"{med[job, 'py'] / med[job, 'c']:13.1f}x" for job in jobs)
-          + "  (speed-up)")
+    print(f"{'c/py':6}" + "".join(f"{med[job, 'py'] / med[job, 'c']:13.1f}x" for job in jobs) + "  (speed-up)")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ the block's state, those it leaves wrong by what the solution says before them.
 
 Prints a table; docs/targets.md records a run. A diagnostic, not a project tool: nothing is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import spotref  # noqa: E402
 from equation_drills import answer  # noqa: E402
+
+import spotref  # noqa: E402
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.tools import quality_math  # noqa: E402
@@ -47,11 +49,12 @@ def solve(target, problem, new_tokens: int = 256) -> tuple[list[int], list[int]]
     ids = target.encode(problem.prompt)
     return ids, list(spotref.generate(target, ids, new_tokens, stop_ids=target.stop_ids).tokens)
 
+
 def written(target, tokens: list[int]) -> list[tuple[int, str, int, int, int]]:
     """Every equation the new tokens write, as ``(a, op, b, c, k)``: ``tokens[:k]`` ends just
     before the first digit of ``c`` (equations whose ``c`` does not start a token are left out)."""
     pieces = [target.tokenizer.decode([t]) for t in tokens]
-    ends = np.cumsum([0] + [len(p) for p in pieces])                # (n + 1,) text offset of token k
+    ends = np.cumsum([0] + [len(p) for p in pieces])  # (n + 1,) text offset of token k
     out = []
     for m in gsm.EQUATION.finditer("".join(pieces)):
         k = int(np.searchsorted(ends, m.start(4)))
@@ -75,9 +78,13 @@ def records(target, n_problems: int) -> list[dict]:
         ids, tokens = solve(target, p)
         for a, op, b, c, k in written(target, tokens):
             true = gsm.apply_op(a, op, b)
-            out.append({"outcome": quality_math.outcome(a, op, b, c),
-                        "prefix": with_prefix(target, ids + tokens[:k]) == true,
-                        "alone": answer(target, a, op, b) == true})
+            out.append(
+                {
+                    "outcome": quality_math.outcome(a, op, b, c),
+                    "prefix": with_prefix(target, ids + tokens[:k]) == true,
+                    "alone": answer(target, a, op, b) == true,
+                }
+            )
     return out
 
 
@@ -96,8 +103,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     target = load_target(args.target)
     recs = records(target, args.problems)
-    print(f"{args.target}: the equations of its T = 0 solutions of {args.problems} held-out problems, "
-          f"right in the solution: {100 * np.mean([r['outcome'] == 'right' for r in recs]):.1f}%")
+    print(
+        f"{args.target}: the equations of its T = 0 solutions of {args.problems} held-out problems, "
+        f"right in the solution: {100 * np.mean([r['outcome'] == 'right' for r in recs]):.1f}%"
+    )
     print(table(["in the solution", "equations", "right with a clean prefix", "right alone"], summary(recs)))
     return 0
 

@@ -3,6 +3,7 @@ drafted decoding at small widths, all in one process (ratios from one run; docs/
 
     python benchmarks/cpu_width.py --out runs/cpu/width.json        # about 2 minutes, one thread
 """
+
 import argparse
 import json
 import statistics
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import torch  # noqa: E402
 
@@ -43,8 +44,10 @@ def curve(model) -> dict:
     for N in (1, 2, 4, 8, 16):
         s = torch.randint(2, 1000, (N, model.block_size), generator=torch.Generator().manual_seed(N))
         s[:, ::2] = model.mask_id
-        out[N] = {"rows_ms": median_ms(lambda: model.denoise(cache, s)),
-                  "width_ms": median_ms(lambda: model.denoise(cache, s, width=N))}
+        out[N] = {
+            "rows_ms": median_ms(lambda: model.denoise(cache, s)),
+            "width_ms": median_ms(lambda: model.denoise(cache, s, width=N)),
+        }
         print(N, out[N], flush=True)
     return out
 
@@ -62,15 +65,18 @@ def main(argv=None) -> int:
         outs = [spotref.generate(model, p, args.tokens, stop_ids=stops, **kw) for p in problems]
         wall = sum(r.stats["wall_s"] for r in outs)
         tokens = [r.tokens for r in outs]
-        res["runs"][key] = {"tokens": sum(map(len, tokens)), "passes": sum(r.passes for r in outs),
-                            "tok_s": round(sum(map(len, tokens)) / wall, 1),
-                            "identical": ref is None or tokens == ref}
+        res["runs"][key] = {
+            "tokens": sum(map(len, tokens)),
+            "passes": sum(r.passes for r in outs),
+            "tok_s": round(sum(map(len, tokens)) / wall, 1),
+            "identical": ref is None or tokens == ref,
+        }
         print(key, res["runs"][key], flush=True)
         return tokens
 
     exact = run("exact rows")
     for W in (2, 4, 8):
-        at_w = run(f"exact W={W}", exact, width=W)              # identical to rows: reported
+        at_w = run(f"exact W={W}", exact, width=W)  # identical to rows: reported
         for d in ("confidence", "calibrated", "spot"):
             run(f"{d} N={W} rows", exact, drafter=d, budget=W)
             run(f"{d} N={W} W={W}", at_w, drafter=d, budget=W, width=W)

@@ -11,6 +11,7 @@ A gap between the two sources on a kind is arithmetic the range drills do not te
 
 Prints a table; docs/targets.md records a run. A diagnostic, not a project tool: nothing is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
@@ -37,16 +38,18 @@ def drills(target, n_problems: int, seed: int = 0) -> dict[str, list[tuple[int, 
     problems = quality_math.problems_of(target, n_problems)
     written = [(a, op, b, c) for p in problems for a, op, b, c, _ in gsm.equations(p.solution)]
     level = gsm.Difficulty(**target.meta["corpus"]["difficulty"])
-    ranged = [gsm.equations(gsm.drill(np.random.default_rng([seed, i]), level).solution)[0][:4]
-              for i in range(len(written))]
+    ranged = [
+        gsm.equations(gsm.drill(np.random.default_rng([seed, i]), level).solution)[0][:4] for i in range(len(written))
+    ]
     return {"problems": written, "range": ranged}
 
 
 def answer(target, a: int, op: str, b: int, new_tokens: int = 32) -> int | None:
     """The target's final answer to "What is a op b?" at T = 0 (None if it writes none)."""
     ids = target.encode(gsm.chat_prompt(f"What is {a} {op} {b}?"))
-    return gsm.final_answer(target.tokenizer.decode(spotref.generate(target, ids, new_tokens,
-                                                                     stop_ids=target.stop_ids).tokens))
+    return gsm.final_answer(
+        target.tokenizer.decode(spotref.generate(target, ids, new_tokens, stop_ids=target.stop_ids).tokens)
+    )
 
 
 def scores(target, asked: dict) -> dict[tuple[str, str], list[bool]]:
@@ -74,8 +77,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     target = load_target(args.target)
-    print(f"{args.target}: drills at T = 0 from the equations of {args.problems} held-out solutions, "
-          f"and as many range drills")
+    print(
+        f"{args.target}: drills at T = 0 from the equations of {args.problems} held-out solutions, "
+        f"and as many range drills"
+    )
     print(table(["kind", *(f"{s} drills right" for s in SOURCES)], rows(scores(target, drills(target, args.problems)))))
     return 0
 

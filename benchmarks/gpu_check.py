@@ -25,6 +25,7 @@ Phases, each written to the JSON as soon as it ends (a timeout keeps what finish
 Results go to ``--out`` (default ``$OUT/gpu_check.json`` when $OUT is set, else
 ``runs/gpu_check.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))              # run from a checkout, installed or not
+sys.path.insert(0, str(ROOT))  # run from a checkout, installed or not
 
 import torch  # noqa: E402
 
@@ -48,18 +49,58 @@ from spotref.load.targets import load_target  # noqa: E402
 from spotref.models import SDARConfig, SDARModel  # noqa: E402
 from spotref.noise import gumbel  # noqa: E402
 
-SDAR_8B = SDARConfig(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, mask_token_id=151669,
-                     block_size=32, rope_theta=1_000_000.0, max_position_embeddings=32768,
-                     extra={"torch_dtype": "bfloat16"})   # JetLM/SDAR-8B-Chat's config.json numbers
-SMOKE_CONFIG = SDARConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                          mask_token_id=95, block_size=4, initializer_range=0.3)
-FULL = dict(nodes=(1, 2, 4, 8, 16, 32, 64), blocks=(4, 32), prefixes=(512, 2048), rows_nodes=(1, 8),
-            inv=((4, 8), (32, 8), (32, 64)), inv_prefix=512, audit_prompt=64, audit_tokens=64,
-            gsm_problems=2, gsm_tokens=256, widths=(4, 8, 16, 64))
-SMOKE = dict(nodes=(1, 2, 4), blocks=(4,), prefixes=(8, 16), rows_nodes=(1, 2), inv=((4, 4),), inv_prefix=8,
-             audit_prompt=6, audit_tokens=8, gsm_problems=1, gsm_tokens=16, widths=(4,))
+SDAR_8B = SDARConfig(
+    vocab_size=151936,
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    mask_token_id=151669,
+    block_size=32,
+    rope_theta=1_000_000.0,
+    max_position_embeddings=32768,
+    extra={"torch_dtype": "bfloat16"},
+)  # JetLM/SDAR-8B-Chat's config.json numbers
+SMOKE_CONFIG = SDARConfig(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    mask_token_id=95,
+    block_size=4,
+    initializer_range=0.3,
+)
+FULL = dict(
+    nodes=(1, 2, 4, 8, 16, 32, 64),
+    blocks=(4, 32),
+    prefixes=(512, 2048),
+    rows_nodes=(1, 8),
+    inv=((4, 8), (32, 8), (32, 64)),
+    inv_prefix=512,
+    audit_prompt=64,
+    audit_tokens=64,
+    gsm_problems=2,
+    gsm_tokens=256,
+    widths=(4, 8, 16, 64),
+)
+SMOKE = dict(
+    nodes=(1, 2, 4),
+    blocks=(4,),
+    prefixes=(8, 16),
+    rows_nodes=(1, 2),
+    inv=((4, 4),),
+    inv_prefix=8,
+    audit_prompt=6,
+    audit_tokens=8,
+    gsm_problems=1,
+    gsm_tokens=16,
+    widths=(4,),
+)
 DRAFTERS = ("confidence", "calibrated", "spot")
 
 
@@ -112,18 +153,25 @@ def random_ids(shape, V: int, mask: int, g) -> torch.Tensor:
 
 
 def environment(args, dtype, cfg) -> dict:
-    env = {"device": args.device, "torch": torch.__version__, "dtype": str(dtype), "smoke": args.smoke,
-           "extension": spotref.EXTENSION}
+    env = {
+        "device": args.device,
+        "torch": torch.__version__,
+        "dtype": str(dtype),
+        "smoke": args.smoke,
+        "extension": spotref.EXTENSION,
+    }
     if torch.device(args.device).type == "cuda":
         env.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
     B, V = 32, cfg.vocab_size
-    env["noise_ms"] = {"cpu": timed(lambda: gumbel(1, 2, 3, B, V), "cpu", 3),
-                       "cpu_to_device": timed(lambda: gumbel(1, 2, 3, B, V).to(args.device), args.device, 3),
-                       "on_device": timed(lambda: gumbel(1, 2, 3, B, V, device=args.device), args.device, 3),
-                       "shape": [B, V]}
+    env["noise_ms"] = {
+        "cpu": timed(lambda: gumbel(1, 2, 3, B, V), "cpu", 3),
+        "cpu_to_device": timed(lambda: gumbel(1, 2, 3, B, V).to(args.device), args.device, 3),
+        "on_device": timed(lambda: gumbel(1, 2, 3, B, V, device=args.device), args.device, 3),
+        "shape": [B, V],
+    }
     if torch.device(args.device).type == "cuda":
         a, b = gumbel(1, 2, 3, B, V), gumbel(1, 2, 3, B, V, device=args.device).cpu()
-        env["noise_ms"]["device_log_differs"] = int((a != b).sum())   # why the CPU defines it
+        env["noise_ms"]["device_log_differs"] = int((a != b).sum())  # why the CPU defines it
     return env
 
 
@@ -142,8 +190,16 @@ def cost_curve(model, grid: dict, reps: int, g) -> list:
                     w = {"width": N} if path == "width" else {}
                     ms = timed(lambda: model.denoise(cache, states, **w), dev, reps)
                     base = base or ms
-                    rows.append({"path": path, "prefix": prefix, "B": B, "N": N, "ms": round(ms, 3),
-                                 "ratio": round(ms / base, 3)})
+                    rows.append(
+                        {
+                            "path": path,
+                            "prefix": prefix,
+                            "B": B,
+                            "N": N,
+                            "ms": round(ms, 3),
+                            "ratio": round(ms / base, 3),
+                        }
+                    )
 
     return rows
 
@@ -162,10 +218,23 @@ def exactness(model, grid: dict, seed: int) -> dict:
     prompt = random_ids((grid["audit_prompt"],), model.config.vocab_size, model.mask_id, g).tolist()
     res = {}
     for T in (0.0, 1.0):
-        r = audit(model, prompt, grid["audit_tokens"], drafter="confidence", temperature=T, seed=seed,
-                  budget=16, depth=8, width=16)
-        res[f"T={T:g}"] = {"identical": r.identical, "where": r.where, "exact_passes": r.exact_passes,
-                           "spot_passes": r.spec_passes}
+        r = audit(
+            model,
+            prompt,
+            grid["audit_tokens"],
+            drafter="confidence",
+            temperature=T,
+            seed=seed,
+            budget=16,
+            depth=8,
+            width=16,
+        )
+        res[f"T={T:g}"] = {
+            "identical": r.identical,
+            "where": r.where,
+            "exact_passes": r.exact_passes,
+            "spot_passes": r.spec_passes,
+        }
     res["identical"] = all(v["identical"] for v in res.values())
     return res
 
@@ -181,7 +250,7 @@ def gsm_speed(device, grid: dict) -> dict:
     model, stops = target.model.to(device), target.stop_ids
     problems = [target.encode(p) for p, _ in target.heldout(grid["gsm_problems"], seed=1, split="test")]
     n = grid["gsm_tokens"]
-    spotref.generate(model, problems[0], 32)                                     # warm-up
+    spotref.generate(model, problems[0], 32)  # warm-up
     totals = {}
 
     def add(key, r, ref=None):
@@ -199,12 +268,15 @@ def gsm_speed(device, grid: dict) -> dict:
             add("exact rows", rows)
             for W in grid["widths"]:
                 exact = run(model, prompt, n, stops, width=W, **kw)
-                add(f"exact W={W}", exact, rows)       # identical to the row path: reported, not promised
+                add(f"exact W={W}", exact, rows)  # identical to the row path: reported, not promised
                 for d in DRAFTERS:
                     add(f"{d} N={W}", run(model, prompt, n, stops, drafter=d, budget=W, width=W, **kw), exact)
                 if W == 16:
-                    add("spot auto W=16", run(model, prompt, n, stops, drafter="spot", budget="auto",
-                                              width=W, **kw), exact)
+                    add(
+                        "spot auto W=16",
+                        run(model, prompt, n, stops, drafter="spot", budget="auto", width=W, **kw),
+                        exact,
+                    )
     base = totals["exact rows"]
     for t in totals.values():
         t["tok_per_s"] = round(t["tokens"] / t["wall_s"], 1)
@@ -227,8 +299,12 @@ def projection(curve: list, gsm: dict, widths) -> dict:
             r = runs.get(f"{d} N={W}")
             if r and W in t:
                 out[f"{d} N={W}"] = round(exact["passes"] * t[1] / (r["passes"] * t[W]), 3)
-    return {"t_ms": t, "speedup": out, "note": "pass costs of the SDAR-8B shape (prefix 512, B 32) "
-            "times gsm-b32's measured passes; drafter and bookkeeping time not included"}
+    return {
+        "t_ms": t,
+        "speedup": out,
+        "note": "pass costs of the SDAR-8B shape (prefix 512, B 32) "
+        "times gsm-b32's measured passes; drafter and bookkeeping time not included",
+    }
 
 
 def main(argv=None) -> int:
@@ -242,7 +318,7 @@ def main(argv=None) -> int:
     def save(phase, value):
         res[phase] = value
         res["wall_s"] = round(time.perf_counter() - t0, 1)
-        atomic_write_text(out, json.dumps(res, indent=1, default=str) + "\n")     # directories created
+        atomic_write_text(out, json.dumps(res, indent=1, default=str) + "\n")  # directories created
         print(f"[{res['wall_s']:7.1f} s] {phase}: {json.dumps(value, default=str)[:1500]}", flush=True)
 
     save("env", environment(args, dtype, cfg))

@@ -13,6 +13,7 @@ outcome: right, wrong length, right length but wrong digits.
 
 Prints a table; docs/targets.md records a run. A diagnostic, not a project tool: nothing is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.tools import quality_math  # noqa: E402
@@ -49,20 +50,26 @@ def equation_commits(pieces, start: int, B: int, step: dict, conf: dict) -> list
     """One record per equation whose result and next token lie in one block: its outcome, whether
     the next token was committed before every digit / before the last digit, its confidence."""
     ends = np.cumsum([0] + [len(p) for p in pieces])
-    where = lambda j: divmod(start + j, B)                          # new token j -> (block, pos)
+    where = lambda j: divmod(start + j, B)  # new token j -> (block, pos)
     out = []
     for m in gsm.EQUATION.finditer("".join(pieces)):
         a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
         true = gsm.apply_op(a, op, b)
         j0, j1 = (int(np.searchsorted(ends, x, "right")) - 1 for x in (m.start(4), m.end(4)))
         if true is None or j1 >= len(pieces) or where(j0)[0] != where(j1)[0]:
-            continue                                                # j1: the token after c
+            continue  # j1: the token after c
         digits = [step[where(j)] for j in range(j0, j1)]
         block, pos = where(j1)
         k = step[block, pos]
-        p = conf.get((block, k))                                    # None: the block's first step
-        out.append({"outcome": quality_math.outcome(a, op, b, c), "first": k < min(digits),
-                    "before_last": k < max(digits), "conf": None if p is None else float(p[pos])})
+        p = conf.get((block, k))  # None: the block's first step
+        out.append(
+            {
+                "outcome": quality_math.outcome(a, op, b, c),
+                "first": k < min(digits),
+                "before_last": k < max(digits),
+                "conf": None if p is None else float(p[pos]),
+            }
+        )
     return out
 
 
@@ -75,8 +82,16 @@ def summary(records: list[dict]) -> list[list]:
         first = [r["conf"] for r in rs if r["first"] and r["conf"] is not None]
         share = lambda n: f"{100 * n / max(len(rs), 1):.0f}%"
         buckets = [f"{100 * np.mean([lo <= c < hi for c in first]):.0f}%" if first else "-" for lo, hi in BUCKETS]
-        rows.append([outcome, len(rs), share(sum(r["first"] for r in rs)), share(sum(r["before_last"] for r in rs)),
-                     f"{np.mean(first):.3f}" if first else "-", *buckets])
+        rows.append(
+            [
+                outcome,
+                len(rs),
+                share(sum(r["first"] for r in rs)),
+                share(sum(r["before_last"] for r in rs)),
+                f"{np.mean(first):.3f}" if first else "-",
+                *buckets,
+            ]
+        )
     return rows
 
 
@@ -93,8 +108,22 @@ def main(argv=None) -> int:
         pieces, start, step, conf = commits(target, problem, args.new_tokens)
         records += equation_commits(pieces, start, target.model.block_size, step, conf)
     print(f"{args.target}, {args.problems} held-out problems, T = 0: the token after each result")
-    print(table(["outcome", "equations", "before every digit", "before the last digit", "confidence (first)",
-                 ">= 0.99", "0.9-0.99", "0.5-0.9", "< 0.5"], summary(records)))
+    print(
+        table(
+            [
+                "outcome",
+                "equations",
+                "before every digit",
+                "before the last digit",
+                "confidence (first)",
+                ">= 0.99",
+                "0.9-0.99",
+                "0.5-0.9",
+                "< 0.5",
+            ],
+            summary(records),
+        )
+    )
     return 0
 
 

@@ -23,6 +23,7 @@ decoding of one model); compare both in float64 then.
 
     python examples/transformers_spot.py CHECKPOINT_DIR --prompt-ids 1,2,3 --new 32
 """
+
 import argparse
 import copy
 import inspect
@@ -41,10 +42,16 @@ def load(path, dtype=torch.float32):
     precision): the last is the dtype the checkpoint is served in (its config's ``torch_dtype``),
     which SDAR's decoder decides in whatever ``dtype`` the weights are loaded in here."""
     c = json.loads((Path(path) / "config.json").read_text())
-    cfg = transformers.Qwen3Config(**{k: v for k, v in c.items()      # SDAR's keys are Qwen3's
-                                      if k not in ("model_type", "architectures", "auto_map")})
-    model = transformers.Qwen3ForCausalLM.from_pretrained(    # eager: SDAR's config says flex
-        path, config=cfg, attn_implementation="eager", dtype=dtype)
+    cfg = transformers.Qwen3Config(
+        **{
+            k: v
+            for k, v in c.items()  # SDAR's keys are Qwen3's
+            if k not in ("model_type", "architectures", "auto_map")
+        }
+    )
+    model = transformers.Qwen3ForCausalLM.from_pretrained(  # eager: SDAR's config says flex
+        path, config=cfg, attn_implementation="eager", dtype=dtype
+    )
     served = c.get("torch_dtype") or c.get("dtype") or "auto"
     return model.eval(), c["block_size"], c["mask_token_id"], served
 
@@ -62,15 +69,20 @@ def forward(model, cache, ids: torch.Tensor, start: int, B: int) -> torch.Tensor
     """ids (N, L) at positions start .. start + L - 1 over ``cache`` (which grows by L)
     -> logits (N, L, V), position i predicting position i."""
     N, L = ids.shape
-    params = inspect.signature(model.forward).parameters     # transformers 5 renamed the cache
+    params = inspect.signature(model.forward).parameters  # transformers 5 renamed the cache
     cache_kw = "cache" if "cache" in params else "past_key_values"
-    return model(input_ids=ids, attention_mask=block_causal(start, L, B, N, model.dtype),
-                 position_ids=torch.arange(start, start + L).expand(N, L), use_cache=True,
-                 **{cache_kw: cache}).logits
+    return model(
+        input_ids=ids,
+        attention_mask=block_causal(start, L, B, N, model.dtype),
+        position_ids=torch.arange(start, start + L).expand(N, L),
+        use_cache=True,
+        **{cache_kw: cache},
+    ).logits
 
 
-def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: int, stop_ids=(),
-             **speculator_kwargs) -> list:
+def generate(
+    model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: int, stop_ids=(), **speculator_kwargs
+) -> list:
     """SPOT: ``max_new_tokens`` after ``prompt_ids``, the tokens of exact decoding. With
     ``stop_ids`` (end-of-text), decoding ends with the block holding one and the output is cut
     after the first (SDAR's rule, as ``spotref.generate``).
@@ -78,30 +90,29 @@ def generate(model, prompt_ids, max_new_tokens: int, block_size: int, mask_id: i
     speculator_kwargs: ``spotref.Speculator``'s (temperature, seed, threshold, top_k, top_p,
     drafter, budget, depth, precision); ``drafter=None`` is exact decoding (one row per forward)."""
     B, prompt = block_size, list(prompt_ids)
-    spec = spotref.Speculator(vocab_size=model.config.vocab_size, block_size=B, mask_id=mask_id,
-                              **speculator_kwargs)
-    full = len(prompt) // B * B                      # complete prompt blocks go into the cache
+    spec = spotref.Speculator(vocab_size=model.config.vocab_size, block_size=B, mask_id=mask_id, **speculator_kwargs)
+    full = len(prompt) // B * B  # complete prompt blocks go into the cache
     cache = transformers.DynamicCache(config=model.config)
     if full:
         forward(model, cache, torch.tensor([prompt[:full]]), 0, B)
     out = []
     for index in range(full // B, -(-(len(prompt) + max_new_tokens) // B)):
-        start, tail = index * B, prompt[index * B:]  # a prompt tail stays fixed in its block
+        start, tail = index * B, prompt[index * B :]  # a prompt tail stays fixed in its block
         state = np.full(B, mask_id, dtype=np.int64)
-        state[:len(tail)] = tail
+        state[: len(tail)] = tail
         blk = spec.block(index, state)
         while not blk.done:
-            rows = torch.from_numpy(blk.propose())   # (R, B) block states, row 0 the current
-            per_row = copy.deepcopy(cache)           # the prefix K/V, once per row
+            rows = torch.from_numpy(blk.propose())  # (R, B) block states, row 0 the current
+            per_row = copy.deepcopy(cache)  # the prefix K/V, once per row
             if start:
                 per_row.batch_repeat_interleave(len(rows))
-            blk.accept(forward(model, per_row, rows, start, B))        # logits (R, B, V)
-        forward(model, cache, torch.from_numpy(blk.tokens)[None], start, B)      # store
-        out += blk.tokens[len(tail):].tolist()
+            blk.accept(forward(model, per_row, rows, start, B))  # logits (R, B, V)
+        forward(model, cache, torch.from_numpy(blk.tokens)[None], start, B)  # store
+        out += blk.tokens[len(tail) :].tolist()
         if set(stop_ids) & set(out):
             break
     out = out[:max_new_tokens]
-    return out[:next((i + 1 for i, t in enumerate(out) if t in stop_ids), len(out))]
+    return out[: next((i + 1 for i, t in enumerate(out) if t in stop_ids), len(out))]
 
 
 if __name__ == "__main__":
@@ -117,5 +128,16 @@ if __name__ == "__main__":
     stops = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     ids = [int(t) for t in args.prompt_ids.split(",") if t]
     drafter = None if args.drafter == "none" else args.drafter
-    print(generate(model, ids, args.new, B, mask_id, stop_ids=stops, temperature=args.temperature,
-                   drafter=drafter, precision=precision))             # cut after end-of-text
+    print(
+        generate(
+            model,
+            ids,
+            args.new,
+            B,
+            mask_id,
+            stop_ids=stops,
+            temperature=args.temperature,
+            drafter=drafter,
+            precision=precision,
+        )
+    )  # cut after end-of-text

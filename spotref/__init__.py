@@ -9,14 +9,23 @@ when the extension is absent (ImportError). ``spotref.EXTENSION`` says which one
 The public names below are imported on first use (PEP 562), so ``import spotref`` and the
 ``spotref --help`` command do not pay for importing torch; they behave as plain attributes.
 """
+
 import importlib
 import os
 
 from spotref import core as _pure_core
 
-_LAZY = {"generate": "spotref.api", "Speculator": "spotref.api", "Result": "spotref.decode", "Draft": "spotref.draft",
-         "View": "spotref.draft", "ConfidenceDrafter": "spotref.drafters.confidence", "load_drafter": "spotref.load.drafters",
-         "list_targets": "spotref.load.targets", "load_target": "spotref.load.targets"}
+_LAZY = {
+    "generate": "spotref.api",
+    "Speculator": "spotref.api",
+    "Result": "spotref.decode",
+    "Draft": "spotref.draft",
+    "View": "spotref.draft",
+    "ConfidenceDrafter": "spotref.drafters.confidence",
+    "load_drafter": "spotref.load.drafters",
+    "list_targets": "spotref.load.targets",
+    "load_target": "spotref.load.targets",
+}
 
 
 def __getattr__(name: str):
@@ -54,9 +63,20 @@ def core_module(name: str | None = None):
     if name == "py":
         return _pure_core
     if name == "c":
-        return importlib.import_module("spotref._core")    # ImportError when not built
+        return importlib.import_module("spotref._core")  # ImportError when not built
     raise ValueError(f"core must be 'py' or 'c', got {name!r}")
 
 
-__all__ = ["generate", "Speculator", "Result", "Draft", "View", "ConfidenceDrafter", "EXTENSION", "core_module",
-           "list_targets", "load_target", "load_drafter"]
+__all__ = [
+    "generate",
+    "Speculator",
+    "Result",
+    "Draft",
+    "View",
+    "ConfidenceDrafter",
+    "EXTENSION",
+    "core_module",
+    "list_targets",
+    "load_target",
+    "load_drafter",
+]

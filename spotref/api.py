@@ -9,11 +9,19 @@ from functools import partial
 
 import numpy as np
 
+from spotref.checks import (  # noqa: F401
+    MIN_TEMPERATURE,
+    check_int,
+    check_length,
+    check_prompt,
+    check_real,
+    check_state,
+    check_stop_ids,
+    check_temperature,
+)
+from spotref.core import LIMIT
 from spotref.decode import Block, Result, Stats, decode, fill_block
 from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
-from spotref.checks import (MIN_TEMPERATURE, check_int, check_length, check_prompt, check_real,  # noqa: F401
-                            check_state, check_stop_ids, check_temperature)
-from spotref.core import LIMIT
 from spotref.rules import CONFIDENCES, DTYPES, PRECISIONS, DecisionRule
 
 
@@ -24,33 +32,13 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
              precision: str | None = None, width: int | None = None) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
+    model: an ``SDARModel`` (or an object with its contract), a bundled ``Target`` or its name.
     drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
-    "spot"), a trained order model (``spotref.load_drafter``) or any callable
-    ``drafter(view) -> spotref.Draft``. budget: tree node budget N (root included), or "auto"
-    (the N that maximises expected commits per second on this machine); depth: depth cap D.
-    core: the tree/verification implementation (default: the compiled one when built, see
-    ``spotref.EXTENSION``). fused_store: compute each finished
-    block's K/V inside the next block's first pass instead of a store pass of its own (identical
-    tokens, one pass fewer per block).
-
-    model: an ``SDARModel`` (or any object with its contract: config, block_size, mask_id,
-    prefill, denoise, store), a bundled ``Target`` (``spotref.load_target``) or a bundled
-    target's name (loaded once per process). stop_ids: None, one token id, or a 1-D sequence,
-    numpy array or tensor of ids; ``stop_ids=None`` stops on nothing, even for a Target.
-    temperature: 0 (argmax) or in [1e-6, inf): below ``MIN_TEMPERATURE`` ``L / T`` heads for
-    float64 overflow (at T = 1e-320 it is inf) and the Gumbel noise (|g| < 37) can only reorder
-    logits within 4e-5 of each other, float32 rounding of the logits: use ``temperature=0``.
-    seed: an integer in [0, 2**64 - 1] (the noise generator's 64-bit key). core: None, "py",
-    "c" or a core module (``spotref.core_module``). confidence: "filtered" (default: the sampled
-    token's probability under the top-k / top-p filtered, renormalised distribution, as SDAR's
-    generate.py) or "unfiltered" (under softmax(L / T), as lmdeploy and SGLang); the same without
-    top-k / top-p. precision: the dtype the rule decides in (``spotref.rules``): None (default:
-    the model's serving precision, ``serving_precision``), "auto" (the logits' dtype), "float64"
-    (the original float64 rule), "float32", "bfloat16" or "float16". width: None (every row of
-    a pass runs alone: exact at any batch size, N rows cost N passes) or the fixed verify width W
-    >= budget: every pass, exact decoding's included, runs ONE forward of W rows (padded), so the
-    tokens are those of exact decoding at width W (docs/spec.md section 4). Every argument is
-    checked before the first forward; a bad one raises ``ValueError`` naming it.
+    "spot"), a trained order model (``spotref.load_drafter``) or any ``drafter(view) -> Draft``;
+    budget: the node budget N or "auto"; depth: the depth cap D. precision: the rule's dtype
+    (None: the model's serving precision); width: None (each row of a pass alone) or W >= budget
+    (every pass one forward of W rows: exact decoding at width W). docs/spec.md section 7 gives
+    every argument; each is checked before the first forward (``ValueError`` naming it).
     """
     model = resolve_model(model)
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)

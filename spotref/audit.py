@@ -14,6 +14,7 @@ Two checks, both cheap next to a benchmark:
 * ``batch_invariance``: the direct cause, N random states of one block denoised as one batch
   and each alone, compared with ``torch.equal``.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,12 +31,12 @@ WHERE = re.compile(r"block (\d+), step (\d+), position (\d+): exact (\d+), got (
 @dataclass
 class AuditReport:
     identical: bool
-    where: str | None                  # first_divergence's text, None when identical
+    where: str | None  # first_divergence's text, None when identical
     block: int | None = None
     step: int | None = None
-    position: int | None = None        # in the block
+    position: int | None = None  # in the block
     exact_token: int | None = None
-    got_token: int | None = None       # None: the speculative output stopped before it
+    got_token: int | None = None  # None: the speculative output stopped before it
     exact_tokens: list | None = None
     spec_tokens: list | None = None
     exact_passes: int = 0
@@ -43,8 +44,10 @@ class AuditReport:
     drafter: str = ""
 
     def __str__(self) -> str:
-        runs = (f"{len(self.exact_tokens or [])} tokens; exact {self.exact_passes} passes, "
-                f"{self.drafter} {self.spec_passes} passes")
+        runs = (
+            f"{len(self.exact_tokens or [])} tokens; exact {self.exact_passes} passes, "
+            f"{self.drafter} {self.spec_passes} passes"
+        )
         if self.identical:
             return f"identical ({runs})"
         return f"diverged at {self.where} ({runs})"
@@ -57,9 +60,15 @@ def audit(model, prompt_ids, max_new_tokens: int, drafter="confidence", **genera
     exact = generate(model, prompt_ids, max_new_tokens, drafter=None, **generate_kwargs)
     spec = generate(model, prompt_ids, max_new_tokens, drafter=drafter, **generate_kwargs)
     where = first_divergence(exact, spec.tokens, model.block_size, len(list(prompt_ids)))
-    report = AuditReport(where is None, where, exact_tokens=exact.tokens, spec_tokens=spec.tokens,
-                         exact_passes=exact.passes, spec_passes=spec.passes,
-                         drafter=drafter if isinstance(drafter, str) else type(drafter).__name__)
+    report = AuditReport(
+        where is None,
+        where,
+        exact_tokens=exact.tokens,
+        spec_tokens=spec.tokens,
+        exact_passes=exact.passes,
+        spec_passes=spec.passes,
+        drafter=drafter if isinstance(drafter, str) else type(drafter).__name__,
+    )
     m = WHERE.match(where or "")
     if m:
         report.block, report.step, report.position, report.exact_token = map(int, m.groups()[:4])
@@ -77,8 +86,9 @@ def kernel_path(device=None) -> str:
 
 
 @torch.no_grad()
-def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False,
-                     width: int | None = None) -> dict:
+def batch_invariance(
+    model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False, width: int | None = None
+) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit.
 
     ``width``: the pass runs at that fixed width (``SDARModel.denoise(..., width=)``, rows <=
@@ -99,23 +109,31 @@ def batch_invariance(model, prefix_len: int = 0, rows: int = 8, seed: int = 0, f
     tokens = torch.randint(0, V, (prefix_len + (rows + 1) * B,), generator=g)
     tokens[tokens == mask] = (mask + 1) % V
     cache = model.prefill(tokens[:prefix_len])
-    block, states = tokens[prefix_len:prefix_len + B], tokens[prefix_len + B:].view(rows, B)  # (N, B)
+    block, states = tokens[prefix_len : prefix_len + B], tokens[prefix_len + B :].view(rows, B)  # (N, B)
     states[torch.rand(rows, B, generator=g) < 0.5] = mask
     w = {} if width is None else {"width": width}
     if fused:
         batched = model.store_and_denoise(cache, block, states, **w)  # (N, B, V); cache grows
     else:
-        batched = model.denoise(cache, states, **w)                   # (N, B, V)
+        batched = model.denoise(cache, states, **w)  # (N, B, V)
     shift = rows // 2
     rolled = None if width is None else model.denoise(cache, states.roll(shift, 0), **w).roll(-shift, 0)
     equal, worst, first_bad = 0, 0.0, None
     for i in range(rows):
-        others = [model.denoise(cache, states[i:i + 1], **w)[0]] + ([] if rolled is None else [rolled[i]])
+        others = [model.denoise(cache, states[i : i + 1], **w)[0]] + ([] if rolled is None else [rolled[i]])
         same = all(torch.equal(batched[i], o) for o in others)
         equal += same
         worst = max([worst] + [(batched[i].float() - o.float()).abs().max().item() for o in others])
         if not same and first_bad is None:
             first_bad = i
-    return {"rows": rows, "equal_rows": equal, "first_bad_row": first_bad, "max_abs_diff": worst,
-            "prefix_len": prefix_len, "block_size": B, "fused": fused, "width": width,
-            "kernel_path": kernel_path(model.lm_head.weight.device)}
+    return {
+        "rows": rows,
+        "equal_rows": equal,
+        "first_bad_row": first_bad,
+        "max_abs_diff": worst,
+        "prefix_len": prefix_len,
+        "block_size": B,
+        "fused": fused,
+        "width": width,
+        "kernel_path": kernel_path(model.lm_head.weight.device),
+    }

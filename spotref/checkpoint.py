@@ -15,6 +15,7 @@ wrong-shaped tensors, the missing shard files, the unsupported dtype.
 The model is built on the ``meta`` device (no random init of 8B parameters) and its tensors are
 then assigned straight from the files, cast to the requested dtype on the requested device.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,18 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
-STORED_DTYPES = {"F32", "F16", "BF16", "F64"}      # safetensors dtype codes we can cast from
-IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)         # buffers some exporters save; recomputed here
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+STORED_DTYPES = {"F32", "F16", "BF16", "F64"}  # safetensors dtype codes we can cast from
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed here
 
 
 def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
@@ -38,8 +46,8 @@ def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, 
     raw = read_json(root / CONFIG, "the model config")
     cfg = make_config(cls.config_class, config_fields(raw, block_size, mask_token_id))
     dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
-    files = weight_files(root)                          # {name: shard path}
-    shapes = stored_shapes(files)                       # {name: (shape, stored dtype)}
+    files = weight_files(root)  # {name: shard path}
+    shapes = stored_shapes(files)  # {name: (shape, stored dtype)}
     cfg.tie_word_embeddings = "lm_head.weight" not in shapes
     model = build_on_meta(cls, cfg)
     check_tensors(model, shapes, root)
@@ -53,8 +61,19 @@ def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, 
 class _SkipInit(TorchFunctionMode):
     """Random init is a no-op on meta tensors, but its meta kernels import torch._dynamo (seconds)."""
 
-    INIT = {"normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_",
-            "xavier_uniform_", "xavier_normal_", "fill_", "zero_", "ones_", "zeros_"}
+    INIT = {
+        "normal_",
+        "uniform_",
+        "kaiming_uniform_",
+        "kaiming_normal_",
+        "trunc_normal_",
+        "xavier_uniform_",
+        "xavier_normal_",
+        "fill_",
+        "zero_",
+        "ones_",
+        "zeros_",
+    }
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if getattr(func, "__name__", "") in self.INIT:
@@ -104,11 +123,13 @@ def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
     check_field_types(raw)
     check_supported(raw)
     d = dict(raw)
-    rope = raw.get("rope_parameters") or {}             # transformers 5 puts rope_theta here
+    rope = raw.get("rope_parameters") or {}  # transformers 5 puts rope_theta here
     if "rope_theta" not in d and "rope_theta" in rope:
         d["rope_theta"] = rope["rope_theta"]
-    for name, value, flag in (("block_size", block_size, "block_size= (CLI: --block-length)"),
-                              ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)")):
+    for name, value, flag in (
+        ("block_size", block_size, "block_size= (CLI: --block-length)"),
+        ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)"),
+    ):
         if value is not None:
             check_field(name, value, "int", f"{name}= argument")
             d[name] = value
@@ -120,17 +141,38 @@ def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
 # The type of each config.json field spotref reads: a wrong one fails here, naming the field,
 # not later as an IndexError deep in a forward. "int?" may also be null.
 FIELD_TYPES = {
-    "vocab_size": "int", "hidden_size": "int", "intermediate_size": "int",
-    "num_hidden_layers": "int", "num_attention_heads": "int", "num_key_value_heads": "int",
-    "head_dim": "int", "max_position_embeddings": "int", "mask_token_id": "int?",
-    "block_size": "int?", "bos_token_id": "int?", "eos_token_id": "ids?",
-    "rms_norm_eps": "positive", "rope_theta": "positive", "initializer_range": "real",
-    "tie_word_embeddings": "bool", "rope_parameters": "dict?", "hidden_act": "str",
-    "torch_dtype": "str?", "dtype": "str?",
+    "vocab_size": "int",
+    "hidden_size": "int",
+    "intermediate_size": "int",
+    "num_hidden_layers": "int",
+    "num_attention_heads": "int",
+    "num_key_value_heads": "int",
+    "head_dim": "int",
+    "max_position_embeddings": "int",
+    "mask_token_id": "int?",
+    "block_size": "int?",
+    "bos_token_id": "int?",
+    "eos_token_id": "ids?",
+    "rms_norm_eps": "positive",
+    "rope_theta": "positive",
+    "initializer_range": "real",
+    "tie_word_embeddings": "bool",
+    "rope_parameters": "dict?",
+    "hidden_act": "str",
+    "torch_dtype": "str?",
+    "dtype": "str?",
 }
-KIND_NAMES = {"int": "an integer", "int?": "an integer or null", "ids?": "a token id, a list of ids or null",
-              "positive": "a positive finite number", "real": "a finite number", "bool": "true or false",
-              "dict?": "a JSON object or null", "str": "a string", "str?": "a string or null"}
+KIND_NAMES = {
+    "int": "an integer",
+    "int?": "an integer or null",
+    "ids?": "a token id, a list of ids or null",
+    "positive": "a positive finite number",
+    "real": "a finite number",
+    "bool": "true or false",
+    "dict?": "a JSON object or null",
+    "str": "a string",
+    "str?": "a string or null",
+}
 
 
 def check_field_types(raw: dict) -> None:
@@ -148,10 +190,17 @@ def check_field(name: str, value, kind: str, where: str = "config.json") -> None
     is_real = lambda v: (is_int(v) or isinstance(v, float)) and math.isfinite(v)
     if value is None and kind.endswith("?"):
         return
-    ok = {"int": is_int, "int?": is_int, "real": is_real, "bool": lambda v: isinstance(v, bool),
-          "positive": lambda v: is_real(v) and v > 0, "dict?": lambda v: isinstance(v, dict),
-          "str": lambda v: isinstance(v, str), "str?": lambda v: isinstance(v, str),
-          "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v)))}[kind](value)
+    ok = {
+        "int": is_int,
+        "int?": is_int,
+        "real": is_real,
+        "bool": lambda v: isinstance(v, bool),
+        "positive": lambda v: is_real(v) and v > 0,
+        "dict?": lambda v: isinstance(v, dict),
+        "str": lambda v: isinstance(v, str),
+        "str?": lambda v: isinstance(v, str),
+        "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v))),
+    }[kind](value)
     if not ok:
         raise ValueError(f"{where}: {name} must be {KIND_NAMES[kind]}, got {value!r}")
 
@@ -178,7 +227,7 @@ def resolve_dtype(dtype, raw: dict | None = None) -> torch.dtype:
     if dtype is None and raw is not None:
         dtype = raw.get("torch_dtype") or raw.get("dtype")
         if dtype is not None and str(dtype).removeprefix("torch.") not in DTYPES:
-            dtype = None                                # an odd stored dtype: fall back
+            dtype = None  # an odd stored dtype: fall back
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
@@ -214,8 +263,10 @@ def weight_files(root: Path) -> dict:
             check_shard_name(root, name, f)
         missing = sorted({f for f in wmap.values() if not (root / f).is_file()})
         if missing:
-            raise ValueError(f"checkpoint {str(root)!r}: {len(missing)} shard file(s) listed in "
-                             f"{INDEX} are missing: {listing(missing)}")
+            raise ValueError(
+                f"checkpoint {str(root)!r}: {len(missing)} shard file(s) listed in "
+                f"{INDEX} are missing: {listing(missing)}"
+            )
         return {name: root / f for name, f in wmap.items()}
     if (root / SINGLE).is_file():
         return {name: root / SINGLE for name in safetensor_keys(root / SINGLE)}
@@ -242,11 +293,13 @@ def _safe_open(path: Path, device="cpu"):
     try:
         from safetensors import safe_open
     except ImportError:
-        raise ImportError("loading checkpoints needs the 'safetensors' package: "
-                          "pip install 'spotref[hf]' (or pip install safetensors)") from None
+        raise ImportError(
+            "loading checkpoints needs the 'safetensors' package: "
+            "pip install 'spotref[hf]' (or pip install safetensors)"
+        ) from None
     try:
         return safe_open(str(path), framework="pt", device=str(device))
-    except Exception as e:           # safetensors raises its own error types for bad headers
+    except Exception as e:  # safetensors raises its own error types for bad headers
         raise ValueError(f"cannot read safetensors file {str(path)!r}: {e}") from None
 
 
@@ -265,8 +318,9 @@ def stored_shapes(files: dict) -> dict:
             present = set(f.keys())
             absent = [n for n in names if n not in present]
             if absent:
-                raise ValueError(f"{len(absent)} tensor(s) listed in {INDEX} are not in "
-                                 f"{path.name}: {listing(sorted(absent))}")
+                raise ValueError(
+                    f"{len(absent)} tensor(s) listed in {INDEX} are not in {path.name}: {listing(sorted(absent))}"
+                )
             for n in names:
                 s = f.get_slice(n)
                 out[n] = (tuple(s.get_shape()), s.get_dtype())
@@ -281,12 +335,22 @@ def check_tensors(model, shapes: dict, root: Path) -> None:
     have = {n: v for n, v in shapes.items() if not n.endswith(IGNORED_SUFFIXES)}
     missing = sorted(set(want) - set(have))
     unexpected = sorted(set(have) - set(want))
-    wrong = [f"{n} {have[n][0]} (config.json wants {want[n]})"
-             for n in sorted(set(want) & set(have)) if have[n][0] != want[n]]
+    wrong = [
+        f"{n} {have[n][0]} (config.json wants {want[n]})"
+        for n in sorted(set(want) & set(have))
+        if have[n][0] != want[n]
+    ]
     dtypes = [f"{n} {have[n][1]}" for n in sorted(have) if have[n][1] not in STORED_DTYPES]
-    problems = [f"{k} {len(v)} tensor(s): {listing(v)}" for k, v in
-                (("missing", missing), ("unexpected", unexpected), ("wrong-shaped", wrong),
-                 ("unsupported stored dtype (want F32/F16/BF16) in", dtypes)) if v]
+    problems = [
+        f"{k} {len(v)} tensor(s): {listing(v)}"
+        for k, v in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("wrong-shaped", wrong),
+            ("unsupported stored dtype (want F32/F16/BF16) in", dtypes),
+        )
+        if v
+    ]
     if problems:
         raise ValueError(f"checkpoint {str(root)!r} does not match its config.json: " + "; ".join(problems))
 
@@ -302,9 +366,11 @@ def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
             for n in names:
                 state[n] = f.get_tensor(n).to(dtype)
                 if not torch.isfinite(state[n]).all():
-                    raise ValueError(f"checkpoint tensor {n} in {path.name} holds non-finite values "
-                                     f"(NaN or inf, as {str(dtype).removeprefix('torch.')}): a broken "
-                                     f"or overflowing checkpoint would decode garbage")
+                    raise ValueError(
+                        f"checkpoint tensor {n} in {path.name} holds non-finite values "
+                        f"(NaN or inf, as {str(dtype).removeprefix('torch.')}): a broken "
+                        f"or overflowing checkpoint would decode garbage"
+                    )
     return state
 
 

@@ -3,6 +3,7 @@ before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``)
 the model config, ``spotref.generate``, the step API and the command line (``tools/argtypes``);
 the rest check ``generate``'s sequences. Not part of the algorithm: nothing here decides a token,
 and nothing here imports torch (a tensor is read through its ``tolist`` / ``numpy``)."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,8 @@ import numbers
 
 import numpy as np
 
-
 # ---- scalars ---------------------------------------------------------------------------------
+
 
 def is_index(x) -> bool:
     """An integer (int or numpy integer), not a bool: ``True`` is not position 1."""
@@ -21,8 +22,7 @@ def is_index(x) -> bool:
 def check_int(name, value, lo=None, hi=None) -> int:
     """``value`` as an int in [lo, hi] (a bound of None: no bound on that side)."""
     if not is_index(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ValueError(f"{name} must be an int in [{_bound(lo, '-inf')}, {_bound(hi, 'inf')}], "
-                         f"got {value!r}")
+        raise ValueError(f"{name} must be an int in [{_bound(lo, '-inf')}, {_bound(hi, 'inf')}], got {value!r}")
     return int(value)
 
 
@@ -42,7 +42,7 @@ def _bound(b, none: str) -> str:
     """A bound as a message writes it: 2**31 - 1 rather than 2147483647."""
     if b is None:
         return none
-    powers = [k for k in (31, 63, 64) if b == 2 ** k - 1]
+    powers = [k for k in (31, 63, 64) if b == 2**k - 1]
     return f"2**{powers[0]} - 1" if powers else str(b)
 
 
@@ -62,14 +62,17 @@ def is_array(x) -> bool:
 
 # ---- generate's arguments --------------------------------------------------------------------
 
+
 def check_state(state, rule) -> np.ndarray:
     """A block state: B ints, each a vocabulary token or MASK -> int64 (B,) (a copy); ``rule``
     (a ``DecisionRule``) gives B and the vocabulary."""
     state = as_numpy(state)
     arr = np.asarray(state)
     if arr.shape != (rule.block_size,) or arr.dtype.kind not in "iu":
-        raise ValueError(f"state must be {rule.block_size} integer token ids (int64 [B], MASK "
-                         f"{rule.mask_id} where uncommitted), got shape {arr.shape} of {arr.dtype}")
+        raise ValueError(
+            f"state must be {rule.block_size} integer token ids (int64 [B], MASK "
+            f"{rule.mask_id} where uncommitted), got shape {arr.shape} of {arr.dtype}"
+        )
     arr = arr.astype(np.int64)
     bad = (arr < 0) | (arr >= rule.vocab_size)
     if bad.any():
@@ -81,8 +84,10 @@ def check_state(state, rule) -> np.ndarray:
 def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:
     check_int("max_new_tokens", max_new_tokens, 0)
     if prompt_len + max_new_tokens > max_positions:
-        raise ValueError(f"prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the "
-                         f"model's max_position_embeddings ({max_positions})")
+        raise ValueError(
+            f"prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the "
+            f"model's max_position_embeddings ({max_positions})"
+        )
 
 
 MIN_TEMPERATURE = 1e-6
@@ -91,8 +96,10 @@ MIN_TEMPERATURE = 1e-6
 def check_temperature(temperature) -> float:
     T = check_real("temperature", temperature, lo=0.0)
     if 0 < T < MIN_TEMPERATURE:
-        raise ValueError(f"temperature {T!r} is below {MIN_TEMPERATURE:g}: L / T heads for float64 "
-                         f"overflow and the noise no longer matters; use temperature=0 (argmax)")
+        raise ValueError(
+            f"temperature {T!r} is below {MIN_TEMPERATURE:g}: L / T heads for float64 "
+            f"overflow and the noise no longer matters; use temperature=0 (argmax)"
+        )
     return T
 
 
@@ -103,11 +110,13 @@ def check_stop_ids(stop_ids, V: int, mask_id: int | None = None) -> list:
         return []
     if is_array(stop_ids):
         if stop_ids.ndim > 1:
-            raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got a "
-                             f"{stop_ids.ndim}-D {type(stop_ids).__name__} of shape {tuple(stop_ids.shape)}")
+            raise ValueError(
+                f"stop_ids must be one id or a 1-D sequence of ids, got a "
+                f"{stop_ids.ndim}-D {type(stop_ids).__name__} of shape {tuple(stop_ids.shape)}"
+            )
         stop_ids = stop_ids.tolist()
     if isinstance(stop_ids, numbers.Integral) and not isinstance(stop_ids, bool):
-        stop_ids = [stop_ids]                   # one id, as Hugging Face's eos_token_id
+        stop_ids = [stop_ids]  # one id, as Hugging Face's eos_token_id
     if isinstance(stop_ids, (str, bytes, dict)) or not hasattr(stop_ids, "__iter__"):
         raise ValueError(f"stop_ids must be one id or a 1-D sequence of ids, got {stop_ids!r}")
     ids = [check_int("stop_ids", s, 0, V - 1) for s in stop_ids]
@@ -118,8 +127,9 @@ def check_stop_ids(stop_ids, V: int, mask_id: int | None = None) -> list:
 
 def check_prompt(prompt_ids, V: int, mask_id: int) -> list:
     if isinstance(prompt_ids, (set, frozenset, dict)):
-        raise ValueError(f"prompt_ids must be an ordered 1-D sequence of token ids, got a "
-                         f"{type(prompt_ids).__name__} (unordered)")
+        raise ValueError(
+            f"prompt_ids must be an ordered 1-D sequence of token ids, got a {type(prompt_ids).__name__} (unordered)"
+        )
     if is_array(prompt_ids):
         prompt_ids = prompt_ids.tolist() if prompt_ids.ndim == 1 else None
     if prompt_ids is None or isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):

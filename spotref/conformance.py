@@ -10,12 +10,14 @@ Reusable by any decoder that follows spotref's model and drafter contracts (docs
 random tiny SDAR model, prompt (partial blocks included), length, temperature (0 or continuous
 in [0.05, 3]), seed (the whole 64-bit range), top-k/top-p, threshold, stop ids, the rule's
 precision (docs/spec.md section 2.1), budget (up to 256), depth, verify width (None: rows alone;
-or a fixed width >= budget, exact decoding at that width the reference) and drafter (confidence, random valid trees, an oracle proposing the
+or a fixed width >= budget, exact decoding at that width the reference) and drafter (confidence,
+random valid trees, an oracle proposing the
 true trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
 weights, SPOT-Sets included), and asserts: tokens identical to exact decoding; never
 more passes than exact; the oracle accepted in full. Divergences are reported as
 "block b, step k, position p: exact t, got t'".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +37,8 @@ from spotref.models import SDARConfig, SDARModel
 from spotref.rules import CONFIDENCES, PRECISIONS
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
-INIT_RANGES = (0.02, 0.3, 1.0)      # 1e-4 gives near-tie models: every flipped last bit shows
-MAX_TEMPERATURE = 3.0              # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
+INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
+MAX_TEMPERATURE = 3.0  # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
 MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
 
@@ -50,8 +52,8 @@ class Case:
     prompt: list
     max_new_tokens: int
     drafter: str
-    kwargs: dict = field(default_factory=dict)   # temperature, seed, threshold, top_k, top_p, confidence,
-                                                 # precision, budget, depth, stop_ids, width
+    kwargs: dict = field(default_factory=dict)  # temperature, seed, threshold, top_k, top_p, confidence,
+    # precision, budget, depth, stop_ids, width
 
     def model(self) -> SDARModel:
         with torch.random.fork_rng():
@@ -67,12 +69,13 @@ def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0) ->
         return None
     for block, step, commits in exact.stats["trajectory"]:
         for pos, tok in commits:
-            i = block * block_size + pos - prompt_len      # index into the generated tokens
+            i = block * block_size + pos - prompt_len  # index into the generated tokens
             if 0 <= i < len(exact.tokens) and (i >= len(got_tokens) or got_tokens[i] != tok):
                 got = got_tokens[i] if i < len(got_tokens) else "nothing"
                 return f"block {block}, step {step}, position {pos}: exact {tok}, got {got}"
-    return (f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} "
-            f"(first {len(exact.tokens)} identical)")
+    return (
+        f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} (first {len(exact.tokens)} identical)"
+    )
 
 
 def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0):
@@ -81,6 +84,7 @@ def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0):
 
 
 # --- drafters for the suite ------------------------------------------------------------------
+
 
 def oracle_drafter(exact, stale_tokens: bool = False):
     """Proposes the true trajectory: a chain of the target's next decisions, under budget and
@@ -95,12 +99,13 @@ def oracle_drafter(exact, stale_tokens: bool = False):
             step = view.step + len(chain)
             commits = truth[(view.block, step)]
             if not free.issuperset(pos for pos, _ in commits):
-                break                      # a decoder that left the true trajectory: draft no more
+                break  # a decoder that left the true trajectory: draft no more
             free.difference_update(pos for pos, _ in commits)
             if stale_tokens:
                 commits = tuple((pos, view.coupled_token(pos, step)) for pos, _ in commits)
             chain.append(commits)
         return Draft.chain(chain)
+
     return draft
 
 
@@ -114,12 +119,13 @@ def wrong_drafter(exact, vocab_size, mask_id):
             return Draft.root()
         d = truth.get((view.block, view.step), ())
         p, tok = masked[0], view.coupled_token(masked[0], view.step)
-        if d == ((p, tok),):                               # the truth: take another token
+        if d == ((p, tok),):  # the truth: take another token
             tok = next(t for t in range(vocab_size) if t not in (tok, mask_id))
         chain = [((p, tok),)]
-        for q in masked[1:min(view.depth, view.budget - 1)]:   # keep going; all of it is off-path
+        for q in masked[1 : min(view.depth, view.budget - 1)]:  # keep going; all of it is off-path
             chain.append(((q, view.coupled_token(q, view.step + len(chain))),))
         return Draft.chain(chain)
+
     return draft
 
 
@@ -164,17 +170,20 @@ def near_miss_drafter(exact, seed: int):
                 s = s[cut:]
             t.add(p, tuple(sorted(s)))
         return t.draft()
+
     return draft
 
 
 def spot_drafter(seed: int):
     """The SPOT drafter (SPOT-Sets under the threshold rule) with random weights, set head included."""
+
     def make(block_size):
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             om = OrderModel(block_size)
-            torch.nn.init.normal_(om.set_head[2].weight, std=3.0)      # not the untrained (zero) head
+            torch.nn.init.normal_(om.set_head[2].weight, std=3.0)  # not the untrained (zero) head
         return SpotDrafter(om.eval(), strict=False)
+
     return make
 
 
@@ -193,6 +202,7 @@ def random_drafter(seed: int):
             k = 1 if view.threshold is None else rng.randint(1, len(masked))
             t.add(p, tuple(sorted((j, random_token(rng, view, j, t.depths[p], V)) for j in rng.sample(masked, k))))
         return t.draft()
+
     return draft
 
 
@@ -220,6 +230,7 @@ def make_drafter(kind: str, exact, case: Case):
 
 # --- the check --------------------------------------------------------------------------------
 
+
 def check_case(case: Case, generate_fn) -> dict:
     """Run exact decoding and ``generate_fn`` on one case; assert the contract. Returns stats."""
     model = case.model()
@@ -240,13 +251,14 @@ def check_oracle_accepted(exact, got, d_eff: int):
     """Each round of the oracle commits min(D + 1, remaining) decisions (1 at a block's start)."""
     remaining = {}
     for b, k, _ in exact.stats["trajectory"]:
-        remaining[b] = max(remaining.get(b, 0), k + 1)     # decisions in block b
+        remaining[b] = max(remaining.get(b, 0), k + 1)  # decisions in block b
     for (b, k), n in zip(got.stats["starts"], got.stats["accepted"]):
         want = 1 if k == 0 else min(d_eff + 1, remaining[b] - k)
         assert n == want, f"oracle round at block {b}, step {k}: accepted {n}, want {want}"
 
 
 # --- the Hypothesis strategy ------------------------------------------------------------------
+
 
 def hypothesis():
     """The ``hypothesis`` package, or a ``ModuleNotFoundError`` saying how to install it."""
@@ -256,8 +268,9 @@ def hypothesis():
     except ModuleNotFoundError as e:
         if e.name != "hypothesis":
             raise
-        raise ModuleNotFoundError('the conformance suite needs Hypothesis: pip install "spotref[conformance]"',
-                                  name="hypothesis") from None
+        raise ModuleNotFoundError(
+            'the conformance suite needs Hypothesis: pip install "spotref[conformance]"', name="hypothesis"
+        ) from None
     return hypothesis
 
 
@@ -271,30 +284,53 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
         V = draw(st.integers(8, 300))
         mask_id = draw(st.integers(0, V - 1))
         heads, kv = draw(st.sampled_from([(2, 1), (2, 2), (4, 2)]))
-        cfg = SDARConfig(vocab_size=V, hidden_size=draw(st.sampled_from([16, 32])), intermediate_size=32,
-                         num_hidden_layers=draw(st.integers(1, 2)), num_attention_heads=heads,
-                         num_key_value_heads=kv, head_dim=8, mask_token_id=mask_id, block_size=B,
-                         tie_word_embeddings=draw(st.booleans()),
-                         initializer_range=draw(st.sampled_from(init_ranges)))
-        token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))      # never MASK
+        cfg = SDARConfig(
+            vocab_size=V,
+            hidden_size=draw(st.sampled_from([16, 32])),
+            intermediate_size=32,
+            num_hidden_layers=draw(st.integers(1, 2)),
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            head_dim=8,
+            mask_token_id=mask_id,
+            block_size=B,
+            tie_word_embeddings=draw(st.booleans()),
+            initializer_range=draw(st.sampled_from(init_ranges)),
+        )
+        token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
         prompt = draw(st.lists(token, max_size=3 * B))
         kwargs = dict(
-            temperature=draw(st.just(0.0) | st.integers(1, 60).map(lambda i: i / 20)   # every 0.05
-                             | st.floats(0.05, MAX_TEMPERATURE)),
+            temperature=draw(
+                st.just(0.0)
+                | st.integers(1, 60).map(lambda i: i / 20)  # every 0.05
+                | st.floats(0.05, MAX_TEMPERATURE)
+            ),
             seed=draw(st.integers(0, 2**64 - 1)),
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
-            top_k=draw(st.none() | st.integers(1, V)), top_p=draw(st.none() | st.floats(0.05, 1.0)),
-            confidence=draw(st.sampled_from(CONFIDENCES)), precision=draw(st.sampled_from(PRECISIONS)),
-            budget=draw(st.integers(1, MAX_BUDGET)), depth=draw(st.integers(0, B)),
-            stop_ids=draw(st.lists(token, min_size=1, max_size=2)))
+            top_k=draw(st.none() | st.integers(1, V)),
+            top_p=draw(st.none() | st.floats(0.05, 1.0)),
+            confidence=draw(st.sampled_from(CONFIDENCES)),
+            precision=draw(st.sampled_from(PRECISIONS)),
+            budget=draw(st.integers(1, MAX_BUDGET)),
+            depth=draw(st.integers(0, B)),
+            stop_ids=draw(st.lists(token, min_size=1, max_size=2)),
+        )
         kwargs["width"] = draw(st.none() | st.integers(0, 8).map(lambda e: kwargs["budget"] + e))
-        return Case(cfg, draw(st.integers(0, 2**16)), prompt, draw(st.integers(0, 2 * B + 5)),
-                    draw(st.sampled_from(DRAFTERS)), kwargs)
+        return Case(
+            cfg,
+            draw(st.integers(0, 2**16)),
+            prompt,
+            draw(st.integers(0, 2 * B + 5)),
+            draw(st.sampled_from(DRAFTERS)),
+            kwargs,
+        )
+
     return case()
 
 
-def run_conformance(generate_fn, max_examples: int = 100, database=None, strategy=None, progress=None,
-                    **settings) -> Counter:
+def run_conformance(
+    generate_fn, max_examples: int = 100, database=None, strategy=None, progress=None, **settings
+) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
 
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
@@ -313,25 +349,34 @@ def run_conformance(generate_fn, max_examples: int = 100, database=None, strateg
     HealthCheck, given, hsettings = h.HealthCheck, h.given, h.settings
     if isinstance(database, (str, os.PathLike)):
         from hypothesis.database import DirectoryBasedExampleDatabase
+
         database = DirectoryBasedExampleDatabase(os.fspath(database))
 
     seen = Counter()
 
     settings = {"report_multiple_bugs": False, **settings}
 
-    @hsettings(max_examples=max_examples, deadline=None, database=database,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **settings)
+    @hsettings(
+        max_examples=max_examples,
+        deadline=None,
+        database=database,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        **settings,
+    )
     @given(cases() if strategy is None else strategy)
     def conformance(case):
         check_case(case, generate_fn)
         seen.update(coverage(case))
         if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
             progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
+
     with _storage(database is None):
         conformance()
     if progress:
-        progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding "
-                 f"({sum(v for k, v in seen.items() if k.startswith('drafter='))} drafted runs)")
+        progress(
+            f"conformance: passed, {seen['cases']} cases identical to exact decoding "
+            f"({sum(v for k, v in seen.items() if k.startswith('drafter='))} drafted runs)"
+        )
     return seen
 
 
@@ -343,6 +388,7 @@ def _storage(private: bool):
         yield
         return
     from hypothesis import configuration
+
     before = vars(configuration).get("__hypothesis_home_directory")
     with tempfile.TemporaryDirectory(prefix="spotref-hypothesis-") as tmp:
         configuration.set_hypothesis_home_dir(tmp)
@@ -355,10 +401,15 @@ def _storage(private: bool):
 def coverage(case: Case) -> list[str]:
     B, kw = case.config.block_size, case.kwargs
     T = kw["temperature"]
-    return ["cases", f"drafter={case.drafter}", "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
-            f"precision={kw['precision']}", "budget>64" if kw["budget"] > 64 else "budget<=64",
-            "rows" if kw.get("width") is None else "fixed-width",
-            "threshold" if kw["threshold"] is not None else "one-position",
-            "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
-            "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",
-            f"confidence={kw['confidence']}"]
+    return [
+        "cases",
+        f"drafter={case.drafter}",
+        "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
+        f"precision={kw['precision']}",
+        "budget>64" if kw["budget"] > 64 else "budget<=64",
+        "rows" if kw.get("width") is None else "fixed-width",
+        "threshold" if kw["threshold"] is not None else "one-position",
+        "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
+        "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",
+        f"confidence={kw['confidence']}",
+    ]

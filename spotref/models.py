@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import math
 
 import torch
 from torch import nn
@@ -89,7 +88,8 @@ class SDARConfig:
             ids = getattr(self, name)
             for t in ids if isinstance(ids, list) else [ids]:
                 if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size):
-                    raise ValueError(f"SDARConfig.{name} {ids!r} is not a token id of the vocabulary [0, {self.vocab_size})")
+                    raise ValueError(f"SDARConfig.{name} {ids!r} is not a token id of the vocabulary "
+                                     f"[0, {self.vocab_size})")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
                              f"multiple of num_key_value_heads ({self.num_key_value_heads})")

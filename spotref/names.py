@@ -7,6 +7,7 @@ loaded again. A drafter's module is imported when a drafter is first named: exac
 (``drafter=None``) loads none of them, and the cost model behind ``budget="auto"`` loads when
 that budget is asked for (docs/architecture.md lists the few places that import on demand).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ from spotref.load.targets import TARGETS_DIR, Target, load_target
 
 # --- targets ----------------------------------------------------------------------------------
 
-_TARGETS: dict = {}          # (metadata path, mtimes of metadata and weights) -> Target
+_TARGETS: dict = {}  # (metadata path, mtimes of metadata and weights) -> Target
 
 
 def target(name: str, directory: Path | str | None = None) -> Target:
@@ -48,30 +49,33 @@ def resolve_model(model):
             raise ValueError(f"model {model!r}: {e}") from None
     if contract(model):
         return model
-    if contract(getattr(model, "model", None)) and hasattr(model, "tokenizer"):     # a Target
+    if contract(getattr(model, "model", None)) and hasattr(model, "tokenizer"):  # a Target
         return model.model
-    raise ValueError(f"model must be an SDARModel, a spotref Target or a bundled target name "
-                     f"(spotref.list_targets()), got {type(model).__name__}")
+    raise ValueError(
+        f"model must be an SDARModel, a spotref Target or a bundled target name "
+        f"(spotref.list_targets()), got {type(model).__name__}"
+    )
 
 
 # --- drafters ---------------------------------------------------------------------------------
 
-MODEL_DRAFTERS = ("calibrated", "spot")   # the target's own: they need the model to be found
+MODEL_DRAFTERS = ("calibrated", "spot")  # the target's own: they need the model to be found
 
 
 def _confidence(model, chain: bool = False):
     from spotref.drafters.confidence import ConfidenceDrafter
+
     return _shared(("confidence", chain), lambda: ConfidenceDrafter(chain=chain))
 
 
-DRAFTERS = {                     # the one registry of drafter names (generate, the CLI, the tools)
+DRAFTERS = {  # the one registry of drafter names (generate, the CLI, the tools)
     "confidence": lambda model: _confidence(model),
     "confidence-chain": lambda model: _confidence(model, chain=True),
     "calibrated": lambda model: drafter_for(model, "calibrated"),
     "spot": lambda model: drafter_for(model, "spot"),
 }
 
-_DRAFTERS: dict = {}       # ("confidence", chain) or (kind, checkpoint path, mtime) -> the drafter
+_DRAFTERS: dict = {}  # ("confidence", chain) or (kind, checkpoint path, mtime) -> the drafter
 
 
 def _shared(key, make):
@@ -86,16 +90,21 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
     """``drafter="spot"`` or ``"calibrated"``: the shipped drafter matching ``model`` (loaded once
     per checkpoint file, so repeated ``generate`` calls share one object)."""
     from spotref.load import drafters as files
+
     path = files.find_checkpoint(model, directory)
     if path is None:
-        raise ValueError(f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
-                         f"{', '.join(files.list_checkpoints(directory)) or 'none'}); train one with "
-                         f"`spotref train-drafter` or pass spotref.load_drafter(path)")
+        raise ValueError(
+            f"drafter {kind!r}: no shipped drafter checkpoint matches this model (bundled: "
+            f"{', '.join(files.list_checkpoints(directory)) or 'none'}); train one with "
+            f"`spotref train-drafter` or pass spotref.load_drafter(path)"
+        )
     if kind == "spot":
         return _shared((kind, str(path), path.stat().st_mtime), lambda: files.load_drafter(str(path)))
     from spotref.drafters.calibrated import CalibratedDrafter
-    return _shared((kind, str(path), path.stat().st_mtime),
-                   lambda: CalibratedDrafter.from_header(files.header(path), path))
+
+    return _shared(
+        (kind, str(path), path.stat().st_mtime), lambda: CalibratedDrafter.from_header(files.header(path), path)
+    )
 
 
 def resolve_drafter(drafter, model):
@@ -107,6 +116,7 @@ def resolve_drafter(drafter, model):
             return DRAFTERS[name](model)
         if is_checkpoint_name(name):
             from spotref.load.drafters import load_drafter
+
             return load_drafter(name)
         raise ValueError(f"drafter {name!r} is unknown; known: {known_names()}")
     if not callable(drafter):
@@ -117,25 +127,27 @@ def resolve_drafter(drafter, model):
 def is_checkpoint_name(name: str) -> bool:
     """Whether ``load_drafter`` would look for ``name``: a bundled drafter or a ``.pt`` path."""
     from spotref.load.drafters import list_checkpoints
+
     return name.endswith(".pt") or name in list_checkpoints() or Path(name).is_file()
 
 
 def known_names() -> str:
     from spotref.load.drafters import list_checkpoints
-    return (f"{', '.join(DRAFTERS)}, a bundled drafter ({', '.join(list_checkpoints()) or 'none'}) "
-            f"or a drafter .pt path")
+
+    return f"{', '.join(DRAFTERS)}, a bundled drafter ({', '.join(list_checkpoints()) or 'none'}) or a drafter .pt path"
 
 
 # --- budget="auto" ---------------------------------------------------------------------------
 
-_AUTO_BUDGETS = weakref.WeakKeyDictionary()    # model -> {(drafter, depth, T > 0): (drafter, N)}
+_AUTO_BUDGETS = weakref.WeakKeyDictionary()  # model -> {(drafter, depth, T > 0): (drafter, N)}
 
 
 def auto_budget(model, drafter, depth: int, temperature: float, width: int | None = None) -> tuple:
     """budget="auto": (the drafter cut per round, the cost model's N) for this model and drafter
     on this machine (measured once per process and model, see ``spotref.drafters.budget``);
     with a width, N <= width and the curve is measured at that width."""
-    from spotref.drafters.budget import auto_drafter       # the cost model loads when asked for
+    from spotref.drafters.budget import auto_drafter  # the cost model loads when asked for
+
     known = _AUTO_BUDGETS.setdefault(model, {})
     key = (drafter, depth, temperature > 0, width)
     if key not in known:
@@ -145,15 +157,16 @@ def auto_budget(model, drafter, depth: int, temperature: float, width: int | Non
 
 # --- cores ------------------------------------------------------------------------------------
 
+
 def resolve_core(core):
     """None (the active core), "py", "c" or a core module -> the module."""
     if core is None or isinstance(core, str):
         try:
             return spotref.core_module(core)
         except ImportError:
-            raise ImportError("core='c': the compiled core is not built (python setup.py "
-                              "build_ext --inplace), or use core='py'") from None
+            raise ImportError(
+                "core='c': the compiled core is not built (python setup.py build_ext --inplace), or use core='py'"
+            ) from None
     if not all(callable(getattr(core, f, None)) for f in ("build_tree", "walk")):
-        raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), "
-                         f"got {core!r}")
+        raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), got {core!r}")
     return core

@@ -15,6 +15,7 @@ with a 4D mask included).
 original float64 rule in numpy; any other dtype (by default the logits' own) with SDAR's
 operations in that dtype, one position at a time (``naive_decision_in``).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -25,9 +26,23 @@ import torch
 from spotref.noise import gumbel
 
 
-def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, vocab_size,
-             temperature=0.0, seed=0, threshold=None, top_k=None, top_p=None, stop_ids=None,
-             confidence="filtered", precision="auto"):
+def generate(
+    logits_fn,
+    prompt_ids,
+    max_new_tokens,
+    *,
+    block_size,
+    mask_id,
+    vocab_size,
+    temperature=0.0,
+    seed=0,
+    threshold=None,
+    top_k=None,
+    top_p=None,
+    stop_ids=None,
+    confidence="filtered",
+    precision="auto",
+):
     """Exact decoding by full recomputation; returns the generated tokens (a list)."""
     B, P = block_size, len(prompt_ids)
     if max_new_tokens == 0:
@@ -37,20 +52,19 @@ def generate(logits_fn, prompt_ids, max_new_tokens, *, block_size, mask_id, voca
     x[0, :P] = torch.tensor(list(prompt_ids), dtype=torch.long)
     for b in range(P // B, num_blocks):
         for step in range(B):
-            cur = x[0, b * B:(b + 1) * B].numpy()
+            cur = x[0, b * B : (b + 1) * B].numpy()
             if not (cur == mask_id).any():
                 break
-            out = logits_fn(x[:, :(b + 1) * B])[0, b * B:]                              # (B, V)
+            out = logits_fn(x[:, : (b + 1) * B])[0, b * B :]  # (B, V)
             dtype = out.dtype if precision == "auto" else getattr(torch, precision)
-            logits = out.double().cpu().numpy()        # lossless for every narrower dtype
+            logits = out.double().cpu().numpy()  # lossless for every narrower dtype
             noise = None if temperature == 0 else gumbel(seed, b, step, B, vocab_size).numpy()
             decision = naive_decision if dtype == torch.float64 else partial(naive_decision_in, dtype)
-            for j, tok in decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p,
-                                   confidence):
+            for j, tok in decision(logits, cur, mask_id, temperature, noise, threshold, top_k, top_p, confidence):
                 x[0, b * B + j] = tok
-        if stop_ids and set(stop_ids) & set(x[0, P:(b + 1) * B].tolist()):
+        if stop_ids and set(stop_ids) & set(x[0, P : (b + 1) * B].tolist()):
             break
-    out = x[0, P:P + max_new_tokens].tolist()
+    out = x[0, P : P + max_new_tokens].tolist()
     for i, t in enumerate(out):
         if stop_ids and t in stop_ids:
             return out[: i + 1]
@@ -74,7 +88,7 @@ def naive_decision(logits, cur, mask_id, T, noise, threshold, top_k, top_p, conf
         scored = zf if confidence == "filtered" else z
         p = np.exp(scored - scored.max())
         x0[j], conf[j] = tok, p[tok] / p.sum()
-    best = max(conf, key=lambda j: (conf[j], -j))        # most confident, lowest position on ties
+    best = max(conf, key=lambda j: (conf[j], -j))  # most confident, lowest position on ties
     chosen = [j for j in conf if threshold is not None and conf[j] > threshold] or [best]
     return [(int(j), x0[j]) for j in sorted(chosen)]
 
@@ -86,10 +100,10 @@ def naive_filter(z, top_k, top_p):
     if top_p is not None:
         p = np.zeros_like(z)
         p[order[:keep]] = np.exp(z[order[:keep]] - z.max())
-        p /= p.sum()                                     # renormalised over the top-k
+        p /= p.sum()  # renormalised over the top-k
         mass, n = 0.0, 0
         for v in order[:keep]:
-            if n > 0 and mass > top_p:                       # kept while the mass before is <= p
+            if n > 0 and mass > top_p:  # kept while the mass before is <= p
                 break
             mass, n = mass + p[v], n + 1
         keep = n
@@ -98,8 +112,7 @@ def naive_filter(z, top_k, top_p):
     return out
 
 
-def naive_decision_in(dtype, logits, cur, mask_id, T, noise, threshold, top_k, top_p,
-                      confidence="filtered"):
+def naive_decision_in(dtype, logits, cur, mask_id, T, noise, threshold, top_k, top_p, confidence="filtered"):
     """[(position, token)] committed at one step, decided in ``dtype`` as SDAR's
     ``sample_with_temperature_topk_topp`` does: ``L / T``, top-k (ties with the k-th kept),
     top-p and the softmax all in ``dtype``; the token is the Gumbel-max draw over the log of
@@ -113,10 +126,10 @@ def naive_decision_in(dtype, logits, cur, mask_id, T, noise, threshold, top_k, t
             z = z / T
         p = torch.softmax(naive_filter_in(z, top_k, top_p), -1)
         y = p.double() if T == 0 else p.double().log() + torch.from_numpy(noise[j])
-        tok = int(np.argmax(y.numpy()))                    # numpy's argmax: the first maximum
+        tok = int(np.argmax(y.numpy()))  # numpy's argmax: the first maximum
         scored = p if confidence == "filtered" else torch.softmax(z, -1)
         x0[j], conf[j] = tok, float(scored[tok])
-    best = max(conf, key=lambda j: (conf[j], -j))        # most confident, lowest position on ties
+    best = max(conf, key=lambda j: (conf[j], -j))  # most confident, lowest position on ties
     chosen = [j for j in conf if threshold is not None and conf[j] > threshold] or [best]
     return [(int(j), x0[j]) for j in sorted(chosen)]
 
@@ -133,7 +146,7 @@ def naive_filter_in(z, top_k, top_p):
     if top_p is not None:
         ranked = torch.full_like(z, -torch.inf)
         ranked[:keep] = z[order[:keep]]
-        before = torch.cumsum(torch.softmax(ranked, -1), -1)      # in z's dtype
+        before = torch.cumsum(torch.softmax(ranked, -1), -1)  # in z's dtype
         keep = 1 + sum(1 for i in range(1, keep) if float(before[i - 1]) <= top_p)
     out = torch.full_like(z, -torch.inf)
     out[order[:keep]] = z[order[:keep]]

@@ -1,5 +1,6 @@
 """Run by tests/test_batch_invariance.py in a subprocess per ATEN_CPU_CAPABILITY level (the level
 is read once, when torch starts). Prints one JSON line: the kernel path and every failing case."""
+
 import itertools
 import json
 import sys
@@ -10,14 +11,23 @@ from spotref.audit import batch_invariance
 from spotref.models import SDARConfig, SDARModel
 
 BLOCKS = (1, 3, 5, 7, 9, 16)
-INTERMEDIATE = (24, 40, 100)               # not multiples of 16 or 32
+INTERMEDIATE = (24, 40, 100)  # not multiples of 16 or 32
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def model(B, I, dtype, seed):
-    cfg = SDARConfig(vocab_size=67, hidden_size=24, intermediate_size=I, num_hidden_layers=2,
-                     num_attention_heads=3, num_key_value_heads=1, head_dim=8, mask_token_id=66,
-                     block_size=B, initializer_range=0.3)
+    cfg = SDARConfig(
+        vocab_size=67,
+        hidden_size=24,
+        intermediate_size=I,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        head_dim=8,
+        mask_token_id=66,
+        block_size=B,
+        initializer_range=0.3,
+    )
     torch.manual_seed(seed)
     return SDARModel(cfg).to(dtype).eval()
 
@@ -27,15 +37,15 @@ def main() -> int:
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for i, (B, I) in enumerate(itertools.product(BLOCKS, INTERMEDIATE)):
-            dtype, fused = DTYPES[i % 3], bool(i // 3 % 2)     # each (dtype, fused) pair 3 times
-            for width in (None, 3 + i % 11 + i % 5):            # rows alone; a fixed width >= rows
-                r = batch_invariance(model(B, I, dtype, i), prefix_len=B * (i % 3), rows=3 + i % 11,
-                                     seed=i, fused=fused, width=width)
+            dtype, fused = DTYPES[i % 3], bool(i // 3 % 2)  # each (dtype, fused) pair 3 times
+            for width in (None, 3 + i % 11 + i % 5):  # rows alone; a fixed width >= rows
+                r = batch_invariance(
+                    model(B, I, dtype, i), prefix_len=B * (i % 3), rows=3 + i % 11, seed=i, fused=fused, width=width
+                )
                 checked += 1
                 if r["equal_rows"] != r["rows"]:
                     failures.append({**r, "dtype": str(dtype), "intermediate_size": I, "threads": threads})
-    print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "checked": checked,
-                      "failures": failures}))
+    print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "checked": checked, "failures": failures}))
     return 0
 
 

@@ -11,6 +11,7 @@ Gumbel-max draw over ``log(probs)`` with spotref's counter-based noise (T == 0, 
 not support, takes the probabilities' first maximum); ``torch.topk`` and ``torch.sort`` are made
 stable (the lowest position or token id first among equal values).
 """
+
 import torch
 from torch.nn import functional as F
 
@@ -18,7 +19,7 @@ from spotref.noise import gumbel
 
 
 def top_k_logits(logits, k):
-    values = torch.sort(logits, descending=True, stable=True).values[..., :k]     # topk, stable
+    values = torch.sort(logits, descending=True, stable=True).values[..., :k]  # topk, stable
     return torch.where(logits < values[..., -1, None], torch.full_like(logits, float("-inf")), logits)
 
 
@@ -41,15 +42,15 @@ def sample(logits, temperature, top_k, top_p, noise):
     if top_p is not None and top_p < 1.0:
         logits = top_p_logits(logits, top_p)
     probs = F.softmax(logits, dim=-1)
-    y = probs if temperature == 0 else probs.double().log() + noise      # change 2: Gumbel-max
-    token = y.argmax(-1)                                                  # first maximum
+    y = probs if temperature == 0 else probs.double().log() + noise  # change 2: Gumbel-max
+    token = y.argmax(-1)  # first maximum
     return token, torch.gather(probs, -1, token[:, None])[:, 0]
 
 
 def step(logits, block, mask_id, temperature, top_k, top_p, threshold, noise):
     """One denoising step on ``block`` (B,) with the block's logits (B, V): the new block."""
     logits = logits.clone()
-    logits[:, mask_id] = float("-inf")                                    # change 1: no MASK
+    logits[:, mask_id] = float("-inf")  # change 1: no MASK
     mask_index = block == mask_id
     x0, x0_p = sample(logits, temperature, top_k, top_p, noise)
     confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, float("-inf")))
@@ -58,13 +59,25 @@ def step(logits, block, mask_id, temperature, top_k, top_p, threshold, noise):
     if threshold is not None and high.sum() >= 1:
         transfer = high
     else:
-        idx = torch.sort(confidence, descending=True, stable=True).indices[:1]   # change 3
+        idx = torch.sort(confidence, descending=True, stable=True).indices[:1]  # change 3
         transfer[idx] = True
     return torch.where(transfer, x0, block)
 
 
-def block_diffusion_generate(logits_fn, prompt, max_new_tokens, *, block_size, mask_id, vocab_size,
-                             temperature=0.0, seed=0, top_k=None, top_p=None, threshold=None):
+def block_diffusion_generate(
+    logits_fn,
+    prompt,
+    max_new_tokens,
+    *,
+    block_size,
+    mask_id,
+    vocab_size,
+    temperature=0.0,
+    seed=0,
+    top_k=None,
+    top_p=None,
+    threshold=None,
+):
     """SDAR's block loop (steps == block length), every block recomputed from the start."""
     B, P = block_size, len(prompt)
     n_blocks = (P + max_new_tokens + B - 1) // B
@@ -72,10 +85,10 @@ def block_diffusion_generate(logits_fn, prompt, max_new_tokens, *, block_size, m
     x[:P] = torch.tensor(prompt, dtype=torch.long)
     for b in range(P // B, n_blocks):
         for k in range(B):
-            block = x[b * B:(b + 1) * B]
+            block = x[b * B : (b + 1) * B]
             if not (block == mask_id).any():
                 break
-            logits = logits_fn(x[None, :(b + 1) * B])[0, b * B:]
+            logits = logits_fn(x[None, : (b + 1) * B])[0, b * B :]
             noise = gumbel(seed, b, k, B, vocab_size) if temperature > 0 else None
-            x[b * B:(b + 1) * B] = step(logits, block, mask_id, temperature, top_k, top_p, threshold, noise)
-    return x[P:P + max_new_tokens].tolist()
+            x[b * B : (b + 1) * B] = step(logits, block, mask_id, temperature, top_k, top_p, threshold, noise)
+    return x[P : P + max_new_tokens].tolist()

@@ -1,4 +1,5 @@
 """The layering of docs/architecture.md holds, and the README's reading list is true."""
+
 import re
 from pathlib import Path
 
@@ -13,8 +14,8 @@ def test_no_cycle_no_import_up_no_import_inside_a_function():
 
 def test_the_check_can_fail():
     g = architecture.graph()
-    g["spotref.rules"] = (g["spotref.rules"][0] | {"spotref.tools.bench"}, set())    # the spec imports a tool
-    g["spotref.noise"] = ({"spotref.rules"}, {"spotref.api"})                       # a cycle, an inner import
+    g["spotref.rules"] = (g["spotref.rules"][0] | {"spotref.tools.bench"}, set())  # the spec imports a tool
+    g["spotref.noise"] = ({"spotref.rules"}, {"spotref.api"})  # a cycle, an inner import
     found = "\n".join(architecture.violations(g))
     assert "spotref.rules (spec core) imports spotref.tools.bench (tools)" in found
     assert "cycle: spotref.noise -> spotref.rules -> spotref.noise" in found
@@ -24,13 +25,17 @@ def test_the_check_can_fail():
 def code_lines(path: Path) -> int:
     """Lines that are neither blank, comments nor docstrings."""
     import ast
+
     src = path.read_text(encoding="utf-8")
     doc = set()
     for n in ast.walk(ast.parse(src)):
         if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(n, clean=False) is not None:
             doc.update(range(n.body[0].lineno, n.body[0].end_lineno + 1))
-    return sum(1 for i, line in enumerate(src.splitlines(), 1)
-               if line.strip() and not line.strip().startswith("#") and i not in doc)
+    return sum(
+        1
+        for i, line in enumerate(src.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#") and i not in doc
+    )
 
 
 def test_the_readme_reading_list_counts_are_true_and_under_1000():
@@ -56,8 +61,10 @@ def imported(extra: str = "") -> tuple[int, list[str]]:
     """(lines of spotref source loaded, module names) in a fresh interpreter after ``extra``."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", IMPORTED.format(extra=extra)], capture_output=True,
-                         text=True, check=True, cwd=ROOT).stdout.split("\n")
+
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTED.format(extra=extra)], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.split("\n")
     return int(out[0]), out[1].split()
 
 
@@ -77,13 +84,16 @@ def test_exact_decoding_loads_no_drafter_and_a_named_drafter_loads_its_module():
 
 def test_no_module_over_700_lines_and_no_function_over_60():
     import ast
+
     long = []
     for base in ("spotref", "benchmarks", "examples"):
         for path in sorted((ROOT / base).rglob("*.py")):
             src = path.read_text(encoding="utf-8")
             if src.count("\n") > 700:
                 long.append(f"{path.relative_to(ROOT)}: {src.count(chr(10))} lines")
-            long += [f"{path.relative_to(ROOT)}:{n.lineno} {n.name}: {n.end_lineno - n.lineno + 1} lines"
-                     for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.end_lineno - n.lineno + 1 > 60]
+            long += [
+                f"{path.relative_to(ROOT)}:{n.lineno} {n.name}: {n.end_lineno - n.lineno + 1} lines"
+                for n in ast.walk(ast.parse(src))
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60
+            ]
     assert long == []

@@ -1,4 +1,5 @@
 """The exactness audit, the batch-invariance check, and the GPU check script's CPU smoke run."""
+
 import importlib.util
 import json
 from pathlib import Path
@@ -71,4 +72,4 @@ def test_gpu_check_smoke_runs_on_cpu(tmp_path):
     assert res["audit"]["identical"]
     runs = res["gsm"]["runs"]
     assert {"exact rows", "spot N=4", "calibrated N=4", "confidence N=4"} <= set(runs)
-    assert all(r["identical"] for k, r in runs.items() if not k.startswith("exact"))   # vs exact at W
+    assert all(r["identical"] for k, r in runs.items() if not k.startswith("exact"))  # vs exact at W

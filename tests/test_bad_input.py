@@ -2,6 +2,7 @@
 for ``spotref.generate`` and for drafts (checkpoints, targets and drafters are in
 test_bad_input_files.py, the command line in test_bad_input_cli.py; docs/reliability.md lists
 them all)."""
+
 import math
 
 import numpy as np
@@ -15,44 +16,48 @@ from spotref import Draft
 
 @pytest.fixture
 def model(monkeypatch):
-    m = tiny_model(V=20, B=4)                               # MASK = 19
+    m = tiny_model(V=20, B=4)  # MASK = 19
 
     def no_forward(*a, **k):
         raise AssertionError("a forward pass ran before the arguments were checked")
+
     for name in ("prefill", "denoise", "store", "forward"):
         monkeypatch.setattr(m, name, no_forward)
     return m
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(prompt_ids=[1, 2.5]), "prompt_ids"),
-    (dict(prompt_ids=["a"]), "prompt_ids"),
-    (dict(prompt_ids="hello"), "prompt_ids"),
-    (dict(prompt_ids=[[1, 2]]), "prompt_ids"),
-    (dict(prompt_ids=torch.zeros(2, 2, dtype=torch.long)), "prompt_ids"),
-    (dict(prompt_ids=[1, 20]), "prompt_ids"),
-    (dict(prompt_ids=[-1]), "prompt_ids"),
-    (dict(prompt_ids=[3, 19]), "MASK"),
-    (dict(max_new_tokens=-1), "max_new_tokens"),
-    (dict(max_new_tokens=2.0), "max_new_tokens"),
-    (dict(max_new_tokens=40000), "max_position_embeddings"),
-    (dict(temperature=-0.5), "temperature"),
-    (dict(temperature=math.nan), "temperature"),
-    (dict(temperature=math.inf), "temperature"),
-    (dict(temperature="hot"), "temperature"),
-    (dict(threshold=0.0), "threshold"),
-    (dict(threshold=1.0), "threshold"),
-    (dict(threshold=math.nan), "threshold"),
-    (dict(top_k=0), "top_k"),
-    (dict(top_p=0.0), "top_p"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(budget=0), "budget"),
-    (dict(depth=-1), "depth"),
-    (dict(seed=-3), "seed"),
-    (dict(stop_ids=[25]), "stop_ids"),
-    (dict(drafter="nonsense"), "drafter"),
-    (dict(drafter=42), "drafter"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(prompt_ids=[1, 2.5]), "prompt_ids"),
+        (dict(prompt_ids=["a"]), "prompt_ids"),
+        (dict(prompt_ids="hello"), "prompt_ids"),
+        (dict(prompt_ids=[[1, 2]]), "prompt_ids"),
+        (dict(prompt_ids=torch.zeros(2, 2, dtype=torch.long)), "prompt_ids"),
+        (dict(prompt_ids=[1, 20]), "prompt_ids"),
+        (dict(prompt_ids=[-1]), "prompt_ids"),
+        (dict(prompt_ids=[3, 19]), "MASK"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(max_new_tokens=2.0), "max_new_tokens"),
+        (dict(max_new_tokens=40000), "max_position_embeddings"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(temperature=math.nan), "temperature"),
+        (dict(temperature=math.inf), "temperature"),
+        (dict(temperature="hot"), "temperature"),
+        (dict(threshold=0.0), "threshold"),
+        (dict(threshold=1.0), "threshold"),
+        (dict(threshold=math.nan), "threshold"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(budget=0), "budget"),
+        (dict(depth=-1), "depth"),
+        (dict(seed=-3), "seed"),
+        (dict(stop_ids=[25]), "stop_ids"),
+        (dict(drafter="nonsense"), "drafter"),
+        (dict(drafter=42), "drafter"),
+    ],
+)
 def test_bad_argument_is_named(model, kwargs, name):
     args = dict(prompt_ids=[1, 2, 3], max_new_tokens=8, drafter="confidence")
     args.update(kwargs)
@@ -67,18 +72,21 @@ def test_numpy_and_torch_prompts_are_accepted():
     assert spotref.generate(m, torch.tensor([1, 2, 3]), 5).tokens == a.tokens
 
 
-@pytest.mark.parametrize("draft, message", [
-    (Draft((-1, 0), ((), ((0, 5),))), "node 1: position 0 is already committed"),
-    (Draft((-1, 0), ((), ((9, 5),))), "node 1: position 9 is outside the block"),
-    (Draft((-1, 0), ((), ((2, 19),))), "node 1: token 19"),
-    (Draft((-1, 0), ((), ((2, 20),))), "node 1: token 20"),
-    (Draft((-1, 0, 0), ((), ((2, 5),), ((3, 1), (2, 4)))), "node 2: 2 commits"),
-    (Draft((-1, 1), ((), ((2, 5),))), "node 1: parent 1"),
-    (Draft((-1, 0), ((), ())), "node 1: 0 commits"),
-    (Draft((0,), ((),)), "node 0"),
-    (Draft((-1,) + (0,) * 16, ((),) + (((2, 5),),) * 16), "budget"),
-    (Draft.chain([((2, 5),), ((3, 5),)]), "depth 2 exceeds the depth cap 1"),
-])
+@pytest.mark.parametrize(
+    "draft, message",
+    [
+        (Draft((-1, 0), ((), ((0, 5),))), "node 1: position 0 is already committed"),
+        (Draft((-1, 0), ((), ((9, 5),))), "node 1: position 9 is outside the block"),
+        (Draft((-1, 0), ((), ((2, 19),))), "node 1: token 19"),
+        (Draft((-1, 0), ((), ((2, 20),))), "node 1: token 20"),
+        (Draft((-1, 0, 0), ((), ((2, 5),), ((3, 1), (2, 4)))), "node 2: 2 commits"),
+        (Draft((-1, 1), ((), ((2, 5),))), "node 1: parent 1"),
+        (Draft((-1, 0), ((), ())), "node 1: 0 commits"),
+        (Draft((0,), ((),)), "node 0"),
+        (Draft((-1,) + (0,) * 16, ((),) + (((2, 5),),) * 16), "budget"),
+        (Draft.chain([((2, 5),), ((3, 5),)]), "depth 2 exceeds the depth cap 1"),
+    ],
+)
 def test_an_invalid_draft_is_rejected_naming_the_node(draft, message):
     m = tiny_model(V=20, B=4)
     with pytest.raises(ValueError, match=message):
@@ -98,71 +106,75 @@ def test_drafter_must_return_a_draft():
 
 # ---- generate: the catalogue of issue 9 and more ---------------------------------------------
 
+
 class Opaque:
     """Neither a model nor a target."""
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(temperature=1e-320), "temperature"),              # L / T overflows float64
-    (dict(temperature=1e-7), "temperature"),                # below MIN_TEMPERATURE
-    (dict(temperature=5e-324), "temperature"),
-    (dict(temperature=True), "temperature"),
-    (dict(temperature=1j), "temperature"),
-    (dict(temperature=np.float64("nan")), "temperature"),
-    (dict(seed=2 ** 64), "seed"),                           # would wrap silently
-    (dict(seed=2 ** 70), "seed"),
-    (dict(seed=1.5), "seed"),
-    (dict(seed=True), "seed"),
-    (dict(seed="0"), "seed"),
-    (dict(prompt_ids={1, 2, 3}), "prompt_ids.*unordered"),
-    (dict(prompt_ids=frozenset({1, 2})), "prompt_ids.*unordered"),
-    (dict(prompt_ids={1: 0, 2: 0}), "prompt_ids.*unordered"),
-    (dict(prompt_ids=None), "prompt_ids"),
-    (dict(prompt_ids=5), "prompt_ids"),
-    (dict(prompt_ids=b"ab"), "prompt_ids"),
-    (dict(prompt_ids=[None]), "prompt_ids"),
-    (dict(prompt_ids=[True, 2]), "prompt_ids"),
-    (dict(prompt_ids=[np.float32(1)]), "prompt_ids"),
-    (dict(prompt_ids=np.array([[1, 2]])), "prompt_ids"),
-    (dict(prompt_ids=torch.tensor([1.0, 2.0])), "prompt_ids"),
-    (dict(prompt_ids=torch.tensor(3)), "prompt_ids"),
-    (dict(stop_ids=np.zeros((2, 2), dtype=np.int64)), "stop_ids"),
-    (dict(stop_ids=torch.zeros(1, 2, dtype=torch.long)), "stop_ids"),
-    (dict(stop_ids="5"), "stop_ids"),
-    (dict(stop_ids=b"5"), "stop_ids"),
-    (dict(stop_ids=2.0), "stop_ids"),
-    (dict(stop_ids=True), "stop_ids"),
-    (dict(stop_ids=[True]), "stop_ids"),
-    (dict(stop_ids=[-1]), "stop_ids"),
-    (dict(stop_ids=20), "stop_ids"),
-    (dict(stop_ids=[[1]]), "stop_ids"),
-    (dict(stop_ids={1: 2}), "stop_ids"),
-    (dict(stop_ids=np.array([1.5])), "stop_ids"),
-    (dict(max_new_tokens=True), "max_new_tokens"),
-    (dict(max_new_tokens=np.int64(-1)), "max_new_tokens"),
-    (dict(max_new_tokens=None), "max_new_tokens"),
-    (dict(top_k=True), "top_k"),
-    (dict(top_k=1.0), "top_k"),
-    (dict(top_p=-0.1), "top_p"),
-    (dict(top_p=math.inf), "top_p"),
-    (dict(threshold=True), "threshold"),
-    (dict(threshold=-0.5), "threshold"),
-    (dict(threshold="0.5"), "threshold"),
-    (dict(budget="x"), "budget"),
-    (dict(budget=2.5), "budget"),
-    (dict(budget=-1), "budget"),
-    (dict(budget=None), "budget"),
-    (dict(depth=1.5), "depth"),
-    (dict(depth=True), "depth"),
-    (dict(fused_store="no"), "fused_store"),
-    (dict(fused_store=1), "fused_store"),
-    (dict(fused_store=None), "fused_store"),
-    (dict(core="x"), "core"),
-    (dict(core=42), "core"),
-    (dict(core=math), "core"),                              # a module, but not a core
-    (dict(drafter=[1, 2]), "drafter"),
-    (dict(drafter=""), "drafter"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(temperature=1e-320), "temperature"),  # L / T overflows float64
+        (dict(temperature=1e-7), "temperature"),  # below MIN_TEMPERATURE
+        (dict(temperature=5e-324), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(temperature=1j), "temperature"),
+        (dict(temperature=np.float64("nan")), "temperature"),
+        (dict(seed=2**64), "seed"),  # would wrap silently
+        (dict(seed=2**70), "seed"),
+        (dict(seed=1.5), "seed"),
+        (dict(seed=True), "seed"),
+        (dict(seed="0"), "seed"),
+        (dict(prompt_ids={1, 2, 3}), "prompt_ids.*unordered"),
+        (dict(prompt_ids=frozenset({1, 2})), "prompt_ids.*unordered"),
+        (dict(prompt_ids={1: 0, 2: 0}), "prompt_ids.*unordered"),
+        (dict(prompt_ids=None), "prompt_ids"),
+        (dict(prompt_ids=5), "prompt_ids"),
+        (dict(prompt_ids=b"ab"), "prompt_ids"),
+        (dict(prompt_ids=[None]), "prompt_ids"),
+        (dict(prompt_ids=[True, 2]), "prompt_ids"),
+        (dict(prompt_ids=[np.float32(1)]), "prompt_ids"),
+        (dict(prompt_ids=np.array([[1, 2]])), "prompt_ids"),
+        (dict(prompt_ids=torch.tensor([1.0, 2.0])), "prompt_ids"),
+        (dict(prompt_ids=torch.tensor(3)), "prompt_ids"),
+        (dict(stop_ids=np.zeros((2, 2), dtype=np.int64)), "stop_ids"),
+        (dict(stop_ids=torch.zeros(1, 2, dtype=torch.long)), "stop_ids"),
+        (dict(stop_ids="5"), "stop_ids"),
+        (dict(stop_ids=b"5"), "stop_ids"),
+        (dict(stop_ids=2.0), "stop_ids"),
+        (dict(stop_ids=True), "stop_ids"),
+        (dict(stop_ids=[True]), "stop_ids"),
+        (dict(stop_ids=[-1]), "stop_ids"),
+        (dict(stop_ids=20), "stop_ids"),
+        (dict(stop_ids=[[1]]), "stop_ids"),
+        (dict(stop_ids={1: 2}), "stop_ids"),
+        (dict(stop_ids=np.array([1.5])), "stop_ids"),
+        (dict(max_new_tokens=True), "max_new_tokens"),
+        (dict(max_new_tokens=np.int64(-1)), "max_new_tokens"),
+        (dict(max_new_tokens=None), "max_new_tokens"),
+        (dict(top_k=True), "top_k"),
+        (dict(top_k=1.0), "top_k"),
+        (dict(top_p=-0.1), "top_p"),
+        (dict(top_p=math.inf), "top_p"),
+        (dict(threshold=True), "threshold"),
+        (dict(threshold=-0.5), "threshold"),
+        (dict(threshold="0.5"), "threshold"),
+        (dict(budget="x"), "budget"),
+        (dict(budget=2.5), "budget"),
+        (dict(budget=-1), "budget"),
+        (dict(budget=None), "budget"),
+        (dict(depth=1.5), "depth"),
+        (dict(depth=True), "depth"),
+        (dict(fused_store="no"), "fused_store"),
+        (dict(fused_store=1), "fused_store"),
+        (dict(fused_store=None), "fused_store"),
+        (dict(core="x"), "core"),
+        (dict(core=42), "core"),
+        (dict(core=math), "core"),  # a module, but not a core
+        (dict(drafter=[1, 2]), "drafter"),
+        (dict(drafter=""), "drafter"),
+    ],
+)
 def test_more_bad_arguments_are_named(model, kwargs, name):
     args = dict(prompt_ids=[1, 2, 3], max_new_tokens=8, drafter="confidence")
     args.update(kwargs)
@@ -170,8 +182,7 @@ def test_more_bad_arguments_are_named(model, kwargs, name):
         spotref.generate(model, **args)
 
 
-@pytest.mark.parametrize("bad", [42, None, "no-such-target", Opaque(), torch.nn.Linear(2, 2), [1, 2],
-                                 "../x.json"])
+@pytest.mark.parametrize("bad", [42, None, "no-such-target", Opaque(), torch.nn.Linear(2, 2), [1, 2], "../x.json"])
 def test_model_must_be_a_model_a_target_or_a_target_name(bad):
     with pytest.raises(ValueError, match="model"):
         spotref.generate(bad, [1, 2, 3], 4)
@@ -183,21 +194,30 @@ def test_stop_ids_as_an_int_an_array_or_a_tensor():
     free = spotref.generate(m, [1, 2, 3], 12, temperature=1.0, seed=3)
     stop = free.tokens[5]
     want = free.tokens[: free.tokens.index(stop) + 1]
-    for stops in (stop, np.int64(stop), [stop], np.array([stop]), torch.tensor([stop]), torch.tensor(stop),
-                  (stop, stop), {stop}):
+    for stops in (
+        stop,
+        np.int64(stop),
+        [stop],
+        np.array([stop]),
+        torch.tensor([stop]),
+        torch.tensor(stop),
+        (stop, stop),
+        {stop},
+    ):
         got = spotref.generate(m, [1, 2, 3], 12, temperature=1.0, seed=3, stop_ids=stops)
         assert got.tokens == want, stops
 
 
 def test_seed_uses_all_64_bits():
     m = tiny_model(V=20, B=4)
-    a = spotref.generate(m, [1, 2, 3], 8, temperature=1.0, seed=2 ** 64 - 1)
-    b = spotref.generate(m, [1, 2, 3], 8, temperature=1.0, seed=2 ** 64 - 1)
+    a = spotref.generate(m, [1, 2, 3], 8, temperature=1.0, seed=2**64 - 1)
+    b = spotref.generate(m, [1, 2, 3], 8, temperature=1.0, seed=2**64 - 1)
     assert a.tokens == b.tokens
 
 
 def test_smallest_temperature_is_accepted():
     from spotref.api import MIN_TEMPERATURE
+
     m = tiny_model(V=20, B=4)
     assert len(spotref.generate(m, [1, 2, 3], 8, temperature=MIN_TEMPERATURE).tokens) == 8
 
@@ -221,41 +241,52 @@ def test_model_as_a_target_or_its_name():
 
 # ---- drafts: types (both cores share check_node's messages; see test_core.py) -------------------
 
+
 @pytest.mark.parametrize("parent", [None, "0", 0.0, True, False, 1.0, np.float64(0), [0]])
 def test_a_parent_that_is_not_an_integer_names_the_node(parent):
     with pytest.raises(ValueError, match="node 1: parent .* is not an integer node index"):
         Draft((-1, parent), ((), ((2, 5),)))
 
 
-@pytest.mark.parametrize("commit", [(True, 5), (False, 5), (2, True), (np.bool_(True), 5), (2.0, 5),
-                                    ("2", 5), (2, None), (2, np.float32(5))])
+@pytest.mark.parametrize(
+    "commit", [(True, 5), (False, 5), (2, True), (np.bool_(True), 5), (2.0, 5), ("2", 5), (2, None), (2, np.float32(5))]
+)
 def test_a_position_or_token_that_is_not_an_integer_names_the_node(commit):
     with pytest.raises(ValueError, match="node 1: commit .* is not a pair of ints"):
         Draft((-1, 0), ((), (commit,)))
 
 
-@pytest.mark.parametrize("parents, commits, message", [
-    (5, ((),), "draft: parents"), ("ab", ((),), "draft: parents"), ((-1,), 7, "draft: commits"),
-    ((-1,), "x", "draft: commits"), ((None,), ((),), "node 0")])
+@pytest.mark.parametrize(
+    "parents, commits, message",
+    [
+        (5, ((),), "draft: parents"),
+        ("ab", ((),), "draft: parents"),
+        ((-1,), 7, "draft: commits"),
+        ((-1,), "x", "draft: commits"),
+        ((None,), ((),), "node 0"),
+    ],
+)
 def test_draft_shapes_that_are_not_sequences(parents, commits, message):
     with pytest.raises(ValueError, match=message):
         Draft(parents, commits)
 
 
-@pytest.mark.parametrize("parents, commits, message", [
-    ((-1, None), ((), ((2, 5),)), "node 1: parent None"),
-    ((-1, "0"), ((), ((2, 5),)), "node 1: parent '0'"),
-    ((-1, 0.0), ((), ((2, 5),)), "node 1: parent 0.0"),
-    ((-1, True), ((), ((2, 5),)), "node 1: parent True"),
-    ((-1, 0), ((), ((True, 5),)), "node 1: commit \\(True, 5\\)"),
-    ((-1.0,), ((),), "node 0"),
-])
+@pytest.mark.parametrize(
+    "parents, commits, message",
+    [
+        ((-1, None), ((), ((2, 5),)), "node 1: parent None"),
+        ((-1, "0"), ((), ((2, 5),)), "node 1: parent '0'"),
+        ((-1, 0.0), ((), ((2, 5),)), "node 1: parent 0.0"),
+        ((-1, True), ((), ((2, 5),)), "node 1: parent True"),
+        ((-1, 0), ((), ((True, 5),)), "node 1: commit \\(True, 5\\)"),
+        ((-1.0,), ((),), "node 0"),
+    ],
+)
 def test_raw_trees_are_refused_by_both_cores(parents, commits, message):
     """A raw parent array that never went through Draft is refused by either core, naming the node."""
     for core in ["py"] + (["c"] if spotref.EXTENSION else []):
         with pytest.raises(ValueError, match=message):
-            spotref.core_module(core).build_tree(np.array([1, 2, 19, 19]), 0, parents, commits,
-                                                 19, 20, 1, 16, 8)
+            spotref.core_module(core).build_tree(np.array([1, 2, 19, 19]), 0, parents, commits, 19, 20, 1, 16, 8)
 
 
 def test_numpy_positions_and_tokens_are_accepted():
@@ -265,5 +296,5 @@ def test_numpy_positions_and_tokens_are_accepted():
     def drafter(view):
         j = view.masked[0]
         return Draft((np.int64(-1), np.int32(0)), ((), ((np.int64(j), np.int16(view.coupled_token(j, view.step))),)))
-    assert spotref.generate(m, [1, 2], 6, drafter=drafter).tokens == want
 
+    assert spotref.generate(m, [1, 2], 6, drafter=drafter).tokens == want

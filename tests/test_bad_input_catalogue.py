@@ -1,6 +1,7 @@
 """Issue 38's catalogue: each input once accepted silently, or refused only after forward passes
 or with a traceback from inside torch, is now refused by name before any work (exact type and
 a message naming the culprit)."""
+
 import numpy as np
 import pytest
 import torch
@@ -19,10 +20,10 @@ def test_a_position_whose_only_finite_logit_is_masks_is_refused_and_the_block_is
     blk = spec(temperature=1.0, top_p=0.5).block(0, np.full(4, 9))
     blk.propose()
     L = torch.zeros(1, 4, 10)
-    L[0, 2, :9] = -torch.inf                          # position 2: only MASK is finite
+    L[0, 2, :9] = -torch.inf  # position 2: only MASK is finite
     with pytest.raises(ValueError, match="row 0, position 2 has no finite logit but MASK's"):
         blk.accept(L)
-    blk.accept(torch.zeros(1, 4, 10))                 # the block still works
+    blk.accept(torch.zeros(1, 4, 10))  # the block still works
     assert blk.passes == 1
 
 
@@ -47,7 +48,7 @@ def test_float64_logits_of_1e300_decided_in_float64_are_decided():
     blk = spec(temperature=1.0, precision="float64").block(0, np.full(4, 9))
     blk.propose()
     L = torch.zeros(1, 4, 10, dtype=torch.float64)
-    L[0, 1, 3] = 1e300                                   # position 1, token 3: certain
+    L[0, 1, 3] = 1e300  # position 1, token 3: certain
     blk.accept(L)
     assert blk.tokens.tolist() == [9, 3, 9, 9]
 
@@ -59,10 +60,13 @@ def test_a_vocabulary_of_only_mask_is_refused():
         SDARConfig(vocab_size=1, mask_token_id=0, head_dim=16)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: torch.zeros(1, 4, 10, device="meta"), "dense tensor with values"),
-    (lambda: torch.zeros(1, 4, 10).to_sparse(), "dense tensor with values"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: torch.zeros(1, 4, 10, device="meta"), "dense tensor with values"),
+        (lambda: torch.zeros(1, 4, 10).to_sparse(), "dense tensor with values"),
+    ],
+)
 def test_meta_and_sparse_logits_are_refused(make, message):
     blk = spec().block(0, np.full(4, 9))
     blk.propose()
@@ -84,19 +88,19 @@ def test_accept_keeps_a_copy_not_a_view_of_the_callers_buffer():
     blk.propose()
     blk.accept(buf)
     before = blk.stale.clone()
-    buf.fill_(7.0)                                     # the caller reuses its buffer
+    buf.fill_(7.0)  # the caller reuses its buffer
     assert torch.equal(blk.stale, before)
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(budget=2 ** 31), "budget must be an int in"), (dict(depth=2 ** 31), "depth must be an int in"),
-])
+@pytest.mark.parametrize(
+    "kw, message", [(dict(budget=2**31), "budget must be an int in"), (dict(depth=2**31), "depth must be an int in")]
+)
 def test_budgets_and_depths_the_core_cannot_hold_are_refused_up_front(kw, message):
     with pytest.raises(ValueError, match=message):
         Speculator(vocab_size=10, block_size=4, mask_id=9, drafter="confidence", **kw)
 
 
-@pytest.mark.parametrize("index", [2 ** 31, 2 ** 64, 2 ** 64 + 1, -1])
+@pytest.mark.parametrize("index", [2**31, 2**64, 2**64 + 1, -1])
 def test_a_block_index_beyond_the_noise_key_is_refused(index):
     with pytest.raises(ValueError, match="index must be an int in"):
         spec().block(index, np.full(4, 9))
@@ -107,14 +111,17 @@ def test_mask_as_a_stop_id_is_refused():
         spotref.generate(tiny_model(V=10, B=4), [1, 2], 4, stop_ids=[3, 9])
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(head_dim=7), "head_dim must be even"),
-    (dict(vocab_size=2 ** 63), r"vocab_size must be an int in \[1, 2\*\*31 - 1\]"),
-    (dict(rope_theta=1e-300), "rope_theta must be above 1"),
-    (dict(eos_token_id=-1), "eos_token_id -1 is not a token id"),
-    (dict(eos_token_id=[5, 300]), r"eos_token_id \[5, 300\] is not a token id"),
-    (dict(bos_token_id=300), "bos_token_id 300 is not a token id"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(head_dim=7), "head_dim must be even"),
+        (dict(vocab_size=2**63), r"vocab_size must be an int in \[1, 2\*\*31 - 1\]"),
+        (dict(rope_theta=1e-300), "rope_theta must be above 1"),
+        (dict(eos_token_id=-1), "eos_token_id -1 is not a token id"),
+        (dict(eos_token_id=[5, 300]), r"eos_token_id \[5, 300\] is not a token id"),
+        (dict(bos_token_id=300), "bos_token_id 300 is not a token id"),
+    ],
+)
 def test_configs_that_would_fail_inside_torch_are_refused_by_field(kw, message):
     with pytest.raises(ValueError, match=message):
         SDARConfig(**{"vocab_size": 300, "head_dim": 16, **kw})
@@ -123,6 +130,7 @@ def test_configs_that_would_fail_inside_torch_are_refused_by_field(kw, message):
 @pytest.mark.parametrize("device", ["mps", "cuda:7", "xla", "nonsense"])
 def test_a_device_this_machine_lacks_is_refused_by_name(device):
     from spotref.checkpoint import resolve_device
+
     if torch.cuda.is_available() and device == "cuda:7" and torch.cuda.device_count() > 7:
         pytest.skip("this machine has 8 GPUs")
     with pytest.raises(ValueError, match="device"):
@@ -138,10 +146,15 @@ def test_the_literal_text_of_a_special_token_encodes_as_text(name):
     assert tok.encode_batch([text, "x"]) == [ids, tok.encode("x")]
 
 
-@pytest.mark.parametrize("bad, message", [([2.7], "2.7 at index 0 is not an integer"),
-                                          (["5"], "'5' at index 0 is not an integer"),
-                                          ([True, 5], "True at index 0 is not an integer"),
-                                          ("12", "a sequence of token ids")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([2.7], "2.7 at index 0 is not an integer"),
+        (["5"], "'5' at index 0 is not an integer"),
+        ([True, 5], "True at index 0 is not an integer"),
+        ("12", "a sequence of token ids"),
+    ],
+)
 def test_decode_refuses_what_is_not_token_ids(bad, message):
     with pytest.raises(ValueError, match=message):
         spotref.load_target("stdlib-b32").tokenizer.decode(bad)
@@ -152,6 +165,7 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
     import os
 
     from spotref.load.targets import TARGETS_DIR, load_target
+
     meta = json.loads((TARGETS_DIR / "gsm-b32.json").read_text())
     for f in (meta["weights"]["file"], meta["tokenizer"]["file"]):
         os.symlink(TARGETS_DIR / f, tmp_path / f)
@@ -162,22 +176,28 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
         (tmp_path / "gsm-b32.json").write_text(json.dumps(m))
         with pytest.raises(ValueError, match=message):
             load_target(tmp_path / "gsm-b32.json")
+
     refused(lambda m: m["tokenizer"].update(file="../targets/gsm-b32.tokenizer.json"), "must name a file beside it")
     refused(lambda m: m["config"].update(mask_token_id=5), "tokenizer's MASK id is 1, the model's mask_token_id 5")
     (tmp_path / "bytes.json").write_text(json.dumps({"kind": "bytes"}))
-    refused(lambda m: m["tokenizer"].update(file="bytes.json"), "tokenizer.s MASK id is 257, the model.s mask_token_id 1")
-    meta["config"]["mask_token_id"] = 257                     # the same MASK id, other sizes
-    refused(lambda m: m["tokenizer"].update(file="bytes.json"), "the tokenizer has 258 ids, the model.s vocabulary 1024")
+    refused(
+        lambda m: m["tokenizer"].update(file="bytes.json"), "tokenizer.s MASK id is 257, the model.s mask_token_id 1"
+    )
+    meta["config"]["mask_token_id"] = 257  # the same MASK id, other sizes
+    refused(
+        lambda m: m["tokenizer"].update(file="bytes.json"), "the tokenizer has 258 ids, the model.s vocabulary 1024"
+    )
 
 
 @pytest.mark.parametrize("option", ["--targets-dir", "--drafters-dir"])
 def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
     from spotref.tools.cli import main
+
     assert main(["bench", "--quick", option, "/nonexistent", "--out", str(tmp_path / "r.md")]) == 2
     assert f"{option} '/nonexistent' is not a directory" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("n", [10 ** 9, -1, 2.5, True])
+@pytest.mark.parametrize("n", [10**9, -1, 2.5, True])
 def test_heldout_refuses_an_unbounded_or_odd_count(n):
     with pytest.raises(ValueError, match="heldout: n must be an int"):
         spotref.load_target("gsm-b32").heldout(n)

@@ -4,6 +4,7 @@ A bad option value is an argparse error: ``SystemExit(2)`` and a usage message t
 option. A bad input found later is one line ``spotref CMD: error: ...`` and status 2. Ctrl-C is
 one line ``... interrupted`` and status 130. Never a traceback.
 """
+
 import argparse
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from spotref.tools import bench, cli, train_drafter
 from spotref.tools.cli import main
 
 pytest.importorskip("safetensors")
-MODEL = ["--model", "stdlib-b32", "--prompt", "def f(x):"]         # a code target: no chat format
+MODEL = ["--model", "stdlib-b32", "--prompt", "def f(x):"]  # a code target: no chat format
 
 
 def option_error(capsys, argv) -> str:
@@ -41,57 +42,61 @@ def input_error(capsys, argv) -> str:
 
 # ---- option values: argparse errors naming the option -----------------------------------------
 
-@pytest.mark.parametrize("argv, option", [
-    (["generate", *MODEL, "--block-length", 0], "--block-length"),
-    (["generate", *MODEL, "--block-length", -4], "--block-length"),
-    (["generate", *MODEL, "--block-length", "x"], "--block-length"),
-    (["audit", *MODEL, "--batch-rows", -1], "--batch-rows"),
-    (["audit", *MODEL, "--batch-rows", 100000], "--batch-rows"),
-    (["audit", *MODEL, "--batch-rows", "x"], "--batch-rows"),
-    (["generate", *MODEL, "--seed", -1], "--seed"),
-    (["generate", *MODEL, "--seed", 2 ** 64], "--seed"),
-    (["generate", *MODEL, "--budget", 0], "--budget"),
-    (["generate", *MODEL, "--budget", "auto"], "--budget"),
-    (["generate", *MODEL, "--depth", -1], "--depth"),
-    (["generate", *MODEL, "--max-new-tokens", -1], "--max-new-tokens"),
-    (["generate", *MODEL, "--top-k", 0], "--top-k"),
-    (["generate", *MODEL, "--mask-id", -1], "--mask-id"),
-    (["audit", *MODEL, "--block-length", 0], "--block-length"),
-    (["demo", "--prompts", 0], "--prompts"),
-    (["demo", "--prompts", -2], "--prompts"),
-    (["demo", "--gen-length", 0], "--gen-length"),
-    (["demo", "--budgets", "4,x"], "--budgets"),
-    (["demo", "--budgets", ","], "--budgets"),
-    (["demo", "--budgets", "0"], "--budgets"),
-    (["demo", "--depth", -2], "--depth"),
-    (["demo", "--seed", 1.5], "--seed"),
-    (["bench", "--drafters", "bogus"], "--drafters"),
-    (["bench", "--drafters", "spot,bogus"], "--drafters"),
-    (["bench", "--drafters", ""], "--drafters"),
-    (["bench", "--prompts", 0], "--prompts"),
-    (["bench", "--temperatures", "-1"], "--temperatures"),
-    (["bench", "--temperatures", "nan"], "--temperatures"),
-    (["bench", "--temperatures", "0,x"], "--temperatures"),
-    (["bench", "--budgets", "0"], "--budgets"),
-    (["bench", "--budgets", "x"], "--budgets"),
-    (["bench", "--new-tokens", 0], "--new-tokens"),
-    (["bench", "--depth", -1], "--depth"),
-    (["bench", "--seed", -1], "--seed"),
-    (["train-target", "--name", "t", "--steps", -1], "--steps"),
-    (["train-target", "--name", "t", "--steps", 0], "--steps"),
-    (["train-target", "--name", "t", "--lr", 0], "--lr"),
-    (["train-target", "--name", "t", "--batch", 0], "--batch"),
-    (["train-target", "--name", "t", "--block-size", 0], "--block-size"),
-    (["train-target", "--name", "t", "--mix-blocks", "16,x"], "--mix-blocks"),
-    (["train-target", "--name", "t", "--minutes", -1], "--minutes"),
-    (["train-target", "--name", "t", "--threads", 0], "--threads"),
-    (["train-target", "--name", "t", "--weight-decay", -0.1], "--weight-decay"),
-    (["train-drafter", DEFAULT_TARGET, "--prompts", 0], "--prompts"),
-    (["train-drafter", DEFAULT_TARGET, "--tf-depth", -1], "--tf-depth"),
-    (["train-drafter", DEFAULT_TARGET, "--lr", -1], "--lr"),
-    (["train-drafter", DEFAULT_TARGET, "--steps", 0], "--steps"),
-    (["train-drafter", DEFAULT_TARGET, "--seeds", 0], "--seeds"),
-])
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["generate", *MODEL, "--block-length", 0], "--block-length"),
+        (["generate", *MODEL, "--block-length", -4], "--block-length"),
+        (["generate", *MODEL, "--block-length", "x"], "--block-length"),
+        (["audit", *MODEL, "--batch-rows", -1], "--batch-rows"),
+        (["audit", *MODEL, "--batch-rows", 100000], "--batch-rows"),
+        (["audit", *MODEL, "--batch-rows", "x"], "--batch-rows"),
+        (["generate", *MODEL, "--seed", -1], "--seed"),
+        (["generate", *MODEL, "--seed", 2**64], "--seed"),
+        (["generate", *MODEL, "--budget", 0], "--budget"),
+        (["generate", *MODEL, "--budget", "auto"], "--budget"),
+        (["generate", *MODEL, "--depth", -1], "--depth"),
+        (["generate", *MODEL, "--max-new-tokens", -1], "--max-new-tokens"),
+        (["generate", *MODEL, "--top-k", 0], "--top-k"),
+        (["generate", *MODEL, "--mask-id", -1], "--mask-id"),
+        (["audit", *MODEL, "--block-length", 0], "--block-length"),
+        (["demo", "--prompts", 0], "--prompts"),
+        (["demo", "--prompts", -2], "--prompts"),
+        (["demo", "--gen-length", 0], "--gen-length"),
+        (["demo", "--budgets", "4,x"], "--budgets"),
+        (["demo", "--budgets", ","], "--budgets"),
+        (["demo", "--budgets", "0"], "--budgets"),
+        (["demo", "--depth", -2], "--depth"),
+        (["demo", "--seed", 1.5], "--seed"),
+        (["bench", "--drafters", "bogus"], "--drafters"),
+        (["bench", "--drafters", "spot,bogus"], "--drafters"),
+        (["bench", "--drafters", ""], "--drafters"),
+        (["bench", "--prompts", 0], "--prompts"),
+        (["bench", "--temperatures", "-1"], "--temperatures"),
+        (["bench", "--temperatures", "nan"], "--temperatures"),
+        (["bench", "--temperatures", "0,x"], "--temperatures"),
+        (["bench", "--budgets", "0"], "--budgets"),
+        (["bench", "--budgets", "x"], "--budgets"),
+        (["bench", "--new-tokens", 0], "--new-tokens"),
+        (["bench", "--depth", -1], "--depth"),
+        (["bench", "--seed", -1], "--seed"),
+        (["train-target", "--name", "t", "--steps", -1], "--steps"),
+        (["train-target", "--name", "t", "--steps", 0], "--steps"),
+        (["train-target", "--name", "t", "--lr", 0], "--lr"),
+        (["train-target", "--name", "t", "--batch", 0], "--batch"),
+        (["train-target", "--name", "t", "--block-size", 0], "--block-size"),
+        (["train-target", "--name", "t", "--mix-blocks", "16,x"], "--mix-blocks"),
+        (["train-target", "--name", "t", "--minutes", -1], "--minutes"),
+        (["train-target", "--name", "t", "--threads", 0], "--threads"),
+        (["train-target", "--name", "t", "--weight-decay", -0.1], "--weight-decay"),
+        (["train-drafter", DEFAULT_TARGET, "--prompts", 0], "--prompts"),
+        (["train-drafter", DEFAULT_TARGET, "--tf-depth", -1], "--tf-depth"),
+        (["train-drafter", DEFAULT_TARGET, "--lr", -1], "--lr"),
+        (["train-drafter", DEFAULT_TARGET, "--steps", 0], "--steps"),
+        (["train-drafter", DEFAULT_TARGET, "--seeds", 0], "--seeds"),
+    ],
+)
 def test_bad_option_values_are_argparse_errors_naming_the_option(capsys, argv, option):
     assert f"argument {option}: " in option_error(capsys, argv)
 
@@ -105,25 +110,29 @@ def test_bad_command_lines(capsys, argv):
 
 # ---- later errors: one line naming the option -------------------------------------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (["generate", *MODEL, "--system", "be brief"], "--system needs --chat"),
-    (["generate", *MODEL, "--no-think"], "--no-think needs --chat"),
-    (["generate", "--model", DEFAULT_TARGET, "--prompt-ids", "1,2", "--chat"], "--chat wraps --prompt text"),
-    (["generate", *MODEL, "--chat"], "--chat: --model 'stdlib-b32' has no chat format"),
-    (["audit", *MODEL, "--chat", "--system", "x"], "--chat: --model"),
-    (["generate", *MODEL, "--drafter", "bogus"], "--drafter 'bogus' is unknown"),
-    (["generate", *MODEL, "--drafter", "nope.pt"], "--drafter 'nope.pt': no drafter checkpoint"),
-    (["generate", *MODEL, "--temperature", "1e-320"], "temperature 1e-320 is below"),
-    (["generate", "--model", "no-such-target", "--prompt", "x"], "--model 'no-such-target'"),
-    (["demo", "--model", "no-such-target"], "unknown target 'no-such-target'"),
-    (["bench", "--update-shipped", "--out", "x.md"], "--update-shipped writes the shipped report"),
-    (["bench", "--replot"], "--replot needs --out"),
-    (["bench", "--replot", "--out", "/nonexistent/r.md"], "--out '/nonexistent/r.md': cannot read the report"),
-    (["bench", "--targets", "nope"], "--targets: unknown target(s) nope"),
-    (["train-target", "--name", "t", "--export", str(TARGETS_DIR)], "t.safetensors is a shipped file"),
-    (["train-drafter", DEFAULT_TARGET, "--update-shipped", "--out", "x.pt"], "--update-shipped writes the shipped"),
-    (["train-drafter", "no-such-target"], "unknown target 'no-such-target'"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", *MODEL, "--system", "be brief"], "--system needs --chat"),
+        (["generate", *MODEL, "--no-think"], "--no-think needs --chat"),
+        (["generate", "--model", DEFAULT_TARGET, "--prompt-ids", "1,2", "--chat"], "--chat wraps --prompt text"),
+        (["generate", *MODEL, "--chat"], "--chat: --model 'stdlib-b32' has no chat format"),
+        (["audit", *MODEL, "--chat", "--system", "x"], "--chat: --model"),
+        (["generate", *MODEL, "--drafter", "bogus"], "--drafter 'bogus' is unknown"),
+        (["generate", *MODEL, "--drafter", "nope.pt"], "--drafter 'nope.pt': no drafter checkpoint"),
+        (["generate", *MODEL, "--temperature", "1e-320"], "temperature 1e-320 is below"),
+        (["generate", "--model", "no-such-target", "--prompt", "x"], "--model 'no-such-target'"),
+        (["demo", "--model", "no-such-target"], "unknown target 'no-such-target'"),
+        (["bench", "--update-shipped", "--out", "x.md"], "--update-shipped writes the shipped report"),
+        (["bench", "--replot"], "--replot needs --out"),
+        (["bench", "--replot", "--out", "/nonexistent/r.md"], "--out '/nonexistent/r.md': cannot read the report"),
+        (["bench", "--targets", "nope"], "--targets: unknown target(s) nope"),
+        (["train-target", "--name", "t", "--export", str(TARGETS_DIR)], "t.safetensors is a shipped file"),
+        (["train-drafter", DEFAULT_TARGET, "--update-shipped", "--out", "x.pt"], "--update-shipped writes the shipped"),
+        (["train-drafter", "no-such-target"], "unknown target 'no-such-target'"),
+    ],
+)
 def test_bad_input_found_later_is_one_line(capsys, argv, message):
     assert message in input_error(capsys, argv)
 
@@ -132,25 +141,41 @@ def test_drafter_option_takes_what_load_drafter_takes(capsys):
     from spotref.drafters.spot import SpotDrafter
     from spotref.load.drafters import ORDER_DIR
     from spotref.tools.cli_models import drafter_arg
+
     assert isinstance(drafter_arg("stdlib-b16"), SpotDrafter)
     assert isinstance(drafter_arg(str(ORDER_DIR / "stdlib-b16.pt")), SpotDrafter)
-    rc = main(["generate", "--model", "stdlib-b16", "--prompt", "def f(x):", "--max-new-tokens", "8",
-               "--drafter", "stdlib-b16"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            "stdlib-b16",
+            "--prompt",
+            "def f(x):",
+            "--max-new-tokens",
+            "8",
+            "--drafter",
+            "stdlib-b16",
+        ]
+    )
     assert rc == 0 and "(drafter stdlib-b16)" in capsys.readouterr().err
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------------
 
+
 def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("target, argv, prog", [
-    ("spotref.tools.demo.run", ["demo", "--model", "random"], "spotref demo"),
-    ("spotref.tools.cli_models.run_generate", ["generate", *MODEL], "spotref generate"),
-    ("spotref.tools.bench.run", ["bench"], "spotref bench"),
-    ("spotref.tools.train.run", ["train-target", "--name", "t"], "spotref train-target"),
-])
+@pytest.mark.parametrize(
+    "target, argv, prog",
+    [
+        ("spotref.tools.demo.run", ["demo", "--model", "random"], "spotref demo"),
+        ("spotref.tools.cli_models.run_generate", ["generate", *MODEL], "spotref generate"),
+        ("spotref.tools.bench.run", ["bench"], "spotref bench"),
+        ("spotref.tools.train.run", ["train-target", "--name", "t"], "spotref train-target"),
+    ],
+)
 def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch, target, argv, prog):
     monkeypatch.setattr(target, interrupt)
     assert main(argv) == 130
@@ -162,11 +187,14 @@ def test_ctrl_c_in_the_module_entry_points(capsys, monkeypatch):
     monkeypatch.setattr(bench, "run", interrupt)
     monkeypatch.setattr(train_drafter, "run", interrupt)
     assert bench.main([]) == 130 and train_drafter.main([DEFAULT_TARGET]) == 130
-    assert capsys.readouterr().err.splitlines() == ["python -m spotref.tools.bench: interrupted",
-                                                    "python -m spotref.tools.train_drafter: interrupted"]
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m spotref.tools.bench: interrupted",
+        "python -m spotref.tools.train_drafter: interrupted",
+    ]
 
 
 # ---- help ---------------------------------------------------------------------------------------
+
 
 def subparser(name: str) -> argparse.ArgumentParser:
     p = cli.parser_for(name)
@@ -183,9 +211,11 @@ def test_every_option_has_plain_help(name):
 
 
 def test_top_level_help_is_plain_and_does_not_import_torch():
-    code = ("import sys; from spotref.tools.cli import main\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'spotref --help imported torch'")
+    code = (
+        "import sys; from spotref.tools.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'spotref --help imported torch'"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "usage: spotref" in r.stdout and "``" not in r.stdout
@@ -195,8 +225,24 @@ def test_top_level_help_is_plain_and_does_not_import_torch():
 
 # ---- outputs: a run directory unless told -----------------------------------------------------
 
-QUICK = ["bench", "--quick", "--targets", "random", "--no-auto", "--no-transfer", "--drafters", "confidence",
-         "--budgets", "2", "--temperatures", "0", "--prompts", "1", "--new-tokens", "8"]
+QUICK = [
+    "bench",
+    "--quick",
+    "--targets",
+    "random",
+    "--no-auto",
+    "--no-transfer",
+    "--drafters",
+    "confidence",
+    "--budgets",
+    "2",
+    "--temperatures",
+    "0",
+    "--prompts",
+    "1",
+    "--new-tokens",
+    "8",
+]
 
 
 def test_bench_defaults_to_a_run_directory_and_honours_quick_overrides(tmp_path, monkeypatch, capsys):
@@ -205,7 +251,7 @@ def test_bench_defaults_to_a_run_directory_and_honours_quick_overrides(tmp_path,
     reports = list(tmp_path.glob("runs/bench-*/results.md"))
     assert len(reports) == 1 and not (tmp_path / "docs").exists()
     text = reports[0].read_text()
-    assert "N in {2}" in text and "T in {0}" in text and "1 prompts x 8 new tokens" in text   # --quick's own grid lost
+    assert "N in {2}" in text and "T in {0}" in text and "1 prompts x 8 new tokens" in text  # --quick's own grid lost
     assert not list(tmp_path.glob("runs/bench-*/.*.tmp"))
 
 
@@ -217,13 +263,15 @@ def test_bench_out_into_a_missing_directory_is_created(tmp_path, capsys):
 
 def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
     from spotref.load.drafters import ORDER_DIR
+
     monkeypatch.chdir(tmp_path)
     args = Namespace(target="t", out=None, update_shipped=False)
     path = train_drafter.out_path(args)
     assert path.parent.parent == Path("runs") and path.parent.name.startswith("drafter-") and path.name == "t.pt"
     assert train_drafter.out_path(Namespace(target="t", out="x/y.pt", update_shipped=False)) == Path("x/y.pt")
     from spotref.load.files import shipped_writes
-    with shipped_writes():                                # as the tool runs it with --update-shipped
+
+    with shipped_writes():  # as the tool runs it with --update-shipped
         assert train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True)) == ORDER_DIR / "t.pt"
     with pytest.raises(ValueError, match="is a shipped file"):
         train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True))

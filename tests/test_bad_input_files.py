@@ -1,5 +1,6 @@
 """Bad files: checkpoint directories, bundled-target metadata and drafter checkpoints. Each is a
 ``ValueError`` naming the file and the field, shard or tensor at fault, raised at load time."""
+
 import json
 import os
 import shutil
@@ -20,8 +21,7 @@ INDEX = "model.safetensors.index.json"
 
 def tiny(tie=False) -> SDARModel:
     torch.manual_seed(0)
-    return SDARModel(SDARConfig(vocab_size=300, mask_token_id=299, block_size=8,
-                                tie_word_embeddings=tie)).eval()
+    return SDARModel(SDARConfig(vocab_size=300, mask_token_id=299, block_size=8, tie_word_embeddings=tie)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +55,25 @@ def load_error(path, **kw) -> str:
 
 # ---- checkpoints: shard names in the index ---------------------------------------------------
 
+
 def set_shard(root: Path, shard):
     def fn(d):
         d["weight_map"]["model.norm.weight"] = shard
+
     edit_json(root / INDEX, fn)
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "sub/../../outside.safetensors",
-                                   "/etc/passwd", "..", "..\\outside.safetensors", "C:outside"])
+@pytest.mark.parametrize(
+    "shard",
+    [
+        "../outside.safetensors",
+        "sub/../../outside.safetensors",
+        "/etc/passwd",
+        "..",
+        "..\\outside.safetensors",
+        "C:outside",
+    ],
+)
 def test_shard_outside_the_checkpoint_is_refused(sharded, shard):
     """Refused by name, even when the file it points to exists and would load."""
     first = json.loads((sharded / INDEX).read_text())["weight_map"]["model.norm.weight"]
@@ -93,18 +104,23 @@ def test_a_shard_in_a_subdirectory_still_loads(sharded):
     shard = json.loads((sharded / INDEX).read_text())["weight_map"]["model.norm.weight"]
     (sharded / "sub").mkdir()
     shutil.copy(sharded / shard, sharded / "sub" / shard)
-    edit_json(sharded / INDEX, lambda d: d["weight_map"].update(
-        {k: f"sub/{v}" for k, v in d["weight_map"].items() if v == shard}))
+    edit_json(
+        sharded / INDEX,
+        lambda d: d["weight_map"].update({k: f"sub/{v}" for k, v in d["weight_map"].items() if v == shard}),
+    )
     m = SDARModel.from_pretrained(sharded)
     assert torch.equal(m.model.norm.weight, tiny().model.norm.weight)
 
 
 # ---- checkpoints: weights ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, dtype", [(float("nan"), None), (float("inf"), None), (-float("inf"), None),
-                                          (1e6, "float16")])                       # fp16 overflow
+
+@pytest.mark.parametrize(
+    "value, dtype", [(float("nan"), None), (float("inf"), None), (-float("inf"), None), (1e6, "float16")]
+)  # fp16 overflow
 def test_non_finite_weights_are_refused_naming_the_tensor(single, value, dtype):
     from safetensors.torch import load_file, save_file
+
     state = load_file(single / "model.safetensors")
     state["model.layers.1.mlp.down_proj.weight"][0, 0] = value
     save_file(state, str(single / "model.safetensors"))
@@ -114,6 +130,7 @@ def test_non_finite_weights_are_refused_naming_the_tensor(single, value, dtype):
 
 def test_all_nan_weights_are_refused(single):
     from safetensors.torch import load_file, save_file
+
     state = {k: torch.full_like(v, float("nan")) for k, v in load_file(single / "model.safetensors").items()}
     save_file(state, str(single / "model.safetensors"))
     assert "non-finite values" in load_error(single)
@@ -121,16 +138,38 @@ def test_all_nan_weights_are_refused(single):
 
 # ---- checkpoints: config field types ----------------------------------------------------------
 
-@pytest.mark.parametrize("field, value", [
-    ("mask_token_id", 60.0), ("mask_token_id", "60"), ("mask_token_id", True), ("mask_token_id", [60]),
-    ("rope_parameters", "yarn"), ("rope_parameters", ["default"]), ("rms_norm_eps", "1e-6"),
-    ("rms_norm_eps", 0), ("rms_norm_eps", -1e-6), ("rope_theta", "1e6"), ("rope_theta", -10.0),
-    ("vocab_size", 300.0), ("hidden_size", "64"), ("num_hidden_layers", True), ("head_dim", None),
-    ("block_size", 8.5), ("block_size", "8"), ("max_position_embeddings", None),
-    ("tie_word_embeddings", "false"), ("tie_word_embeddings", 0), ("eos_token_id", "x"),
-    ("eos_token_id", [1, "2"]), ("bos_token_id", 1.0), ("initializer_range", "0.02"),
-    ("hidden_act", 5), ("torch_dtype", 16),
-])
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("mask_token_id", 60.0),
+        ("mask_token_id", "60"),
+        ("mask_token_id", True),
+        ("mask_token_id", [60]),
+        ("rope_parameters", "yarn"),
+        ("rope_parameters", ["default"]),
+        ("rms_norm_eps", "1e-6"),
+        ("rms_norm_eps", 0),
+        ("rms_norm_eps", -1e-6),
+        ("rope_theta", "1e6"),
+        ("rope_theta", -10.0),
+        ("vocab_size", 300.0),
+        ("hidden_size", "64"),
+        ("num_hidden_layers", True),
+        ("head_dim", None),
+        ("block_size", 8.5),
+        ("block_size", "8"),
+        ("max_position_embeddings", None),
+        ("tie_word_embeddings", "false"),
+        ("tie_word_embeddings", 0),
+        ("eos_token_id", "x"),
+        ("eos_token_id", [1, "2"]),
+        ("bos_token_id", 1.0),
+        ("initializer_range", "0.02"),
+        ("hidden_act", 5),
+        ("torch_dtype", 16),
+    ],
+)
 def test_config_field_of_the_wrong_type_is_named(single, field, value):
     edit_json(single / "config.json", lambda d: d.update({field: value}))
     msg = load_error(single)
@@ -142,8 +181,14 @@ def test_rope_theta_inside_rope_parameters_is_checked(single):
     assert "rope_parameters.rope_theta must be a positive finite number" in load_error(single)
 
 
-@pytest.mark.parametrize("kw, name", [(dict(block_size=4.0), "block_size"), (dict(mask_token_id="5"), "mask_token_id"),
-                                      (dict(block_size=True), "block_size")])
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        (dict(block_size=4.0), "block_size"),
+        (dict(mask_token_id="5"), "mask_token_id"),
+        (dict(block_size=True), "block_size"),
+    ],
+)
 def test_override_arguments_of_the_wrong_type_are_named(single, kw, name):
     assert f"{name}= argument: {name} must be an integer" in load_error(single, **kw)
 
@@ -156,6 +201,7 @@ def test_index_without_a_weight_map(sharded, index):
 
 
 # ---- bundled targets: metadata ----------------------------------------------------------------
+
 
 @pytest.fixture
 def target_dir(tmp_path):
@@ -173,10 +219,17 @@ def target_error(path) -> str:
     return str(e.value)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{}", "has no 'config' field"), ("[]", "is not a JSON object"), ("null", "is not a JSON object"),
-    ("3", "is not a JSON object"), ("{not json", "cannot read the target metadata"),
-    ("", "cannot read the target metadata")])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{}", "has no 'config' field"),
+        ("[]", "is not a JSON object"),
+        ("null", "is not a JSON object"),
+        ("3", "is not a JSON object"),
+        ("{not json", "cannot read the target metadata"),
+        ("", "cannot read the target metadata"),
+    ],
+)
 def test_metadata_that_is_not_an_object(target_dir, text, message):
     _, meta = target_dir
     meta.write_text(text)
@@ -184,8 +237,9 @@ def test_metadata_that_is_not_an_object(target_dir, text, message):
     assert message in msg and str(meta) in msg
 
 
-@pytest.mark.parametrize("field", ["weights", "tokenizer", "config", "weights.file", "weights.bytes",
-                                   "weights.sha256", "tokenizer.file"])
+@pytest.mark.parametrize(
+    "field", ["weights", "tokenizer", "config", "weights.file", "weights.bytes", "weights.sha256", "tokenizer.file"]
+)
 def test_metadata_without_a_field_names_it(target_dir, field):
     _, meta = target_dir
     head, _, key = field.partition(".")
@@ -193,13 +247,15 @@ def test_metadata_without_a_field_names_it(target_dir, field):
     assert f"has no {field!r} field" in target_error(meta)
 
 
-@pytest.mark.parametrize("field, value", [("weights", "x"), ("weights.bytes", "1709760"),
-                                          ("weights.bytes", True), ("tokenizer.file", 3), ("config", [])])
+@pytest.mark.parametrize(
+    "field, value",
+    [("weights", "x"), ("weights.bytes", "1709760"), ("weights.bytes", True), ("tokenizer.file", 3), ("config", [])],
+)
 def test_metadata_field_of_the_wrong_type(target_dir, field, value):
     _, meta = target_dir
     head, _, key = field.partition(".")
     edit_json(meta, lambda d: d[head].__setitem__(key, value) if key else d.__setitem__(head, value))
-    assert f"{field!r} must be a" in target_error(meta)              # "a string", "an integer", ...
+    assert f"{field!r} must be a" in target_error(meta)  # "a string", "an integer", ...
 
 
 def test_config_and_weights_of_different_sizes(target_dir):
@@ -208,7 +264,7 @@ def test_config_and_weights_of_different_sizes(target_dir):
     msg = target_error(meta)
     assert "do not match the config" in msg and "wrong-shaped tensor(s)" in msg
     c = json.loads((TARGETS_DIR / f"{DEFAULT_TARGET}.json").read_text())["config"]
-    V, h = c["vocab_size"], c["hidden_size"]                     # the embedding (or head) named first
+    V, h = c["vocab_size"], c["hidden_size"]  # the embedding (or head) named first
     assert f".weight ({V}, {h}) (config wants ({V}, {2 * h}))" in msg
 
 
@@ -228,9 +284,15 @@ def test_load_target_by_path(target_dir):
     assert torch.equal(spotref.load_target(DEFAULT_TARGET, directory=Path(d)).model.model.norm.weight, want)
 
 
-@pytest.mark.parametrize("name, message", [(3, "target name must be a str or a path"), (None, "must be a str"),
-                                           (Path("/nope/x.json"), "no target metadata"),
-                                           ("nope", "unknown target 'nope'")])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        (3, "target name must be a str or a path"),
+        (None, "must be a str"),
+        (Path("/nope/x.json"), "no target metadata"),
+        ("nope", "unknown target 'nope'"),
+    ],
+)
 def test_load_target_bad_names(name, message):
     assert message in target_error(name)
 
@@ -269,16 +331,19 @@ def test_load_drafter_needs_a_name_or_a_path(name):
     assert "load_drafter needs a drafter name" in drafter_error(name)
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(config="x"), "header field 'config' must be a dict"),
-    (dict(config=None), "header field 'config' must be a dict"),
-    (dict(config=[1, 2]), "header field 'config' must be a dict"),
-    (dict(config_block_size="32"), "'config.block_size' must be a positive int"),
-    (dict(config_layers=-1), "'config.layers' must be a positive int"),
-    (dict(config_heads=2.0), "'config.heads' must be a positive int"),
-    (dict(config_colour=3), "unknown key 'colour'"),
-    (dict(format="other"), "not a spotref drafter checkpoint"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(config="x"), "header field 'config' must be a dict"),
+        (dict(config=None), "header field 'config' must be a dict"),
+        (dict(config=[1, 2]), "header field 'config' must be a dict"),
+        (dict(config_block_size="32"), "'config.block_size' must be a positive int"),
+        (dict(config_layers=-1), "'config.layers' must be a positive int"),
+        (dict(config_heads=2.0), "'config.heads' must be a positive int"),
+        (dict(config_colour=3), "unknown key 'colour'"),
+        (dict(format="other"), "not a spotref drafter checkpoint"),
+    ],
+)
 def test_drafter_header_fields_are_named(tmp_path, changes, message):
     path = with_header(tmp_path, **changes)
     msg = drafter_error(path)

@@ -3,6 +3,7 @@ state run alone (rows alone), and at a fixed width to the same state among other
 elsewhere in the pass, for the plain and the fused-store pass, in float32, bfloat16 and float16,
 at odd block sizes and intermediate sizes, with 1 and 2 threads, under every CPU capability level
 this machine has (each level in a subprocess of its own: torch reads ATEN_CPU_CAPABILITY once)."""
+
 import json
 import os
 import subprocess
@@ -40,12 +41,18 @@ def capability_levels() -> list:
 @pytest.mark.parametrize("level", capability_levels())
 def test_rows_are_bit_identical_under_each_cpu_capability(level):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}
-    out = subprocess.run([sys.executable, str(HERE / "invariance_worker.py")], env=env, cwd=HERE,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "invariance_worker.py")],
+        env=env,
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["capability"].lower() == level, f"asked for {level}, torch ran {report['capability']}"
-    assert report["checked"] == 2 * 6 * 3 * 2            # threads x blocks x intermediate sizes x paths
+    assert report["checked"] == 2 * 6 * 3 * 2  # threads x blocks x intermediate sizes x paths
     assert report["failures"] == [], json.dumps(report["failures"][:3], indent=1)
 
 
@@ -64,7 +71,9 @@ def test_kernel_path_names_the_capability_and_threads():
     assert f"{torch.get_num_threads()} threads" in path
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (benchmarks/gpu_check.py runs this on a GPU)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device here (benchmarks/gpu_check.py runs this on a GPU)"
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("width", [None, 17, 24])

@@ -1,4 +1,5 @@
 """Checkpoint directories: save/load round trips, dtypes, and one clear error per bad directory."""
+
 import json
 from pathlib import Path
 
@@ -50,10 +51,12 @@ def test_round_trip_is_bit_identical(tmp_path, tie, shard):
     assert torch.equal(m(x), m2(x))
 
 
-@pytest.mark.parametrize("name, want", [("bfloat16", torch.bfloat16), ("fp16", torch.float16),
-                                        (torch.float32, torch.float32), (None, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "name, want",
+    [("bfloat16", torch.bfloat16), ("fp16", torch.float16), (torch.float32, torch.float32), (None, torch.bfloat16)],
+)
 def test_dtypes(tmp_path, name, want):
-    root = save_pretrained(tiny(), tmp_path, dtype="bfloat16")   # config says torch_dtype bfloat16
+    root = save_pretrained(tiny(), tmp_path, dtype="bfloat16")  # config says torch_dtype bfloat16
     m = SDARModel.from_pretrained(root, dtype=name)
     assert {p.dtype for p in m.parameters()} == {want}
     assert m(torch.zeros(1, 8, dtype=torch.long)).dtype == want
@@ -82,6 +85,7 @@ def test_bad_directories(tmp_path, ckpt):
 
 def test_missing_unexpected_and_wrong_shaped_tensors_are_named(tmp_path):
     from safetensors.torch import load_file, save_file
+
     root = save_pretrained(tiny(), tmp_path)
     state = load_file(root / "model.safetensors")
     del state["model.layers.1.mlp.up_proj.weight"]
@@ -118,6 +122,7 @@ def test_unsupported_dtypes_and_devices(ckpt, tmp_path):
         assert "CUDA is not available" in load_error(ckpt, device="cuda")
     assert "bad device" in load_error(ckpt, device="gpu0")
     from safetensors.torch import save_file
+
     root = save_pretrained(tiny(), tmp_path / "q")
     save_file({n: t.to(torch.int8) for n, t in tiny().state_dict().items()}, str(root / "model.safetensors"))
     assert "unsupported stored dtype" in load_error(root)
@@ -144,10 +149,15 @@ def test_unsupported_qwen3_options(ckpt):
     assert "rope_scaling" in msg and "attention_bias" in msg
 
 
-@pytest.mark.skipif(not (REAL / "config.json").is_file(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
+@pytest.mark.skipif(
+    not (REAL / "config.json").is_file(),
+    reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at "
+    f"{SDAR_FILES}: set SPOTREF_SDAR_DIR",
+)
 def test_real_index_names_are_the_models_names():
     """Every name of the real SDAR-8B index, with the shape the real config gives it."""
     from spotref.checkpoint import build_on_meta, config_fields
+
     raw = json.loads((REAL / "config.json").read_text())
     cfg = SDARConfig.from_dict(config_fields(raw))
     assert (cfg.block_size, cfg.mask_token_id, cfg.vocab_size) == (4, 151669, 151936)

@@ -1,4 +1,5 @@
 """``spotref generate`` and ``spotref audit`` on a tiny checkpoint directory with a tokenizer."""
+
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from spotref.tools.cli import main
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]      # ids 0..3
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]  # ids 0..3
 TEXT = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 20
 
 
@@ -23,9 +24,15 @@ def ckpt(tmp_path_factory):
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    tok.train_from_iterator([TEXT], tokenizers.trainers.BpeTrainer(
-        vocab_size=290, special_tokens=SPECIALS, show_progress=False,
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [TEXT],
+        tokenizers.trainers.BpeTrainer(
+            vocab_size=290,
+            special_tokens=SPECIALS,
+            show_progress=False,
+            initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.save(str(root / "tokenizer.json"))
     (root / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "mask_token": "<|MASK|>"}))
     (root / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
@@ -50,27 +57,89 @@ def expected(ckpt, text, n, **kw):
 
 @pytest.mark.parametrize("drafter", ["confidence", "none"])
 def test_generate_prints_the_exact_text(capsys, ckpt, drafter):
-    rc, out, err = run(capsys, "generate", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
-                       "--drafter", drafter, "--temperature", 0)
+    rc, out, err = run(
+        capsys,
+        "generate",
+        "--model",
+        ckpt,
+        "--prompt",
+        "def add(a,",
+        "--max-new-tokens",
+        12,
+        "--drafter",
+        drafter,
+        "--temperature",
+        0,
+    )
     assert rc == 0 and out == expected(ckpt, "def add(a,", 12) + "\n"
     assert "passes" in err and f"drafter {drafter}" in err
 
 
 @pytest.mark.parametrize("precision", ["float64", "bfloat16"])
 def test_generate_takes_the_precision_and_the_width(capsys, ckpt, precision):
-    rc, out, _ = run(capsys, "generate", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
-                     "--temperature", 1.0, "--seed", 3, "--precision", precision, "--width", 16)
+    rc, out, _ = run(
+        capsys,
+        "generate",
+        "--model",
+        ckpt,
+        "--prompt",
+        "def add(a,",
+        "--max-new-tokens",
+        12,
+        "--temperature",
+        1.0,
+        "--seed",
+        3,
+        "--precision",
+        precision,
+        "--width",
+        16,
+    )
     assert rc == 0
-    assert out == expected(ckpt, "def add(a,", 12, temperature=1.0, seed=3, precision=precision, width=16,
-                           drafter="confidence") + "\n"
-    rc, out, _ = run(capsys, "audit", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
-                     "--width", 16, "--precision", precision)
+    assert (
+        out
+        == expected(
+            ckpt, "def add(a,", 12, temperature=1.0, seed=3, precision=precision, width=16, drafter="confidence"
+        )
+        + "\n"
+    )
+    rc, out, _ = run(
+        capsys,
+        "audit",
+        "--model",
+        ckpt,
+        "--prompt",
+        "def add(a,",
+        "--max-new-tokens",
+        12,
+        "--width",
+        16,
+        "--precision",
+        precision,
+    )
     assert rc == 0 and "8/8 rows" in out and "audit: identical" in out
 
 
 def test_generate_chat_and_sampling(capsys, ckpt):
-    rc, out, _ = run(capsys, "generate", "--model", ckpt, "--prompt", "add", "--chat", "--max-new-tokens", 8,
-                     "--temperature", 1.0, "--seed", 7, "--block-length", 8, "--dtype", "float32")
+    rc, out, _ = run(
+        capsys,
+        "generate",
+        "--model",
+        ckpt,
+        "--prompt",
+        "add",
+        "--chat",
+        "--max-new-tokens",
+        8,
+        "--temperature",
+        1.0,
+        "--seed",
+        7,
+        "--block-length",
+        8,
+        "--dtype",
+        "float32",
+    )
     assert rc == 0 and out.endswith("\n")
 
 
@@ -83,18 +152,21 @@ def test_generate_prompt_ids_without_tokenizer(capsys, tmp_path):
     assert rc == 2 and "no tokenizer files: use --prompt-ids" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--drafter", "spot"], "no shipped drafter checkpoint matches this model"),
-    (["--drafter", "missing.pt"], "missing.pt"),
-    (["--drafter", "magic"], "--drafter 'magic' is unknown"),
-    (["--mask-id", 5], "the tokenizer's MASK token is id 3 but the model's mask_token_id is 5"),
-    (["--mask-id", 300], "mask_token_id 300 is outside the vocabulary"),
-    (["--max-new-tokens", 10 ** 6], "exceeds the model's max_position_embeddings"),
-    (["--dtype", "int8"], "unsupported dtype 'int8'"),
-    (["--prompt-ids", "1,x"], "--prompt-ids must be comma-separated integers"),
-    (["--prompt-ids", "1,3"], "is the MASK token"),
-    (["--temperature", -1], "temperature must be in"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--drafter", "spot"], "no shipped drafter checkpoint matches this model"),
+        (["--drafter", "missing.pt"], "missing.pt"),
+        (["--drafter", "magic"], "--drafter 'magic' is unknown"),
+        (["--mask-id", 5], "the tokenizer's MASK token is id 3 but the model's mask_token_id is 5"),
+        (["--mask-id", 300], "mask_token_id 300 is outside the vocabulary"),
+        (["--max-new-tokens", 10**6], "exceeds the model's max_position_embeddings"),
+        (["--dtype", "int8"], "unsupported dtype 'int8'"),
+        (["--prompt-ids", "1,x"], "--prompt-ids must be comma-separated integers"),
+        (["--prompt-ids", "1,3"], "is the MASK token"),
+        (["--temperature", -1], "temperature must be in"),
+    ],
+)
 def test_bad_input_is_one_clear_line(capsys, ckpt, args, message):
     argv = ["generate", "--model", ckpt, "--max-new-tokens", 4] + args
     if "--prompt-ids" not in args:
@@ -117,8 +189,20 @@ def test_bad_model_directories(capsys, ckpt, tmp_path):
 
 
 def test_audit_command(capsys, ckpt):
-    rc, out, _ = run(capsys, "audit", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 12,
-                     "--budget", 8, "--batch-rows", 4)
+    rc, out, _ = run(
+        capsys,
+        "audit",
+        "--model",
+        ckpt,
+        "--prompt",
+        "def add(a,",
+        "--max-new-tokens",
+        12,
+        "--budget",
+        8,
+        "--batch-rows",
+        4,
+    )
     assert rc == 0
     assert "batch invariance: 4/4 rows" in out and "audit: identical (" in out
     rc, _, err = run(capsys, "audit", "--model", ckpt, "--prompt", "x", "--drafter", "none")
@@ -130,6 +214,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
     import types
 
     from spotref.load.bpe import ByteTokenizer
+
     torch.manual_seed(0)
     model = SDARModel(SDARConfig(vocab_size=258, mask_token_id=257, block_size=4, initializer_range=0.3))
 
@@ -137,6 +222,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
         if name != "tiny-bytes":
             raise KeyError(f"unknown target {name!r}")
         return types.SimpleNamespace(model=model, tokenizer=ByteTokenizer())
+
     monkeypatch.setattr("spotref.tools.cli_models.load_target", load_target)
     rc, out, _ = run(capsys, "generate", "--model", "tiny-bytes", "--prompt", "ab", "--max-new-tokens", 6)
     res = spotref.generate(model, list(b"ab"), 6, stop_ids=[256])
@@ -152,8 +238,18 @@ def test_real_bundled_target(capsys):
     assert names, "no bundled target ships: spotref/load/targets/ is empty"
     outs = []
     for drafter in ("none", "confidence"):
-        rc, out, err = run(capsys, "generate", "--model", names[0], "--prompt", "def f(x):",
-                           "--max-new-tokens", 24, "--drafter", drafter)
+        rc, out, err = run(
+            capsys,
+            "generate",
+            "--model",
+            names[0],
+            "--prompt",
+            "def f(x):",
+            "--max-new-tokens",
+            24,
+            "--drafter",
+            drafter,
+        )
         assert rc == 0, err
         outs.append(out)
     assert outs[0] == outs[1]
@@ -161,6 +257,7 @@ def test_real_bundled_target(capsys):
 
 def test_a_chat_trained_bundled_target_takes_chat_and_says_so_without_it(capsys):
     from spotref.load.tokenizer import chat_format
+
     q = "Tom has 5 apples and buys 7 more. How many apples does he have?"
     rc, out, err = run(capsys, "generate", "--model", "gsm-b32", "--chat", "--prompt", q, "--max-new-tokens", 64)
     target = spotref.load_target("gsm-b32")

@@ -4,6 +4,7 @@ Runs the reusable suite (spotref.conformance) on both core implementations, chec
 itself can fail (a lossy decoder is caught), and checks exact decoding against the naive
 full-recompute oracle written after SDAR's generate.py.
 """
+
 import os
 from functools import partial
 
@@ -13,12 +14,7 @@ from hypothesis import Phase, given, settings
 import spotref
 from spotref import core as pure_core
 from spotref import reference
-from spotref.conformance import (
-    Case,
-    cases,
-    first_divergence,
-    run_conformance,
-)
+from spotref.conformance import Case, cases, first_divergence, run_conformance
 
 CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
@@ -28,7 +24,7 @@ EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
 def core(request):
     if request.param == "c" and os.environ.get("SPOTREF_NO_EXTENSIONS"):
         pytest.skip("SPOTREF_NO_EXTENSIONS=1: the compiled core is not built")
-    return spotref.core_module(request.param)            # "c" fails loudly if not built
+    return spotref.core_module(request.param)  # "c" fails loudly if not built
 
 
 def test_spot_is_identical_to_exact_decoding(core):
@@ -36,10 +32,28 @@ def test_spot_is_identical_to_exact_decoding(core):
     print(f"\nconformance ({core.__name__}): {dict(sorted(seen.items()))}")
     # The suite must really have covered what it claims (a suite that ran nothing passes too).
     assert seen["cases"] >= 0.9 * EXAMPLES, seen
-    for key in ["drafter=oracle", "drafter=wrong", "drafter=random", "drafter=confidence", "threshold",
-                "one-position", "T=0", "T<=1", "T>1", "partial-prompt-block", "top-k/top-p",
-                "confidence=filtered", "confidence=unfiltered", "budget>64", "precision=auto",
-                "precision=float64", "precision=bfloat16", "precision=float16", "rows", "fixed-width"]:
+    for key in [
+        "drafter=oracle",
+        "drafter=wrong",
+        "drafter=random",
+        "drafter=confidence",
+        "threshold",
+        "one-position",
+        "T=0",
+        "T<=1",
+        "T>1",
+        "partial-prompt-block",
+        "top-k/top-p",
+        "confidence=filtered",
+        "confidence=unfiltered",
+        "budget>64",
+        "precision=auto",
+        "precision=float64",
+        "precision=bfloat16",
+        "precision=float16",
+        "rows",
+        "fixed-width",
+    ]:
         assert seen[key] > 0, (key, seen)
 
 
@@ -53,6 +67,7 @@ def test_near_tie_models_at_odd_block_sizes():
 
 class LossyCore:
     """Accepts the first child of every node without checking it: a plausible bug."""
+
     build_tree = staticmethod(pure_core.build_tree)
 
     @staticmethod
@@ -75,14 +90,17 @@ def test_the_suite_catches_a_lossy_decoder():
 
 def test_first_divergence_names_block_step_and_position():
     from helpers import tiny_model
+
     m = tiny_model(V=30, B=4)
     exact = spotref.generate(m, [1, 2], 9)
     block, step, commits = exact.stats["trajectory"][3]
-    (pos, tok), = commits
+    ((pos, tok),) = commits
     got = list(exact.tokens)
     i = block * 4 + pos - 2
     got[i] = (tok + 1) % 29
-    assert first_divergence(exact, got, 4, 2) == f"block {block}, step {step}, position {pos}: exact {tok}, got {got[i]}"
+    assert (
+        first_divergence(exact, got, 4, 2) == f"block {block}, step {step}, position {pos}: exact {tok}, got {got[i]}"
+    )
     assert first_divergence(exact, exact.tokens, 4, 2) is None
 
 
@@ -93,15 +111,21 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
     # bit: with no context at all (empty prompt) every masked position of the first block sees
     # the same keys and values, their logits are equal up to rounding, and which one is "most
     # confident" is decided by rounding alone. Spotref-vs-spotref tests keep empty prompts.
-    model = case.model().double()                         # float64: cached vs recomputed K/V agree to 1e-15
+    model = case.model().double()  # float64: cached vs recomputed K/V agree to 1e-15
     # The rule's precision is the logits' own here (float64): rounding to bf16 / fp16 would turn
     # the cached-vs-recomputed 1e-15 differences into flipped ties (test_precision.py checks the
     # narrower precisions against SDAR's step on shared logits).
     kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth", "width", "precision")}
     exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
-    naive = reference.generate(lambda x: model(x), case.prompt, case.max_new_tokens,
-                               block_size=case.config.block_size, mask_id=case.config.mask_token_id,
-                               vocab_size=case.config.vocab_size, **kw)
+    naive = reference.generate(
+        lambda x: model(x),
+        case.prompt,
+        case.max_new_tokens,
+        block_size=case.config.block_size,
+        mask_id=case.config.mask_token_id,
+        vocab_size=case.config.vocab_size,
+        **kw,
+    )
     assert first_divergence(exact, naive, case.config.block_size, len(case.prompt)) is None
 
 
@@ -112,28 +136,36 @@ def test_fused_store_gives_identical_tokens_and_one_pass_fewer_per_block(case: C
     budget, depth = kw.pop("budget"), kw.pop("depth")
     exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
     fused = spotref.generate(model, case.prompt, case.max_new_tokens, fused_store=True, **kw)
-    spot = spotref.generate(model, case.prompt, case.max_new_tokens, fused_store=True,
-                            drafter="confidence", budget=budget, depth=depth, **kw)
+    spot = spotref.generate(
+        model,
+        case.prompt,
+        case.max_new_tokens,
+        fused_store=True,
+        drafter="confidence",
+        budget=budget,
+        depth=depth,
+        **kw,
+    )
     for got in (fused, spot):
         assert first_divergence(exact, got.tokens, case.config.block_size, len(case.prompt)) is None
-    blocks = len({b for b, _ in exact.stats["starts"]})          # decoded, hence stored, blocks
+    blocks = len({b for b, _ in exact.stats["starts"]})  # decoded, hence stored, blocks
     assert fused.passes == exact.passes - blocks
     assert spot.passes <= fused.passes
 
 
 def seed_truncated(model, prompt, n, seed=0, **kw):
-    return spotref.generate(model, prompt, n, seed=seed % 2 ** 32, **kw)
+    return spotref.generate(model, prompt, n, seed=seed % 2**32, **kw)
 
 
 def wrong_near_07(model, prompt, n, temperature=0.0, seed=0, **kw):
-    wrong = 0.6 < temperature < 0.8                        # another seed in a narrow band of T
-    return spotref.generate(model, prompt, n, temperature=temperature, seed=(seed + wrong) % 2 ** 64, **kw)
+    wrong = 0.6 < temperature < 0.8  # another seed in a narrow band of T
+    return spotref.generate(model, prompt, n, temperature=temperature, seed=(seed + wrong) % 2**64, **kw)
 
 
 def wrong_over_64(model, prompt, n, budget=16, **kw):
     res = spotref.generate(model, prompt, n, budget=budget, **kw)
     if budget > 64 and res.tokens:
-        res.tokens = res.tokens[:-1]                       # loses the last token of big trees
+        res.tokens = res.tokens[:-1]  # loses the last token of big trees
     return res
 
 
@@ -146,7 +178,7 @@ def test_the_suite_catches_decoders_wrong_in_a_corner_of_the_inputs(lossy):
     # issue 38: each of these passed when T was drawn from {0, 0.5, 1, 2}, seeds below 2**32,
     # budgets up to 64 and stop ids only sometimes
     with pytest.raises(AssertionError):
-        run_conformance(lossy, max_examples=1500, phases=[Phase.generate])   # stops at the first bug
+        run_conformance(lossy, max_examples=1500, phases=[Phase.generate])  # stops at the first bug
 
 
 def test_the_suite_says_how_far_it_is_and_its_verdict():

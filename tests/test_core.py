@@ -5,6 +5,7 @@ Drafts and decisions are built valid by construction (``st.data()``); invalid on
 draft (or a walk's decision) with one corruption at a known node (or row), so the expected
 error is known too, and both cores must raise it with the pure core's message.
 """
+
 from __future__ import annotations
 
 import array
@@ -32,9 +33,11 @@ def compiled():
         mod = spotref.core_module("c")
     except ImportError as e:
         mod = e
-    if getattr(mod, "__name__", None) != "spotref._core":     # the pure core is no stand-in
-        pytest.fail(f"spotref.core_module('c') gave {mod!r}, not the compiled core: build it "
-                    f"with `python setup.py build_ext --inplace`, or set SPOTREF_NO_EXTENSIONS=1")
+    if getattr(mod, "__name__", None) != "spotref._core":  # the pure core is no stand-in
+        pytest.fail(
+            f"spotref.core_module('c') gave {mod!r}, not the compiled core: build it "
+            f"with `python setup.py build_ext --inplace`, or set SPOTREF_NO_EXTENSIONS=1"
+        )
     return mod
 
 
@@ -50,9 +53,10 @@ def ccore():
 
 # ---- drafts, valid by construction -----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Case:
-    root: object          # (B,) tokens: numpy int64 / int32 / strided array, list or tuple
+    root: object  # (B,) tokens: numpy int64 / int32 / strided array, list or tuple
     root_step: int
     parents: object
     commits: object
@@ -63,8 +67,17 @@ class Case:
     depth: int
 
     def args(self):
-        return (self.root, self.root_step, self.parents, self.commits, self.mask_id,
-                self.vocab_size, self.max_set, self.budget, self.depth)
+        return (
+            self.root,
+            self.root_step,
+            self.parents,
+            self.commits,
+            self.mask_id,
+            self.vocab_size,
+            self.max_set,
+            self.budget,
+            self.depth,
+        )
 
     @property
     def B(self):
@@ -76,8 +89,13 @@ class Case:
         return [t for t in range(self.vocab_size) if t != self.mask_id]
 
 
-ROOT_FORMS = {"int64": lambda r: np.array(r, dtype=np.int64), "int32": lambda r: np.array(r, dtype=np.int32),
-              "strided": lambda r: np.repeat(np.array(r, dtype=np.int64), 2)[::2], "list": list, "tuple": tuple}
+ROOT_FORMS = {
+    "int64": lambda r: np.array(r, dtype=np.int64),
+    "int32": lambda r: np.array(r, dtype=np.int32),
+    "strided": lambda r: np.repeat(np.array(r, dtype=np.int64), 2)[::2],
+    "list": list,
+    "tuple": tuple,
+}
 
 
 def draw_draft(data, max_b=8, max_nodes=12, max_vocab=5, min_nodes=1) -> Case:
@@ -112,8 +130,17 @@ def draw_draft(data, max_b=8, max_nodes=12, max_vocab=5, min_nodes=1) -> Case:
         parents, commits = list(parents), [list(map(list, cs)) for cs in commits]
     else:
         parents, commits = tuple(parents), tuple(commits)
-    return Case(root, draw(st.integers(0, 40), label="root step"), parents, commits, mask, V,
-                max_set, draw(st.integers(n, n + 3), label="budget"), cap)
+    return Case(
+        root,
+        draw(st.integers(0, 40), label="root step"),
+        parents,
+        commits,
+        mask,
+        V,
+        max_set,
+        draw(st.integers(n, n + 3), label="budget"),
+        cap,
+    )
 
 
 def draw_commits(draw, state, mask, tokens, max_set) -> tuple:
@@ -124,6 +151,7 @@ def draw_commits(draw, state, mask, tokens, max_set) -> tuple:
 
 
 # ---- the brute-force oracle -----------------------------------------------------------------
+
 
 def oracle_tree(case: Case):
     """(states, steps, depths, node_of): every node's state replayed from the root along its
@@ -188,13 +216,17 @@ def successors(case, states, steps, r):
     out = []
     for q in range(len(states)):
         diff = [(p, b) for p, (a, b) in enumerate(zip(states[r], states[q])) if a != b]
-        if steps[q] == steps[r] + 1 and 1 <= len(diff) <= case.max_set \
-                and all(states[r][p] == case.mask_id for p, _ in diff):
+        if (
+            steps[q] == steps[r] + 1
+            and 1 <= len(diff) <= case.max_set
+            and all(states[r][p] == case.mask_id for p, _ in diff)
+        ):
             out.append((q, tuple(diff)))
     return out
 
 
 # ---- valid drafts ---------------------------------------------------------------------------
+
 
 @settings(deadline=None, max_examples=60)
 @given(data=st.data())
@@ -227,8 +259,7 @@ def test_an_empty_decision_at_a_complete_state_leads_nowhere(core):
     """{0, 1} in one set (step 1) and 0 then 1 (step 2) reach the same tokens: the complete
     state at step 1 decides (), which is not a step to its twin at step 2."""
     M = 9
-    tree = core.build_tree([M, M], 0, (-1, 0, 0, 2), ((), ((0, 1), (1, 2)), ((0, 1),), ((1, 2),)),
-                           M, 9, 2, 8, 4)
+    tree = core.build_tree([M, M], 0, (-1, 0, 0, 2), ((), ((0, 1), (1, 2)), ((0, 1),), ((1, 2),)), M, 9, 2, 8, 4)
     assert tree.lookup([1, 2], 2) == 3 and tree.child(1, ()) == -1 and tree.child(1, []) == -1
     assert core.walk(tree, {0: ((0, 1), (1, 2)), 1: ()}.get) == ([0, 1], ())
 
@@ -244,8 +275,11 @@ def test_lookup_and_child_match_oracle(core, data):
         assert tree.lookup(ROOT_FORMS[form](states[r]), steps[r]) == r
         step = data.draw(st.sampled_from([max(steps[r] - 1, 0), steps[r] + 1, np.int64(steps[r] + 2)]))
         assert tree.lookup(np.array(states[r]), step) == oracle_lookup(states, steps, states[r], step)
-        d = () if case.mask_id not in states[r] else \
-            draw_commits(data.draw, states[r], case.mask_id, case.tokens, case.max_set)
+        d = (
+            ()
+            if case.mask_id not in states[r]
+            else draw_commits(data.draw, states[r], case.mask_id, case.tokens, case.max_set)
+        )
         assert tree.child(r, d) == oracle_child(states, steps, r, d), (r, d)
         for q, d in successors(case, states, steps, r):
             assert tree.child(r, d) == oracle_lookup(states, steps, states[q], steps[q]) >= 0
@@ -253,13 +287,28 @@ def test_lookup_and_child_match_oracle(core, data):
 
 # ---- invalid drafts and decisions: the same ValueError from both cores ------------------------
 
-COMMIT_KINDS = ["outside", "committed", "duplicate", "token", "count", "not ints", "bools",
-                "not pairs", "not a sequence"]
-COMMIT_KEYWORDS = {"outside": "outside the block", "committed": "already committed",
-                   "duplicate": "already committed", "token": "is not a vocabulary token",
-                   "count": "commits, want", "not ints": "is not a pair of ints",
-                   "bools": "is not a pair of ints", "not pairs": "must be (position, token) pairs",
-                   "not a sequence": "must be (position, token) pairs"}
+COMMIT_KINDS = [
+    "outside",
+    "committed",
+    "duplicate",
+    "token",
+    "count",
+    "not ints",
+    "bools",
+    "not pairs",
+    "not a sequence",
+]
+COMMIT_KEYWORDS = {
+    "outside": "outside the block",
+    "committed": "already committed",
+    "duplicate": "already committed",
+    "token": "is not a vocabulary token",
+    "count": "commits, want",
+    "not ints": "is not a pair of ints",
+    "bools": "is not a pair of ints",
+    "not pairs": "must be (position, token) pairs",
+    "not a sequence": "must be (position, token) pairs",
+}
 
 
 def corrupt_commits(draw, case: Case, cs, state):
@@ -267,32 +316,41 @@ def corrupt_commits(draw, case: Case, cs, state):
     B, mask, cs = case.B, case.mask_id, list(cs)
     kind = draw(st.sampled_from(COMMIT_KINDS), label="commit kind")
     committed = [q for q in range(B) if state[q] != mask]
-    if not cs and kind != "not a sequence" or kind == "committed" and not committed \
-            or kind == "duplicate" and case.max_set < 2:
-        kind = "count"                                  # a complete state; nothing to repeat
+    if (
+        not cs
+        and kind != "not a sequence"
+        or kind == "committed"
+        and not committed
+        or kind == "duplicate"
+        and case.max_set < 2
+    ):
+        kind = "count"  # a complete state; nothing to repeat
     k = draw(st.integers(0, max(len(cs) - 1, 0)))
     pos, tok = cs[k] if cs else (0, 0)
     if kind == "outside":
-        cs[k] = (draw(st.sampled_from([B, B + 3, -1, -B - 1, 2 ** 63, -(2 ** 63) - 1, 2 ** 70])), tok)
+        cs[k] = (draw(st.sampled_from([B, B + 3, -1, -B - 1, 2**63, -(2**63) - 1, 2**70])), tok)
     elif kind == "committed":
         cs[k] = (draw(st.sampled_from(committed)), tok)
     elif kind == "duplicate":
-        cs = ([cs[k], (pos, draw(st.sampled_from(case.tokens)))] + cs[:k] + cs[k + 1:])[: case.max_set]
+        cs = ([cs[k], (pos, draw(st.sampled_from(case.tokens)))] + cs[:k] + cs[k + 1 :])[: case.max_set]
     elif kind == "token":
-        cs[k] = (pos, draw(st.sampled_from([case.vocab_size, case.vocab_size + 4, -1, mask,
-                                            2 ** 63, 2 ** 64, -(2 ** 70)])))
-    elif kind == "count":                               # () where a commit is due, or too many
+        cs[k] = (pos, draw(st.sampled_from([case.vocab_size, case.vocab_size + 4, -1, mask, 2**63, 2**64, -(2**70)])))
+    elif kind == "count":  # () where a commit is due, or too many
         cs = [] if cs and draw(st.booleans()) else [(q, 0) for q in range(max(len(cs), case.max_set) + 1)]
     elif kind in ("not ints", "bools"):
-        junk = draw(st.sampled_from(["1", 1.0, None, np.float64(1), (1,), np.bool_(True)]
-                                    if kind == "not ints" else [True, False]))
+        junk = draw(
+            st.sampled_from(
+                ["1", 1.0, None, np.float64(1), (1,), np.bool_(True)] if kind == "not ints" else [True, False]
+            )
+        )
         cs[k] = (junk, tok) if draw(st.booleans()) else (pos, junk)
     elif kind == "not pairs":
         junk = draw(st.sampled_from([(1, 2, 3), 5, "ab", (1,), None, {1: 2}, np.array([pos, tok])]))
-        cs = cs[:k] + [junk] + cs[k + 1:]
+        cs = cs[:k] + [junk] + cs[k + 1 :]
     else:
-        return draw(st.sampled_from([None, 5, "ab", np.array(cs or [[0, 0]]), set(), {0: 1}, iter(cs)])), \
-            COMMIT_KEYWORDS[kind]
+        return draw(
+            st.sampled_from([None, 5, "ab", np.array(cs or [[0, 0]]), set(), {0: 1}, iter(cs)])
+        ), COMMIT_KEYWORDS[kind]
     return (tuple(cs) if draw(st.booleans()) else cs), COMMIT_KEYWORDS[kind]
 
 
@@ -306,13 +364,13 @@ def corrupt(data, case: Case):
     n = len(case.parents)
     parents, commits = list(case.parents), [tuple(map(tuple, cs)) for cs in case.commits]
     states, _, depths, node_of = oracle_tree(case)
-    kind = draw(st.sampled_from(KINDS if n > 1 else KINDS[-4:]), label="kind")   # budget >= 1
+    kind = draw(st.sampled_from(KINDS if n > 1 else KINDS[-4:]), label="kind")  # budget >= 1
     if kind in NODE_KINDS:
         j = draw(st.integers(1, n - 1), label="node")
         if kind == "parent":
-            parents[j] = draw(st.sampled_from([j, j + 1, n + 5, -1, -j - 3, 2 ** 64, np.int64(j)]))
+            parents[j] = draw(st.sampled_from([j, j + 1, n + 5, -1, -j - 3, 2**64, np.int64(j)]))
             keyword = "must be a smaller index"
-        elif kind == "parent type":                 # not an index, even when it equals one
+        elif kind == "parent type":  # not an index, even when it equals one
             parents[j] = draw(st.sampled_from([None, "0", 0.0, True, False, float(j - 1), np.float64(0)]))
             keyword = "is not an integer node index"
         else:
@@ -335,8 +393,9 @@ def corrupt(data, case: Case):
         which = draw(st.sampled_from(["parents", "commits"]))
         return replace(case, **{which: bad}), "draft: ", "must be tuples or lists"
     cut = draw(st.sampled_from(["parents", "commits", "both"]))
-    short = dict(parents=parents[:-1] if cut != "commits" else parents,
-                 commits=commits[:-1] if cut != "parents" else commits)
+    short = dict(
+        parents=parents[:-1] if cut != "commits" else parents, commits=commits[:-1] if cut != "parents" else commits
+    )
     if cut == "both" or n == 1:
         short = dict(parents=[], commits=[] if cut == "both" else commits)
     return replace(case, **short), "draft: ", "must be equal, non-empty"
@@ -379,38 +438,64 @@ def test_invalid_decision_same_message(core, data):
 # The fixed tree of the examples below: row 0 [1, M, M, M], rows 1-3 [1, 5, M, M], [1, M, 6, M],
 # [1, 5, 6, M] (steps 0, 1, 1, 2); vocabulary 0 .. 8 with MASK 7 inside it; max_set 2.
 M = 7
-FIXED = dict(root=np.array([1, M, M, M]), root_step=0, parents=(-1, 0, 0, 1),
-             commits=((), ((1, 5),), ((2, 6),), ((2, 6),)), mask_id=M, vocab_size=9, max_set=2,
-             budget=8, depth=4)
+FIXED = dict(
+    root=np.array([1, M, M, M]),
+    root_step=0,
+    parents=(-1, 0, 0, 1),
+    commits=((), ((1, 5),), ((2, 6),), ((2, 6),)),
+    mask_id=M,
+    vocab_size=9,
+    max_set=2,
+    budget=8,
+    depth=4,
+)
 NOT_AN_ARRAY = "want a 1-D integer array or a tuple or list of ints"
 
 
-@pytest.mark.parametrize("root, message", [
-    (np.array([], dtype=np.int64), "0 tokens, want at least 1"), ([], "0 tokens, want at least 1"),
-    ([1, 9, M, M], "token 9 at position 1 is neither a vocabulary token (0 .. 8) nor MASK 7"),
-    (np.array([1, -1, M, M]), "token -1 at position 1 is neither"),
-    (np.array([1, 2 ** 40, M, M]), "token 1099511627776 at position 1"),
-    ([1, M, M, 2 ** 63], "token 9223372036854775808 at position 3"),
-    (np.array([1.0, M, M, M]), NOT_AN_ARRAY), (np.array([[1, M, M, M]]), NOT_AN_ARRAY),
-    (np.array([1, 0, 1, 1], dtype=bool), NOT_AN_ARRAY), ([1, True, M, M], NOT_AN_ARRAY),
-    ([1, 1.0, M, M], NOT_AN_ARRAY), (array.array("q", [1, M, M, M]), NOT_AN_ARRAY),
-    (memoryview(np.array([1, M, M, M])), NOT_AN_ARRAY), (None, NOT_AN_ARRAY), ("1777", NOT_AN_ARRAY),
-])
+@pytest.mark.parametrize(
+    "root, message",
+    [
+        (np.array([], dtype=np.int64), "0 tokens, want at least 1"),
+        ([], "0 tokens, want at least 1"),
+        ([1, 9, M, M], "token 9 at position 1 is neither a vocabulary token (0 .. 8) nor MASK 7"),
+        (np.array([1, -1, M, M]), "token -1 at position 1 is neither"),
+        (np.array([1, 2**40, M, M]), "token 1099511627776 at position 1"),
+        ([1, M, M, 2**63], "token 9223372036854775808 at position 3"),
+        (np.array([1.0, M, M, M]), NOT_AN_ARRAY),
+        (np.array([[1, M, M, M]]), NOT_AN_ARRAY),
+        (np.array([1, 0, 1, 1], dtype=bool), NOT_AN_ARRAY),
+        ([1, True, M, M], NOT_AN_ARRAY),
+        ([1, 1.0, M, M], NOT_AN_ARRAY),
+        (array.array("q", [1, M, M, M]), NOT_AN_ARRAY),
+        (memoryview(np.array([1, M, M, M])), NOT_AN_ARRAY),
+        (None, NOT_AN_ARRAY),
+        ("1777", NOT_AN_ARRAY),
+    ],
+)
 def test_a_bad_root_is_refused(core, root, message):
     got = raised(core.build_tree, **{**FIXED, "root": root})
     assert got == raised(PY.build_tree, **{**FIXED, "root": root})
     assert got.startswith("draft root: ") and message in got, got
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("root_step", -1, "build_tree: root_step must be an int in [0, 2**31 - 1], got -1"),
-    ("root_step", True, "root_step must be an int"), ("root_step", 1.0, "root_step must be an int"),
-    ("root_step", 2 ** 31, "got 2147483648"), ("root_step", np.int64(2 ** 40), "root_step must"),
-    ("mask_id", -1, "mask_id must be"), ("mask_id", None, "mask_id must be"),
-    ("vocab_size", 0, "vocab_size must be an int in [1, 2**31 - 1]"), ("max_set", 0, "max_set must be an int in [1,"),
-    ("budget", 0, "budget must be an int in [1,"), ("depth", -1, "depth must be"), ("depth", "4", "depth must be"),
-    ("root_step", 2 ** 31 - 4, "build_tree: root_step + depth must be below 2**31, got 2147483644 + 4"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("root_step", -1, "build_tree: root_step must be an int in [0, 2**31 - 1], got -1"),
+        ("root_step", True, "root_step must be an int"),
+        ("root_step", 1.0, "root_step must be an int"),
+        ("root_step", 2**31, "got 2147483648"),
+        ("root_step", np.int64(2**40), "root_step must"),
+        ("mask_id", -1, "mask_id must be"),
+        ("mask_id", None, "mask_id must be"),
+        ("vocab_size", 0, "vocab_size must be an int in [1, 2**31 - 1]"),
+        ("max_set", 0, "max_set must be an int in [1,"),
+        ("budget", 0, "budget must be an int in [1,"),
+        ("depth", -1, "depth must be"),
+        ("depth", "4", "depth must be"),
+        ("root_step", 2**31 - 4, "build_tree: root_step + depth must be below 2**31, got 2147483644 + 4"),
+    ],
+)
 def test_bad_build_arguments_are_refused(core, name, value, message):
     got = raised(core.build_tree, **{**FIXED, name: value})
     assert got == raised(PY.build_tree, **{**FIXED, name: value})
@@ -432,17 +517,24 @@ def test_raw_numpy_parents_or_commits_are_refused(core):
         assert raised(core.build_tree, **bad).startswith("draft: parents and commits must be tuples or lists")
 
 
-@pytest.mark.parametrize("d, message", [
-    (((-1, 5),), "position -1 is outside the block [0, 4)"),
-    (((2 ** 63, 5),), "position 9223372036854775808 is outside the block [0, 4)"),
-    (((1, 2 ** 63),), "token 9223372036854775808 at position 1 is not a vocabulary token"),
-    (((1, -1),), "token -1 at position 1 is not a vocabulary token (0 .. 8, MASK 7 excluded)"),
-    (((1, M),), "token 7 at position 1 is not a vocabulary token"),
-    (((0, 5),), "position 0 is already committed"), (((1, 5), (1, 6)), "position 1 is already committed"),
-    (((1.0, 5),), "commit (1.0, 5) is not a pair of ints"), (((True, 5),), "commit (True, 5) is not a pair"),
-    ((), "0 commits, want 1 .. 2"), (((1, 5), (2, 5), (3, 5)), "3 commits, want 1 .. 2"),
-    (None, "commits must be (position, token) pairs, got None"), ([[1]], "commits must be (position, token) pairs"),
-])
+@pytest.mark.parametrize(
+    "d, message",
+    [
+        (((-1, 5),), "position -1 is outside the block [0, 4)"),
+        (((2**63, 5),), "position 9223372036854775808 is outside the block [0, 4)"),
+        (((1, 2**63),), "token 9223372036854775808 at position 1 is not a vocabulary token"),
+        (((1, -1),), "token -1 at position 1 is not a vocabulary token (0 .. 8, MASK 7 excluded)"),
+        (((1, M),), "token 7 at position 1 is not a vocabulary token"),
+        (((0, 5),), "position 0 is already committed"),
+        (((1, 5), (1, 6)), "position 1 is already committed"),
+        (((1.0, 5),), "commit (1.0, 5) is not a pair of ints"),
+        (((True, 5),), "commit (True, 5) is not a pair"),
+        ((), "0 commits, want 1 .. 2"),
+        (((1, 5), (2, 5), (3, 5)), "3 commits, want 1 .. 2"),
+        (None, "commits must be (position, token) pairs, got None"),
+        ([[1]], "commits must be (position, token) pairs"),
+    ],
+)
 def test_a_bad_decision_is_refused_by_child_and_walk(core, d, message):
     tree = core.build_tree(**FIXED)
     got = raised(tree.child, 0, d)
@@ -457,22 +549,28 @@ def test_a_decision_at_a_complete_state_is_empty(core):
     assert raised(core.walk, tree, {0: ((0, 1),), 1: ((0, 3),)}.get) == "decision at row 1: 1 commits, want 0 .. 0"
 
 
-@pytest.mark.parametrize("state, step, message", [
-    ([1, M, M], 0, "lookup: state: 3 tokens, want 4"), (np.array([1, M, M, M, M]), 0, "5 tokens, want 4"),
-    ([1.0, M, M, M], 0, NOT_AN_ARRAY), (np.array([[1, M, M, M]]), 0, NOT_AN_ARRAY),
-    ([1, M, M, 2 ** 63], 0, "token 9223372036854775808 at position 3 is neither"),
-    (np.array([1, -3, M, M]), 0, "token -3 at position 1 is neither"),
-    ([1, M, M, M], -1, "lookup: step must be an int in [0, 2**31 - 1], got -1"),
-    ([1, M, M, M], 2 ** 63, "lookup: step must be an int"), ([1, M, M, M], True, "lookup: step must be"),
-    ([1, M, M, M], 1.0, "lookup: step must be"),
-])
+@pytest.mark.parametrize(
+    "state, step, message",
+    [
+        ([1, M, M], 0, "lookup: state: 3 tokens, want 4"),
+        (np.array([1, M, M, M, M]), 0, "5 tokens, want 4"),
+        ([1.0, M, M, M], 0, NOT_AN_ARRAY),
+        (np.array([[1, M, M, M]]), 0, NOT_AN_ARRAY),
+        ([1, M, M, 2**63], 0, "token 9223372036854775808 at position 3 is neither"),
+        (np.array([1, -3, M, M]), 0, "token -3 at position 1 is neither"),
+        ([1, M, M, M], -1, "lookup: step must be an int in [0, 2**31 - 1], got -1"),
+        ([1, M, M, M], 2**63, "lookup: step must be an int"),
+        ([1, M, M, M], True, "lookup: step must be"),
+        ([1, M, M, M], 1.0, "lookup: step must be"),
+    ],
+)
 def test_a_bad_lookup_is_refused(core, state, step, message):
     tree = core.build_tree(**FIXED)
     got = raised(tree.lookup, state, step)
     assert got == raised(PY.build_tree(**FIXED).lookup, state, step) and message in got, got
 
 
-@pytest.mark.parametrize("row", [-1, 4, 2 ** 63, True, 1.0, None, np.float64(0), "0"])
+@pytest.mark.parametrize("row", [-1, 4, 2**63, True, 1.0, None, np.float64(0), "0"])
 def test_a_row_outside_the_tree_is_refused(core, row):
     got = raised(core.build_tree(**FIXED).child, row, ((1, 5),))
     assert got == f"child: row must be an int in [0, 3], got {row!r}"
@@ -481,17 +579,26 @@ def test_a_row_outside_the_tree_is_refused(core, row):
 def test_walk_takes_only_its_own_core_s_tree(ccore):
     py_tree, c_tree = PY.build_tree(**FIXED), ccore.build_tree(**FIXED)
     decide = {0: ((1, 5),)}.get
-    for mod, tree, got in [(PY, c_tree, "spotref._core.Tree"), (ccore, py_tree, "spotref.core.Tree"),
-                           (PY, None, "builtins.NoneType"), (ccore, None, "builtins.NoneType")]:
+    for mod, tree, got in [
+        (PY, c_tree, "spotref._core.Tree"),
+        (ccore, py_tree, "spotref.core.Tree"),
+        (PY, None, "builtins.NoneType"),
+        (ccore, None, "builtins.NoneType"),
+    ]:
         assert raised(mod.walk, tree, decide) == f"walk: tree must be a Tree from this core's build_tree, got {got}"
-    blank = ccore.Tree.__new__(ccore.Tree)              # never built: refused, never read
-    for call in [lambda: ccore.walk(blank, decide), lambda: blank.child(0, ()), lambda: blank.lookup([1], 0),
-                 lambda: ccore.Tree()]:
+    blank = ccore.Tree.__new__(ccore.Tree)  # never built: refused, never read
+    for call in [
+        lambda: ccore.walk(blank, decide),
+        lambda: blank.child(0, ()),
+        lambda: blank.lookup([1], 0),
+        lambda: ccore.Tree(),
+    ]:
         with pytest.raises(TypeError, match="Tree is built by build_tree"):
             call()
 
 
 # ---- walk -----------------------------------------------------------------------------------
+
 
 def draw_decisions(data, case: Case, states, steps):
     """A valid decision per row: () at a complete state, else mostly one to a verified row,
@@ -540,6 +647,7 @@ def test_walk_stops_on_complete_and_off_tree(core):
 
 # ---- the two cores agree --------------------------------------------------------------------
 
+
 @settings(deadline=None, max_examples=40)
 @given(data=st.data())
 def test_py_and_c_build_equal_trees(ccore, data):
@@ -559,16 +667,18 @@ def test_draft_objects_and_decoder_types(ccore):
     root = np.full(B, M, dtype=np.int64)
     root[:4] = [11, 12, 13, 14]
     draft = spotref.Draft((-1, 0, 1, 0, 3), ((), ((4, 7),), ((5, 8),), ((5, 8),), ((4, 7),)))
-    trees = [m.build_tree(root, 3, draft.parents, draft.commits, M, 151_936, 1, 16, 8)
-             for m in (PY, ccore)]
+    trees = [m.build_tree(root, 3, draft.parents, draft.commits, M, 151_936, 1, 16, 8) for m in (PY, ccore)]
     assert [t.node_of.tolist() for t in trees] == [[0, 1, 2, 3, 2]] * 2
     for t, m in zip(trees, (PY, ccore)):
         assert m.walk(t, {0: ((4, 7),), 1: ((5, 8),), 2: ((6, 1),)}.get) == ([0, 1, 2], ((6, 1),))
 
 
 def test_compiled_core_mirrors_the_spec_names(ccore):
-    spec = {n for n, v in vars(PY).items() if not n.startswith("_")
-            and (n.isupper() or getattr(v, "__module__", None) == "spotref.core")}
+    spec = {
+        n
+        for n, v in vars(PY).items()
+        if not n.startswith("_") and (n.isupper() or getattr(v, "__module__", None) == "spotref.core")
+    }
     assert spec - set(dir(ccore)) == set()
     public = {"states", "steps", "depths", "node_of", "mask_id", "vocab_size", "max_set", "lookup", "child"}
     assert public <= set(dir(PY.build_tree(**FIXED))) and public <= set(dir(ccore.build_tree(**FIXED)))

@@ -1,4 +1,5 @@
 """Exact and speculative decoding: pass accounting, trees, DAG merging, stop ids."""
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +14,7 @@ def test_exact_passes_follow_the_reference_loop():
     # prefill 1 + per block (B decisions + 1 store); prompt 6 = one full block + a tail of 2.
     m = tiny_model(V=40, B=4)
     res = spotref.generate(m, list(range(6)), 10)
-    assert len(res.tokens) == 10                            # blocks 1..3 hold the tail + 10 new
+    assert len(res.tokens) == 10  # blocks 1..3 hold the tail + 10 new
     assert res.passes == 1 + (4 - 2) + 1 + 2 * (4 + 1)
     assert res.stats["accepted"] == [1] * (2 + 4 + 4) and res.stats["rounds"] == 10
     assert [b for b, _ in res.stats["starts"]] == [1, 1] + [2] * 4 + [3] * 4
@@ -44,7 +45,7 @@ def test_oracle_drafter_commits_depth_plus_one_per_round():
     assert spot.tokens == exact.tokens
     # per block: one plain pass (1 commit), then rounds of 8 commits: 1 + 8 + 7 -> 3 passes.
     assert spot.stats["accepted"] == [1, 8, 7] * 2
-    assert spot.passes == 3 * 2 + 2                         # no prefill, one store per block
+    assert spot.passes == 3 * 2 + 2  # no prefill, one store per block
 
 
 def test_equal_states_reached_by_different_paths_are_verified_once():
@@ -60,11 +61,12 @@ def test_equal_states_reached_by_different_paths_are_verified_once():
     def spy_denoise(cache, states, _denoise=m.denoise):
         seen.append(len(states))
         return _denoise(cache, states)
+
     exact = spotref.generate(m, [1], 3)
     m.denoise = spy_denoise
     res = spotref.generate(m, [1], 3, drafter=diamond, budget=5, depth=2)
     assert res.tokens == exact.tokens
-    assert 4 in seen                                        # 5 nodes, 4 distinct states, when tokens agree
+    assert 4 in seen  # 5 nodes, 4 distinct states, when tokens agree
 
 
 def test_stop_ids_end_decoding_after_their_block():
@@ -86,19 +88,19 @@ def test_the_block_holding_a_stop_id_finishes_and_each_block_records_its_passes(
     stop_block = (2 + first) // 4
     res = spotref.generate(m, [5, 6], 30, stop_ids=[free.tokens[5]], drafter=drafter, budget=4, depth=3)
     assert res.tokens == free.tokens[: first + 1] and res.stats["stopped"]
-    blocks = res.stats["blocks"]                            # (new tokens, passes) per block
+    blocks = res.stats["blocks"]  # (new tokens, passes) per block
     assert [n for n, _ in blocks] == [2] + [4] * stop_block
-    assert sum(p for _, p in blocks) == res.passes          # no prefill: the prompt is one tail
+    assert sum(p for _, p in blocks) == res.passes  # no prefill: the prompt is one tail
     assert {b for b, _ in res.stats["starts"]} == set(range(stop_block + 1))
-    if drafter is None:                                     # B decisions (the tail's 2 fixed) + a store
+    if drafter is None:  # B decisions (the tail's 2 fixed) + a store
         assert blocks == [(2, 3)] + [(4, 5)] * stop_block
     assert not free.stats["stopped"] and sum(n for n, _ in free.stats["blocks"]) == 30
 
 
 def test_fused_store_counts_a_blocks_store_in_the_next_block():
     m = tiny_model(V=40, B=4, seed=2)
-    res = spotref.generate(m, list(range(9)), 8, fused_store=True)   # prefill 2 blocks, tail of 1
-    assert res.stats["blocks"] == [(3, 3), (4, 4), (4, 4)]   # the last block never stored (nor cut)
+    res = spotref.generate(m, list(range(9)), 8, fused_store=True)  # prefill 2 blocks, tail of 1
+    assert res.stats["blocks"] == [(3, 3), (4, 4), (4, 4)]  # the last block never stored (nor cut)
     assert res.passes == 1 + 3 + 4 + 4 and len(res.tokens) == 8
 
 
@@ -118,6 +120,7 @@ def test_stale_logits_view_is_float32_of_shape_b_v():
     def spy(view):
         seen.append((view.stale_logits.dtype, tuple(view.stale_logits.shape), view.tokens.dtype))
         return Draft.root()
+
     spotref.generate(m, [], 8, drafter=spy)
     assert seen and set(seen) == {(torch.float32, (4, 33), np.dtype(np.int64))}
 
@@ -127,14 +130,17 @@ def test_stale_logits_view_is_float32_of_shape_b_v():
 def test_view_unseen_is_the_last_decision_the_stale_pass_did_not_see(T, threshold, budget, depth):
     """The stale logits are the deepest accepted state's; the round's bonus decision came after."""
     from spotref.drafters.confidence import ConfidenceDrafter
+
     m, seen, inner = tiny_model(V=80, B=16, seed=4), [], ConfidenceDrafter()
 
     def spy(view):
         assert not view.unseen.flags.writeable and view.unseen.dtype == bool
         seen.append((view.block, view.step, set(np.flatnonzero(view.unseen).tolist())))
         return inner(view)
-    res = spotref.generate(m, [3, 1, 4], 40, temperature=T, seed=2, threshold=threshold, drafter=spy,
-                           budget=budget, depth=depth)
+
+    res = spotref.generate(
+        m, [3, 1, 4], 40, temperature=T, seed=2, threshold=threshold, drafter=spy, budget=budget, depth=depth
+    )
     decided = {(b, k): {p for p, _ in d} for b, k, d in res.stats["trajectory"]}
     assert seen and all(unseen == decided[(b, k - 1)] and unseen for b, k, unseen in seen)
 

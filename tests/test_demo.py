@@ -2,8 +2,24 @@ from spotref.tools.cli import main
 
 
 def test_demo_prints_exact_and_spot_side_by_side(capsys):
-    assert main(["demo", "--model", "random", "--prompts", "2", "--gen-length", "40", "--fused-store",
-                 "--no-auto", "--budgets", "8"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--model",
+                "random",
+                "--prompts",
+                "2",
+                "--gen-length",
+                "40",
+                "--fused-store",
+                "--no-auto",
+                "--budgets",
+                "8",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "every output identical to exact decoding: yes" in out
     rows = [line for line in out.splitlines() if line.startswith("|") and "decoder" not in line and "---" not in line]
@@ -27,8 +43,11 @@ def test_demo_table_counts_answer_blocks_apart():
     def result(passes, blocks, stopped):
         stats = dict(wall_s=1.0, committed=[1] * 4, blocks=blocks, stopped=stopped)
         return NS(tokens=[0] * sum(n for n, _ in blocks), passes=passes, stats=stats)
-    runs = {"exact": [result(1 + 33 + 33, [(32, 33), (32, 33)], True)],
-            "spot N=8": [result(1 + 9 + 5, [(32, 9), (32, 5)], True)]}
+
+    runs = {
+        "exact": [result(1 + 33 + 33, [(32, 33), (32, 33)], True)],
+        "spot N=8": [result(1 + 9 + 5, [(32, 9), (32, 5)], True)],
+    }
     rows = demo.summary_rows(runs)
     assert [dict(zip(demo.COLUMNS, r))["answer tokens"] for r in rows] == [32, 32]
     spot = dict(zip(demo.COLUMNS, rows[1]))
@@ -37,20 +56,43 @@ def test_demo_table_counts_answer_blocks_apart():
 
 
 def test_demo_shows_a_held_out_prompt_and_its_output(capsys):
-    assert main(["demo", "--model", "stdlib-b32", "--prompts", "1", "--gen-length", "16", "--no-auto",
-                 "--budgets", "4", "--show", "1"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--model",
+                "stdlib-b32",
+                "--prompts",
+                "1",
+                "--gen-length",
+                "16",
+                "--no-auto",
+                "--budgets",
+                "4",
+                "--show",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "--- held-out prompt 1 ---" in out and "--- output (exact decoding, " in out
-    assert "--- spot N=4: identical, " in out and "expected answer" not in out      # code: no answer
+    assert "--- spot N=4: identical, " in out and "expected answer" not in out  # code: no answer
 
 
 def test_demo_show_grades_a_math_answer(capsys):
     from types import SimpleNamespace as NS
 
     from spotref.tools import demo
-    env = NS(texts=["Q: 2 + 3?"], answers=[5], stops=[0], decode=lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids)))
-    runs = {"exact": [NS(tokens=[5, 0], passes=9)], "spot N=4": [NS(tokens=[5, 0], passes=4)],
-            "bad": [NS(tokens=[6, 0], passes=4)]}
+
+    env = NS(
+        texts=["Q: 2 + 3?"], answers=[5], stops=[0], decode=lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids))
+    )
+    runs = {
+        "exact": [NS(tokens=[5, 0], passes=9)],
+        "spot N=4": [NS(tokens=[5, 0], passes=4)],
+        "bad": [NS(tokens=[6, 0], passes=4)],
+    }
     demo.show(env, 0, runs)
     out = capsys.readouterr().out
     assert "expected answer: 5; the model's: 5 (right)" in out and "exact decoding, 9 passes" in out
@@ -66,6 +108,7 @@ def test_demo_gen_length_default_leaves_a_math_solution_room():
     from types import SimpleNamespace as NS
 
     from spotref.tools import demo
+
     assert demo.gen_length(NS(gen_length=None), NS(answers=[12, 7])) == demo.MATH_LENGTH == 256
     assert demo.gen_length(NS(gen_length=None), NS(answers=[None])) == demo.TEXT_LENGTH == 64
     assert demo.gen_length(NS(gen_length=None), NS(answers=None)) == 64
@@ -81,8 +124,10 @@ def test_demo_on_a_math_target_finishes_its_answer(capsys):
 
 
 def test_demo_runs_every_pass_at_a_fixed_width_and_says_what_a_pass_costs(capsys):
-    assert main(["demo", "--model", "random", "--prompts", "1", "--gen-length", "24", "--width", "8",
-                 "--budgets", "4,8"]) == 0
+    assert (
+        main(["demo", "--model", "random", "--prompts", "1", "--gen-length", "24", "--width", "8", "--budgets", "4,8"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "every output identical to exact decoding: yes" in out
     assert "A verify pass of N states costs t(N) / t(1) = 1.00 at N = 8 on this machine (width 8" in out

@@ -4,6 +4,7 @@ On a CPU-only machine the code path is audited: in the modules that touch the lo
 the view, the drafters' inputs), every tensor made from host data names the device it goes to.
 Where CUDA is present, gsm-b32 is decoded on it by every drafter at a fixed width and compared
 with exact decoding at that width, T = 0 and 1."""
+
 import re
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def calls(text: str):
             i += 1
             if depth == 0:
                 break
-        yield text.count("\n", 0, m.start()) + 1, text[m.start():i]
+        yield text.count("\n", 0, m.start()) + 1, text[m.start() : i]
 
 
 @pytest.mark.parametrize("path", ON_LOGITS_DEVICE)
@@ -37,8 +38,7 @@ def test_tensors_made_beside_the_logits_name_their_device(path):
 
 
 def test_the_audit_can_fail():
-    assert list(calls("x = torch.from_numpy(a)[:, None]\ny = torch.arange(3, device=d)"))[0][1] == \
-        "torch.from_numpy(a)"
+    assert list(calls("x = torch.from_numpy(a)[:, None]\ny = torch.arange(3, device=d)"))[0][1] == "torch.from_numpy(a)"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (run where one is)")

@@ -22,6 +22,7 @@ by ``spotref.load.export.save_pretrained`` (SDAR-8B's vocabulary size, MASK id a
 ``<tiny_sdar_tok>`` is the same directory with the real SDAR tokenizer files from
 ../shared/sdar-8b-chat added (the tests that need it skip when those files are absent).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,16 +49,23 @@ NOT_RUN_MARK = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # (file, block index) -> [(text in the block, replacement)]; block indices count every fence of
 # the file from 0 (the test id shows them: README.md#1).
 SUBS = {
-    ("README.md", 1): [("path/to/SDAR-8B-Chat", "<tiny_sdar>")],         # the 16 GB weights
-    ("README.md", 3): [("max_examples=500", "max_examples=2")],          # minutes -> seconds
-    ("docs/checkpoints.md", 0): [("/models/SDAR-8B-Chat", "<tiny_sdar_tok>"),
-                                 ('device="cuda"', 'device="cpu"'),
-                                 ("max_new_tokens=256", "max_new_tokens=8")],
-    ("docs/checkpoints.md", 1): [("/models/SDAR-8B-Chat-b32", "<tiny_sdar_tok>"),
-                                 ("--block-length 32", "--block-length 4"),  # 32 passes a block
-                                 ("--device cuda", "--device cpu --max-new-tokens 8")],
-    ("docs/results.md", 0): [("test_prompts=10", "test_prompts=1"),      # minutes -> seconds
-                             ("new_tokens=128", "new_tokens=32"), ("limit=300", "limit=10")],
+    ("README.md", 1): [("path/to/SDAR-8B-Chat", "<tiny_sdar>")],  # the 16 GB weights
+    ("README.md", 3): [("max_examples=500", "max_examples=2")],  # minutes -> seconds
+    ("docs/checkpoints.md", 0): [
+        ("/models/SDAR-8B-Chat", "<tiny_sdar_tok>"),
+        ('device="cuda"', 'device="cpu"'),
+        ("max_new_tokens=256", "max_new_tokens=8"),
+    ],
+    ("docs/checkpoints.md", 1): [
+        ("/models/SDAR-8B-Chat-b32", "<tiny_sdar_tok>"),
+        ("--block-length 32", "--block-length 4"),  # 32 passes a block
+        ("--device cuda", "--device cpu --max-new-tokens 8"),
+    ],
+    ("docs/results.md", 0): [
+        ("test_prompts=10", "test_prompts=1"),  # minutes -> seconds
+        ("new_tokens=128", "new_tokens=32"),
+        ("limit=300", "limit=10"),
+    ],
 }
 
 # Blocks marked <!-- not run: ... --> in the docs (the reason is in the doc).
@@ -83,8 +91,14 @@ def fences(path: Path) -> list[dict]:
             prev = next((l.strip() for l in reversed(lines[:i]) if l.strip()), "")
             mark = NOT_RUN_MARK.match(prev)
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            blocks.append({"lang": lines[i][3:].strip(), "code": "\n".join(lines[i + 1:end]) + "\n",
-                           "line": i + 1, "not_run": mark.group(1) if mark else None})
+            blocks.append(
+                {
+                    "lang": lines[i][3:].strip(),
+                    "code": "\n".join(lines[i + 1 : end]) + "\n",
+                    "line": i + 1,
+                    "not_run": mark.group(1) if mark else None,
+                }
+            )
             i = end
         i += 1
     return blocks
@@ -96,14 +110,25 @@ CODE = [key for key, b in BLOCKS.items() if b["lang"] in ("python", "bash")]
 
 # --- fixtures: stand-ins for the real checkpoint ---------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_sdar(tmp_path_factory) -> Path:
     """A tiny random SDAR checkpoint in the official layout, SDAR-8B's vocabulary and MASK id."""
     from spotref.load.export import save_pretrained
     from spotref.models import SDARConfig, SDARModel
-    cfg = SDARConfig(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                     mask_token_id=151669, block_size=4, max_position_embeddings=1024)
+
+    cfg = SDARConfig(
+        vocab_size=151936,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        mask_token_id=151669,
+        block_size=4,
+        max_position_embeddings=1024,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = SDARModel(cfg)
@@ -117,8 +142,10 @@ def tiny_sdar(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_sdar_tok(tiny_sdar) -> Path:
     if not (tiny_sdar / "vocab.json").is_file():
-        pytest.skip(f"needs the real SDAR tokenizer files (vocab.json, merges.txt) in {SHARED}, "
-                    f"which is not part of this repository")
+        pytest.skip(
+            f"needs the real SDAR tokenizer files (vocab.json, merges.txt) in {SHARED}, "
+            f"which is not part of this repository"
+        )
     return tiny_sdar
 
 
@@ -132,6 +159,7 @@ def substituted(key, request) -> str:
 
 
 # --- python blocks ------------------------------------------------------------------------------
+
 
 def run_python(code: str, name: str) -> dict:
     if any(line.startswith(">>> ") for line in code.splitlines()):
@@ -147,6 +175,7 @@ def run_python(code: str, name: str) -> dict:
 
 # --- shell blocks -------------------------------------------------------------------------------
 
+
 def commands(code: str) -> list[list[str]]:
     """argv lists of a shell block: continuations joined, comments dropped, split at ``&&``."""
     lines, out, pending = code.replace("\\\n", " ").splitlines(), [], ""
@@ -154,13 +183,13 @@ def commands(code: str) -> list[list[str]]:
         pending += line + "\n"
         try:
             argv = shlex.split(pending, comments=True)
-        except ValueError:            # an open quote: the command goes on (python -c "...")
+        except ValueError:  # an open quote: the command goes on (python -c "...")
             continue
         pending = ""
         while argv:
             cut = argv.index("&&") if "&&" in argv else len(argv)
             out.append(argv[:cut])
-            argv = argv[cut + 1:]
+            argv = argv[cut + 1 :]
     assert not pending, f"unterminated quote in {pending!r}"
     return [a[3:] if a[:2] == ["nice", "-n"] else a for a in out]
 
@@ -174,11 +203,13 @@ def entry(argv: list[str]):
     prog, args = argv[0], argv[1:]
     if prog == "spotref":
         from spotref.tools.cli import main
+
         return lambda: main(args)
     assert prog == "python", f"unknown command {' '.join(argv)!r}: add it to tests/test_docs.py"
     if args[0] == "-m":
-        return lambda: as_main([args[1], *args[2:]],
-                               lambda: runpy.run_module(args[1], run_name="__main__", alter_sys=True))
+        return lambda: as_main(
+            [args[1], *args[2:]], lambda: runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        )
     if args[0].endswith(".py"):
         path = ROOT / args[0]
         return lambda: as_main([str(path), *args[1:]], lambda: runpy.run_path(str(path), run_name="__main__"))
@@ -190,7 +221,7 @@ def as_main(argv: list[str], run) -> int:
     saved = sys.argv
     sys.argv = argv
     try:
-        with warnings.catch_warnings():      # re-running an imported module as __main__ is fine here
+        with warnings.catch_warnings():  # re-running an imported module as __main__ is fine here
             warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
             run()
         return 0
@@ -211,6 +242,7 @@ def parse_only():
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **{**kwargs, "allow_abbrev": False})
+
     argparse.ArgumentParser.parse_args, argparse.ArgumentParser.__init__ = parse_args, init
     try:
         yield
@@ -247,12 +279,13 @@ def check_command(argv: list[str], run: bool, capsys) -> str:
 
 # --- the tests ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("key", CODE, ids=[f"{f}#{k}" for f, k in CODE])
 def test_doc_block_runs(key, request, tmp_path, monkeypatch, capsys):
     block, name = BLOCKS[key], f"{key[0]}#{key[1]} (line {BLOCKS[key]['line']})"
     run = block["not_run"] is None
     code = substituted(key, request) if run else block["code"]
-    monkeypatch.chdir(tmp_path)               # blocks that write (caches, .hypothesis) write here
+    monkeypatch.chdir(tmp_path)  # blocks that write (caches, .hypothesis) write here
     if block["lang"] == "python":
         ns = run_python(code, name) if run else compile(code, name, "exec")
         if run and key in CHECKS:
@@ -266,7 +299,7 @@ def test_doc_block_runs(key, request, tmp_path, monkeypatch, capsys):
 
 def readme_api_stats(ns: dict, code: str) -> None:
     """The keys the README lists for ``res.stats`` are the keys it has."""
-    listed = set(re.findall(r'"(\w+)"', code[code.index("res.stats"):]))
+    listed = set(re.findall(r'"(\w+)"', code[code.index("res.stats") :]))
     missing = listed - set(ns["res"].stats)
     assert not missing, f"README lists res.stats keys that do not exist: {sorted(missing)}"
 
@@ -276,8 +309,11 @@ CHECKS = {("README.md", 1): readme_api_stats}
 
 def test_every_block_is_tagged_and_accounted_for():
     """Every fence says python, bash or text; NOT_RUN and SUBS name real, runnable blocks."""
-    untagged = [f"{f}#{k} (line {b['line']}): {b['lang'] or 'no language'}"
-                for (f, k), b in BLOCKS.items() if b["lang"] not in LANGS]
+    untagged = [
+        f"{f}#{k} (line {b['line']}): {b['lang'] or 'no language'}"
+        for (f, k), b in BLOCKS.items()
+        if b["lang"] not in LANGS
+    ]
     assert not untagged, "tag each fence python, bash (run or parsed here) or text: " + "; ".join(untagged)
     marked = {key for key, b in BLOCKS.items() if b["not_run"]}
     assert marked == NOT_RUN, f"blocks marked <!-- not run: ... -->: {sorted(marked)}; NOT_RUN: {sorted(NOT_RUN)}"
@@ -287,14 +323,18 @@ def test_every_block_is_tagged_and_accounted_for():
     assert len(CODE) - len(NOT_RUN) >= 8, "hardly any doc block found: is the fence parser broken?"
 
 
-MODULE_DOCTESTS = sorted(".".join(p.relative_to(ROOT / "spotref").with_suffix("").parts)
-                         for p in (ROOT / "spotref").rglob("*.py") if ">>> " in p.read_text(encoding="utf-8"))
+MODULE_DOCTESTS = sorted(
+    ".".join(p.relative_to(ROOT / "spotref").with_suffix("").parts)
+    for p in (ROOT / "spotref").rglob("*.py")
+    if ">>> " in p.read_text(encoding="utf-8")
+)
 
 
 @pytest.mark.parametrize("module", MODULE_DOCTESTS)
 def test_module_docstring_examples(module):
     """The ``>>>`` examples in spotref's docstrings (STYLE: doctest the examples)."""
     import importlib
+
     result = doctest.testmod(importlib.import_module(f"spotref.{module}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"spotref.{module}: {result.failed} of {result.attempted} examples failed"
 
@@ -303,7 +343,16 @@ def test_a_new_model_comes_back_ready_to_decode():
     """The README's ``model = SDARModel(cfg)`` is in eval mode, as ``from_pretrained`` and
     ``load_target`` models are (decoding never trains)."""
     from spotref.models import SDARConfig, SDARModel
-    cfg = SDARConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                     mask_token_id=299, block_size=8)
+
+    cfg = SDARConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        mask_token_id=299,
+        block_size=8,
+    )
     assert not SDARModel(cfg).training

@@ -1,5 +1,6 @@
 """Nothing lost, nothing overwritten: atomic writes (``spotref.load.files``), a corrupt trajectory
 cache treated as a cache miss, and the conformance suite's Hypothesis extra and database."""
+
 import os
 import stat
 import sys
@@ -27,6 +28,7 @@ def half_then_crash(exc=Crash):
     def write(f):
         f.write(b"half of the new cont")
         raise exc()
+
     return write
 
 
@@ -56,6 +58,7 @@ def test_atomic_save_crash_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     def dying_save(obj, f, *a, **k):
         f.write(b"PK\x03\x04 truncated")
         raise Crash()
+
     monkeypatch.setattr(torch, "save", dying_save)
     with pytest.raises(Crash):
         files.atomic_save({"step": 2}, path)
@@ -68,7 +71,7 @@ def test_atomic_writes_create_directories_and_keep_permissions(tmp_path):
     assert path.read_text() == "one"
     mask = os.umask(0)
     os.umask(mask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask           # as a plain open() would
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask  # as a plain open() would
     os.chmod(path, 0o640)
     files.atomic_write_text(path, "two")
     assert path.read_text() == "two" and stat.S_IMODE(path.stat().st_mode) == 0o640
@@ -76,6 +79,7 @@ def test_atomic_writes_create_directories_and_keep_permissions(tmp_path):
 
 def test_atomic_path_for_writers_that_want_a_name(tmp_path):
     from safetensors.torch import load_file, save_file
+
     path = tmp_path / "w.safetensors"
     with files.atomic_path(path) as tmp:
         save_file({"x": torch.ones(3)}, str(tmp))
@@ -96,6 +100,7 @@ def test_run_dirs_are_new_each_time(tmp_path):
 def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     """order.save and save_pretrained die half-way: the files already there survive."""
     from spotref.load.export import save_pretrained
+
     path = tmp_path / "d.pt"
     save_order_model(path, order.OrderModel(8), {"note": "old"})
     root = save_pretrained(tiny_model(), tmp_path / "ckpt")
@@ -104,6 +109,7 @@ def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     with pytest.raises(Crash):
         save_order_model(path, order.OrderModel(8), {"note": "new"})
     import safetensors.torch
+
     monkeypatch.setattr(safetensors.torch, "save_file", lambda *a, **k: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         save_pretrained(tiny_model(seed=1), root)
@@ -113,6 +119,7 @@ def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
 
 
 # ---- the trajectory cache ---------------------------------------------------------------------
+
 
 def small_trajectories():
     m = tiny_model(V=20, B=4)
@@ -134,11 +141,13 @@ def test_a_truncated_trajectory_file_is_a_named_value_error(tmp_path):
 def test_a_corrupt_cache_is_a_cache_miss(tmp_path, monkeypatch, damage):
     """recorded() warns, records again and replaces the broken file; the next call reads it."""
     from types import SimpleNamespace
+
     ds, calls = small_trajectories(), []
 
     def record(*a, **k):
         calls.append(1)
         return ds
+
     monkeypatch.setattr(tj, "record", record)
     monkeypatch.setattr(prompts, "prompts_for", lambda *a: [[1, 2, 3]])
     target = SimpleNamespace(name="tiny", model=tiny_model(V=20, B=4), stop_ids=None)
@@ -152,14 +161,16 @@ def test_a_corrupt_cache_is_a_cache_miss(tmp_path, monkeypatch, damage):
     assert len(calls) == 2 and len(got) == len(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = prompts.recorded(target, args, "test", 0.0)        # repaired: a plain hit
+        again = prompts.recorded(target, args, "test", 0.0)  # repaired: a plain hit
     assert len(calls) == 2 and np.array_equal(again.arrays["tokens"], ds.arrays["tokens"])
 
 
 # ---- run_conformance ----------------------------------------------------------------------------
 
+
 def test_conformance_without_hypothesis_says_how_to_install_it(monkeypatch):
     from spotref import conformance
+
     monkeypatch.setitem(sys.modules, "hypothesis", None)
     with pytest.raises(ModuleNotFoundError, match=r'pip install "spotref\[conformance\]"'):
         conformance.run_conformance(lambda *a, **k: None, max_examples=1)
@@ -167,6 +178,7 @@ def test_conformance_without_hypothesis_says_how_to_install_it(monkeypatch):
 
 def test_conformance_extra_is_declared():
     import tomllib
+
     meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert any(d.startswith("hypothesis") for d in meta["project"]["optional-dependencies"]["conformance"])
 
@@ -174,8 +186,9 @@ def test_conformance_extra_is_declared():
 def test_conformance_writes_nothing_into_the_working_directory(tmp_path, monkeypatch):
     import spotref
     from spotref.conformance import run_conformance
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
     assert run_conformance(spotref.generate, max_examples=2)["cases"] >= 1
     assert list(tmp_path.iterdir()) == []
-    run_conformance(spotref.generate, max_examples=1, database=tmp_path / "db")     # opted in: allowed
+    run_conformance(spotref.generate, max_examples=1, database=tmp_path / "db")  # opted in: allowed

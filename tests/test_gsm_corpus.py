@@ -1,17 +1,18 @@
 """The procedural grade-school math corpus (spotref.data.gsm)."""
+
 import re
 from collections import Counter
 
 import pytest
 
-from spotref.load.tokenizer import chat_format
 from spotref.data import gsm
+from spotref.load.tokenizer import chat_format
 
 
 def test_same_seed_same_problems_and_prefix_stable():
     a = gsm.problems(40, seed=3)
     assert a == gsm.problems(40, seed=3)
-    assert gsm.problems(15, seed=3) == a[:15]                 # problem i does not depend on n
+    assert gsm.problems(15, seed=3) == a[:15]  # problem i does not depend on n
     assert [p.question for p in gsm.problems(40, seed=4)] != [p.question for p in a]
     assert gsm.documents(5, seed=3) == [p.document for p in a[:5]]
 
@@ -37,7 +38,7 @@ def test_templates_cover_steps_and_are_many():
     assert len(gsm.TEMPLATES) >= 30
     assert len({t[0] for t in gsm.TEMPLATES}) == len(gsm.TEMPLATES)
     steps = Counter(p.steps for p in gsm.problems(800, seed=0))
-    assert set(steps) == {1, 2, 3, 4} and min(steps.values()) > 120     # steps drawn uniformly
+    assert set(steps) == {1, 2, 3, 4} and min(steps.values()) > 120  # steps drawn uniformly
     used = {p.template for p in gsm.problems(3000, seed=1)}
     assert used == {t[0] for t in gsm.TEMPLATES}
 
@@ -65,8 +66,7 @@ def test_heldout_shares_no_problem_text_with_train():
 
 def test_chat_format_is_the_qwen3_template():
     p = gsm.problems(1, seed=0)[0]
-    assert p.prompt == chat_format(p.question) == \
-        f"<|im_start|>user\n{p.question}<|im_end|>\n<|im_start|>assistant\n"
+    assert p.prompt == chat_format(p.question) == f"<|im_start|>user\n{p.question}<|im_end|>\n<|im_start|>assistant\n"
     assert p.document == p.prompt + p.solution + "<|im_end|>"
     pairs = gsm.heldout(5, seed=2)
     assert len(pairs) == 5
@@ -92,18 +92,20 @@ def test_drills_are_right_and_within_the_level():
     from collections import Counter
 
     import numpy as np
+
     ops = Counter()
     for i in range(400):
         for level in (0, 3):
             d = gsm.LEVELS[level]
             p = gsm.drill(np.random.default_rng([i, level]), d)
-            (a, op, b, c, ok), = gsm.equations(p.solution)
+            ((a, op, b, c, ok),) = gsm.equations(p.solution)
             assert ok and gsm.final_answer(p.solution) == c == p.answer and p.question == f"What is {a} {op} {b}?"
             assert 1 <= c <= d.max_result and p.steps == 1 and p.template == "drill"
             ops[op] += 1
     assert set(ops) == {"+", "-", "*", "/"} and ops["+"] > 1.5 * ops["*"] and ops["-"] > 1.5 * ops["/"]
-    weighted = Counter(gsm.equations(gsm.drill(np.random.default_rng(i), gsm.LEVELS[3], "--/").solution)[0][1]
-                       for i in range(300))
+    weighted = Counter(
+        gsm.equations(gsm.drill(np.random.default_rng(i), gsm.LEVELS[3], "--/").solution)[0][1] for i in range(300)
+    )
     assert set(weighted) == {"-", "/"} and weighted["-"] > 1.4 * weighted["/"]
 
 
@@ -111,23 +113,29 @@ def test_equation_drills_ask_the_equations_the_problems_write():
     from collections import Counter
 
     import numpy as np
+
     rng, d = np.random.default_rng(3), gsm.LEVELS[3]
-    written = Counter((op, len(str(max(a, b)))) for _ in range(300)
-                      for a, op, b, c, ok in gsm.equations(gsm.draw(rng, d).solution))
+    written = Counter(
+        (op, len(str(max(a, b)))) for _ in range(300) for a, op, b, c, ok in gsm.equations(gsm.draw(rng, d).solution)
+    )
     kinds = Counter()
     for i in range(300):
         p = gsm.equation_drill(np.random.default_rng(i), d)
-        (a, op, b, c, ok), = gsm.equations(p.solution)
+        ((a, op, b, c, ok),) = gsm.equations(p.solution)
         assert ok and gsm.final_answer(p.solution) == c == p.answer and p.question == f"What is {a} {op} {b}?"
         assert p.steps == 1 and p.template == "drill"
         kinds[op, len(str(max(a, b)))] += 1
-    assert p == gsm.equation_drill(np.random.default_rng(299), d)                   # the seed alone
+    assert p == gsm.equation_drill(np.random.default_rng(299), d)  # the seed alone
     # three-digit sums and differences (earlier results), which the problems write and range drills lack
     assert written["+", 3] > 20 and kinds["+", 3] > 10 and kinds["-", 3] > 10
-    ranged = Counter((op, len(str(max(a, b)))) for a, op, b, c, ok in
-                     (gsm.equations(gsm.drill(np.random.default_rng(i), d).solution)[0] for i in range(300)))
+    ranged = Counter(
+        (op, len(str(max(a, b))))
+        for a, op, b, c, ok in (gsm.equations(gsm.drill(np.random.default_rng(i), d).solution)[0] for i in range(300))
+    )
     assert kinds["+", 3] > 3 * ranged["+", 3] and kinds["-", 3] > 3 * ranged["-", 3]
-    subs = Counter(gsm.equations(gsm.equation_drill(np.random.default_rng(i), d, "-").solution)[0][1] for i in range(50))
+    subs = Counter(
+        gsm.equations(gsm.equation_drill(np.random.default_rng(i), d, "-").solution)[0][1] for i in range(50)
+    )
     assert set(subs) == {"-"}
     with pytest.raises(ValueError, match="drill operators must be"):
         gsm.equation_drill(np.random.default_rng(0), d, "x")

@@ -1,4 +1,5 @@
 """Held-out prompts of a target's own domain: ``Target.heldout`` and the corpora behind it."""
+
 import json
 
 import pytest
@@ -42,6 +43,7 @@ def test_stdlib_heldout_is_what_the_tools_drew_before(stdlib_target):
     (train / test, before their cut to tokens): the shipped numbers stay reproducible."""
     from spotref.tools.corpus import heldout_code
     from spotref.tools.quality import heldout_prompts
+
     assert [p for p, _ in stdlib_target.heldout(8, seed=0)] == heldout_prompts(8)
     assert [p for p, _ in stdlib_target.heldout(8, seed=1, split="test")] == heldout_code(8, seed=1, split="test")
     assert [p for p, _ in stdlib_target.heldout(8, seed=0, split="train")] == heldout_code(8, seed=0, split="train")
@@ -64,6 +66,7 @@ def test_every_bundled_target_has_heldout_prompts():
 
 # --- gsm (the generator handed in, as the training tool does) ----------------------------
 
+
 def test_gsm_heldout_is_seeded_chat_math_with_answers():
     corpus = GsmCorpus(gsm, seed=0, size=100, level=2)
     a = corpus.heldout(20, seed=7)
@@ -75,7 +78,7 @@ def test_gsm_heldout_is_seeded_chat_math_with_answers():
 
 
 def test_gsm_heldout_questions_are_not_trained_on():
-    corpus = GsmCorpus(gsm, seed=0, size=3000, level=1)            # level 1: few distinct problems
+    corpus = GsmCorpus(gsm, seed=0, size=3000, level=1)  # level 1: few distinct problems
     train = set(corpus.documents("train"))
     train_questions = {d.split("<|im_end|>")[0] for d in train}
     for split in (None, "train", "test"):
@@ -92,7 +95,7 @@ def test_gsm_halves_are_disjoint_and_seeded():
 
 def test_a_gsm_record_rebuilds_the_corpus():
     corpus = GsmCorpus(gsm, seed=4, size=50, level=2)
-    record = json.loads(json.dumps(corpus.record()))                 # as the metadata stores it
+    record = json.loads(json.dumps(corpus.record()))  # as the metadata stores it
     again = GsmCorpus.from_record(record, gsm)
     assert again.documents("train") == corpus.documents("train") == gsm.documents(50, 4, gsm.LEVELS[2])
     assert record["name"] == "gsm" and record["seed"] == 4 and record["version"] == gsm.VERSION
@@ -101,6 +104,7 @@ def test_a_gsm_record_rebuilds_the_corpus():
 
 
 # --- the metadata decides ------------------------------------------------------------------
+
 
 def target_with(corpus_record):
     return Target("t", None, None, {} if corpus_record is None else {"corpus": corpus_record})
@@ -139,9 +143,17 @@ def test_a_gsm_target_gives_held_out_problems_with_answers():
     assert not any(p in doc for p, _ in pairs for doc in train)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"n": 0}, "n must"), ({"n": True}, "n must"), ({"n": 2.0}, "n must"), ({"seed": -1}, "seed must"),
-    ({"seed": "0"}, "seed must"), ({"split": "val"}, "split must")])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"n": 0}, "n must"),
+        ({"n": True}, "n must"),
+        ({"n": 2.0}, "n must"),
+        ({"seed": -1}, "seed must"),
+        ({"seed": "0"}, "seed must"),
+        ({"split": "val"}, "split must"),
+    ],
+)
 def test_bad_heldout_arguments_name_the_argument(kwargs, word):
     args = {"n": 2, "seed": 0, "split": None, **kwargs}
     with pytest.raises(ValueError, match=word):

@@ -8,6 +8,7 @@ for denoise steps on a KV cache (transformers' DynamicCache, cropped after each 
 SDAR's generate.py keeps the cache to complete blocks); then the tokens of a full exact decode
 must be identical (spotref.generate vs the naive reference decoder driven by transformers).
 """
+
 import inspect
 import json
 import re
@@ -25,19 +26,41 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 REAL = SDAR_FILES
-DIMS = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32, mask_token_id=319,
-            max_position_embeddings=512, bos_token_id=318, eos_token_id=318)   # ids of this vocabulary
+DIMS = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    mask_token_id=319,
+    max_position_embeddings=512,
+    bos_token_id=318,
+    eos_token_id=318,
+)  # ids of this vocabulary
 ATOL = 1e-5
 
 
 def tensor_shape(name: str, c: dict) -> tuple:
     V, H, I = c["vocab_size"], c["hidden_size"], c["intermediate_size"]
     q, kv, d = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"], c["head_dim"]
-    table = {"embed_tokens": (V, H), "lm_head": (V, H), "q_proj": (q, H), "k_proj": (kv, H),
-             "v_proj": (kv, H), "o_proj": (H, q), "q_norm": (d,), "k_norm": (d,), "gate_proj": (I, H),
-             "up_proj": (I, H), "down_proj": (H, I), "input_layernorm": (H,),
-             "post_attention_layernorm": (H,), "norm": (H,)}
+    table = {
+        "embed_tokens": (V, H),
+        "lm_head": (V, H),
+        "q_proj": (q, H),
+        "k_proj": (kv, H),
+        "v_proj": (kv, H),
+        "o_proj": (H, q),
+        "q_norm": (d,),
+        "k_norm": (d,),
+        "gate_proj": (I, H),
+        "up_proj": (I, H),
+        "down_proj": (H, I),
+        "input_layernorm": (H,),
+        "post_attention_layernorm": (H,),
+        "norm": (H,),
+    }
     return table[name.split(".")[-2]]
 
 
@@ -46,8 +69,11 @@ def write_tiny_official(root: Path) -> dict:
     config = json.loads((REAL / "config.json").read_text())
     index = json.loads((REAL / "model.safetensors.index.json").read_text())
     config.update(DIMS)
-    keep = {n: f for n, f in index["weight_map"].items()
-            if not (m := re.match(r"model\.layers\.(\d+)\.", n)) or int(m.group(1)) < DIMS["num_hidden_layers"]}
+    keep = {
+        n: f
+        for n, f in index["weight_map"].items()
+        if not (m := re.match(r"model\.layers\.(\d+)\.", n)) or int(m.group(1)) < DIMS["num_hidden_layers"]
+    }
     g = torch.Generator().manual_seed(0)
     state = {}
     for n in keep:
@@ -57,8 +83,9 @@ def write_tiny_official(root: Path) -> dict:
         state[n] = base + scale * torch.randn(shape, generator=g)
     root.mkdir(parents=True, exist_ok=True)
     for f in sorted(set(keep.values())):
-        safetensors_torch.save_file({n: state[n].to(torch.bfloat16) for n in keep if keep[n] == f},
-                                    str(root / f), metadata={"format": "pt"})
+        safetensors_torch.save_file(
+            {n: state[n].to(torch.bfloat16) for n in keep if keep[n] == f}, str(root / f), metadata={"format": "pt"}
+        )
     index = {"metadata": {"total_size": 0}, "weight_map": keep}
     (root / "model.safetensors.index.json").write_text(json.dumps(index))
     (root / "config.json").write_text(json.dumps(config))
@@ -68,14 +95,21 @@ def write_tiny_official(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     if not (REAL / "model.safetensors.index.json").is_file():
-        pytest.skip(f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
+        pytest.skip(
+            f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at "
+            f"{SDAR_FILES}: set SPOTREF_SDAR_DIR"
+        )
     root = tmp_path_factory.mktemp("tiny_sdar")
     state = write_tiny_official(root)
     ours = SDARModel.from_pretrained(root, dtype="float32")
     c = json.loads((root / "config.json").read_text())
     hf_cfg = transformers.Qwen3Config(
-        **{k: c[k] for k in DIMS if k != "mask_token_id"}, rms_norm_eps=c["rms_norm_eps"],
-        rope_theta=c["rope_theta"], tie_word_embeddings=False, attention_bias=False)
+        **{k: c[k] for k in DIMS if k != "mask_token_id"},
+        rms_norm_eps=c["rms_norm_eps"],
+        rope_theta=c["rope_theta"],
+        tie_word_embeddings=False,
+        attention_bias=False,
+    )
     hf_cfg._attn_implementation = "eager"
     hf = transformers.Qwen3ForCausalLM(hf_cfg).eval()
     hf.load_state_dict(state, strict=True)
@@ -103,8 +137,13 @@ def hf_logits(hf, x: torch.Tensor, B: int) -> torch.Tensor:
 @torch.no_grad()
 def hf_step(hf, cache, block: torch.Tensor, P: int, B: int, keep: bool) -> torch.Tensor:
     """One block (B,) at positions P..P+B-1 over the cache; crops it again unless ``keep``."""
-    out = hf(input_ids=block[None], attention_mask=block_causal(P, B, P + B, B),
-             position_ids=torch.arange(P, P + B)[None], use_cache=True, **{cache_kw(hf): cache})
+    out = hf(
+        input_ids=block[None],
+        attention_mask=block_causal(P, B, P + B, B),
+        position_ids=torch.arange(P, P + B)[None],
+        use_cache=True,
+        **{cache_kw(hf): cache},
+    )
     if not keep:
         cache.crop(-B)
     return out.logits[0]
@@ -130,13 +169,17 @@ def test_prefill_denoise_store_logits_match(pair):
     cache = ours.prefill(prompt)
     hc = transformers.DynamicCache(config=hf.config)
     with torch.no_grad():
-        hf(input_ids=prompt[None], attention_mask=block_causal(0, 2 * B, 2 * B, B), use_cache=True,
-           **{cache_kw(hf): hc})
+        hf(
+            input_ids=prompt[None],
+            attention_mask=block_causal(0, 2 * B, 2 * B, B),
+            use_cache=True,
+            **{cache_kw(hf): hc},
+        )
     for blk in range(2):
         P = (2 + blk) * B
         states = torch.randint(0, 319, (3, B), generator=g)
-        states[0], states[1, ::2] = mask, mask                  # all MASK, half MASK, none
-        got = ours.denoise(cache, states)                        # (3, B, V) in one batch
+        states[0], states[1, ::2] = mask, mask  # all MASK, half MASK, none
+        got = ours.denoise(cache, states)  # (3, B, V) in one batch
         for i in range(3):
             torch.testing.assert_close(got[i], hf_step(hf, hc, states[i], P, B, keep=False), atol=ATOL, rtol=0)
         assert hc.get_seq_length() == P == cache.length
@@ -147,9 +190,16 @@ def test_prefill_denoise_store_logits_match(pair):
 @pytest.mark.parametrize("temperature, drafter", [(0.0, None), (1.0, None), (1.0, "confidence")])
 def test_exact_decode_tokens_match(pair, temperature, drafter):
     ours, hf = pair
-    B, prompt = ours.block_size, [5, 17, 200, 3, 99, 42]         # ends mid-block
+    B, prompt = ours.block_size, [5, 17, 200, 3, 99, 42]  # ends mid-block
     kw = dict(temperature=temperature, seed=3)
     got = spotref.generate(ours, prompt, 10, drafter=drafter, **kw).tokens
-    want = reference.generate(lambda x: hf_logits(hf, x, B), prompt, 10, block_size=B,
-                              mask_id=ours.mask_id, vocab_size=ours.config.vocab_size, **kw)
+    want = reference.generate(
+        lambda x: hf_logits(hf, x, B),
+        prompt,
+        10,
+        block_size=B,
+        mask_id=ours.mask_id,
+        vocab_size=ours.config.vocab_size,
+        **kw,
+    )
     assert got == want and len(got) == 10

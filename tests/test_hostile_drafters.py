@@ -1,5 +1,6 @@
 """A drafter cannot change the output through what its view hands it (docs/spec.md section 7): the state,
 the stale logits, the rule and its noise are copies or read-only, whatever the drafter does."""
+
 import numpy as np
 import pytest
 from helpers import tiny_model
@@ -17,11 +18,12 @@ def confidence_then(attack):
     def drafter(view):
         attack(view)
         return confidence(view)
+
     return drafter
 
 
 def write_state(view):
-    view.tokens.flags.writeable = True            # a copy: even unlocked, writes stay in the view
+    view.tokens.flags.writeable = True  # a copy: even unlocked, writes stay in the view
     view.tokens[view.masked[0]] = 5
 
 
@@ -38,7 +40,7 @@ def write_stale_logits(view):
 def write_unseen(view):
     with pytest.raises(ValueError, match="read-only"):
         view.unseen[:] = True
-    view.unseen.flags.writeable = True            # its own array: even unlocked, writes stay in the view
+    view.unseen.flags.writeable = True  # its own array: even unlocked, writes stay in the view
     view.unseen[:] = ~view.unseen
 
 
@@ -58,9 +60,16 @@ ATTACKS = [write_state, write_state_locked, write_unseen, write_stale_logits, be
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda f: f.__name__)
-@pytest.mark.parametrize("kw", [dict(temperature=0.0), dict(temperature=1.0, seed=7),
-                                dict(temperature=0.5, threshold=0.4, seed=2),
-                                dict(temperature=2.0, top_k=5, top_p=0.9, seed=3)], ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(temperature=0.0),
+        dict(temperature=1.0, seed=7),
+        dict(temperature=0.5, threshold=0.4, seed=2),
+        dict(temperature=2.0, top_k=5, top_p=0.9, seed=3),
+    ],
+    ids=str,
+)
 def test_a_hostile_drafter_cannot_change_the_output(attack, kw):
     model = tiny_model(V=40, B=4)
     exact = spotref.generate(model, PROMPT, 14, **kw)
@@ -73,11 +82,12 @@ def test_a_view_kept_from_an_earlier_round_cannot_change_the_output():
 
     def drafter(view):
         kept.append(view)
-        for old in kept:                                  # write into every view seen so far
+        for old in kept:  # write into every view seen so far
             old.tokens.flags.writeable = True
             old.tokens[:] = 3
             old.stale_logits.zero_()
         return Draft.root()
+
     exact = spotref.generate(model, PROMPT, 20, temperature=1.0, seed=1)
     assert spotref.generate(model, PROMPT, 20, temperature=1.0, seed=1, drafter=drafter).tokens == exact.tokens
 
@@ -91,5 +101,6 @@ def test_the_state_write_changed_the_drafters_copy_only():
         write_state(view)
         seen.append(not np.array_equal(before, view.tokens))
         return Draft.root()
+
     spotref.generate(model, PROMPT, 8, drafter=drafter)
     assert seen and all(seen)

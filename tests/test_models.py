@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,16 +19,16 @@ def test_batched_denoise_rows_are_bit_identical_to_single_rows(data):
     n_prefix = data.draw(st.integers(0, 3))
     cache = model.prefill(torch.randint(0, V - 1, (n_prefix * B,)))
     N = data.draw(st.integers(1, 64))
-    states = torch.randint(0, V, (N, B))                     # (N, B), MASK included
-    batched = model.denoise(cache, states)                  # (N, B, V)
+    states = torch.randint(0, V, (N, B))  # (N, B), MASK included
+    batched = model.denoise(cache, states)  # (N, B, V)
     for i in data.draw(st.lists(st.integers(0, N - 1), min_size=1, max_size=4)):
-        assert torch.equal(batched[i], model.denoise(cache, states[i:i + 1])[0]), f"row {i} of {N}"
+        assert torch.equal(batched[i], model.denoise(cache, states[i : i + 1])[0]), f"row {i} of {N}"
 
 
 def test_cached_passes_match_the_full_block_causal_forward():
     model = tiny_model(V=50, B=4, dtype=torch.float64)
     ids = torch.randint(0, 49, (12,))
-    full = model(ids[None])[0]                              # (12, V)
+    full = model(ids[None])[0]  # (12, V)
     cache = model.prefill(ids[:4])
     torch.testing.assert_close(model.denoise(cache, ids[4:8][None])[0], full[4:8], rtol=1e-10, atol=1e-10)
     model.store(cache, ids[4:8])
@@ -41,10 +40,10 @@ def test_attention_is_block_causal():
     model = tiny_model(V=50, B=4, dtype=torch.float64)
     a = torch.randint(0, 49, (12,))
     b = a.clone()
-    b[9] = (a[9] + 1) % 49                                  # change a token of block 2
+    b[9] = (a[9] + 1) % 49  # change a token of block 2
     la, lb = model(a[None])[0], model(b[None])[0]
-    assert torch.equal(la[:8], lb[:8])                      # earlier blocks never see it
-    assert not torch.equal(la[8], lb[8])                    # its own block sees it (bidirectional)
+    assert torch.equal(la[:8], lb[:8])  # earlier blocks never see it
+    assert not torch.equal(la[8], lb[8])  # its own block sees it (bidirectional)
 
 
 def test_tied_lm_head_shares_the_embedding():
@@ -55,10 +54,16 @@ def test_tied_lm_head_shares_the_embedding():
 
 def test_weight_names_follow_the_hf_checkpoints():
     names = set(tiny_model(layers=1).state_dict())
-    for n in ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-              "model.layers.0.self_attn.k_norm.weight", "model.layers.0.mlp.gate_proj.weight",
-              "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
-              "model.norm.weight", "lm_head.weight"]:
+    for n in [
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_norm.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+    ]:
         assert n in names
 
 
@@ -70,7 +75,11 @@ def test_random_init_follows_torchs_rng():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at {SDAR_FILES}: set SPOTREF_SDAR_DIR")
+@pytest.mark.skipif(
+    not SHARED.exists(),
+    reason=f"the real SDAR-8B config and tokenizer files (kept outside the repository) are not at "
+    f"{SDAR_FILES}: set SPOTREF_SDAR_DIR",
+)
 def test_config_reads_the_real_sdar_config():
     cfg = SDARConfig.from_json(SHARED / "config.json")
     raw = json.loads((SHARED / "config.json").read_text())
@@ -80,17 +89,29 @@ def test_config_reads_the_real_sdar_config():
     assert cfg.to_dict()["model_type"] == raw["model_type"] == "sdar"
 
 
-@pytest.mark.parametrize("field, value", [("vocab_size", 0), ("num_key_value_heads", 3),
-                                          ("mask_token_id", 300), ("block_size", 0)])
+@pytest.mark.parametrize(
+    "field, value", [("vocab_size", 0), ("num_key_value_heads", 3), ("mask_token_id", 300), ("block_size", 0)]
+)
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SDARConfig(**{field: value})
 
 
-@pytest.mark.parametrize("field, value", [("block_size", True), ("mask_token_id", 60.0), ("mask_token_id", "60"),
-                                          ("rms_norm_eps", "1e-6"), ("rms_norm_eps", 0.0), ("rope_theta", float("inf")),
-                                          ("max_position_embeddings", 1.5), ("head_dim", True),
-                                          ("tie_word_embeddings", "yes"), ("initializer_range", -0.1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("block_size", True),
+        ("mask_token_id", 60.0),
+        ("mask_token_id", "60"),
+        ("rms_norm_eps", "1e-6"),
+        ("rms_norm_eps", 0.0),
+        ("rope_theta", float("inf")),
+        ("max_position_embeddings", 1.5),
+        ("head_dim", True),
+        ("tie_word_embeddings", "yes"),
+        ("initializer_range", -0.1),
+    ],
+)
 def test_config_fields_of_the_wrong_type_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"SDARConfig.{field}"):
         SDARConfig(**{field: value})

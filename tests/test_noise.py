@@ -11,7 +11,7 @@ from spotref.noise import GOLDEN, MASK64, gumbel, mix, noise_key, uniform
 def python_uniform(seed, block, step, j, v, V):
     """The documented formula, in Python integers."""
     z = mix((noise_key(seed, block, step) + (j * V + v + 1) * GOLDEN) & MASK64)
-    return ((z >> 11) + 0.5) * 2.0 ** -53
+    return ((z >> 11) + 0.5) * 2.0**-53
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 10**6), st.integers(0, 64), st.data())
@@ -27,9 +27,10 @@ def test_pinned_values():
     # Test vectors for other decoders that reimplement the noise (and a guard against drift).
     assert mix(0) == 0 and mix(1) == 0x5692161D100B05E5
     assert uniform(0, 0, 0, 1, 3)[0].tolist() == [0.8833108082136427, 0.43152799704851, 0.0264337715925978]
-    g = gumbel(42, 5, 7, 2, 2).flatten().tolist()          # log() may differ by an ulp across libms
-    assert g == pytest.approx([-0.8105900951417138, -0.059607713710185764,
-                               -1.1226281840724535, -0.10158554222355456], rel=1e-14)
+    g = gumbel(42, 5, 7, 2, 2).flatten().tolist()  # log() may differ by an ulp across libms
+    assert g == pytest.approx(
+        [-0.8105900951417138, -0.059607713710185764, -1.1226281840724535, -0.10158554222355456], rel=1e-14
+    )
 
 
 def test_noise_depends_on_seed_block_and_step_only():
@@ -44,5 +45,5 @@ def test_uniform_is_open_and_gumbel_has_the_right_moments():
     assert 0 < u.min() and u.max() < 1
     g = gumbel(1, 0, 0, 200, 1000)
     assert torch.isfinite(g).all()
-    assert abs(g.mean().item() - 0.5772156649) < 0.01           # Euler-Mascheroni
-    assert abs(g.var().item() - math.pi ** 2 / 6) < 0.03
+    assert abs(g.mean().item() - 0.5772156649) < 0.01  # Euler-Mascheroni
+    assert abs(g.var().item() - math.pi**2 / 6) < 0.03

@@ -1,4 +1,5 @@
 """The order model, its features and checkpoints, and level-batched tree growth."""
+
 import hashlib
 from types import SimpleNamespace
 
@@ -16,10 +17,18 @@ from spotref.load.drafters import load_order_model, save_order_model
 
 def test_parameter_count_is_the_papers():
     m = order.OrderModel(32)
-    assert 0.60e6 <= order.n_params(m) <= 0.64e6, order.n_params(m)          # paper: 0.62M
-    assert m.config == dict(block_size=32, d_model=128, layers=3, heads=8, ff=512,
-                            feature_width=order.FEATURE_WIDTH, top_k=32, set_hidden=64)
-    assert 0.60e6 <= order.n_params(order.OrderModel(32, set_hidden=None)) < order.n_params(m)   # the set head is small
+    assert 0.60e6 <= order.n_params(m) <= 0.64e6, order.n_params(m)  # paper: 0.62M
+    assert m.config == dict(
+        block_size=32,
+        d_model=128,
+        layers=3,
+        heads=8,
+        ff=512,
+        feature_width=order.FEATURE_WIDTH,
+        top_k=32,
+        set_hidden=64,
+    )
+    assert 0.60e6 <= order.n_params(order.OrderModel(32, set_hidden=None)) < order.n_params(m)  # the set head is small
 
 
 def random_inputs(N=3, B=8, V=50, seed=0):
@@ -29,13 +38,14 @@ def random_inputs(N=3, B=8, V=50, seed=0):
     masked[:, 0] = True
     marks = torch.where(masked, 0, torch.randint(0, 3, (N, B), generator=g))
     unseen = ~masked[0] & (marks[0] == 0) & (torch.rand(B, generator=g) < 0.3)
-    x = order.features(order.top_probs(probs), torch.rand(N, B, generator=g), masked, marks, torch.arange(N),
-                       1.0, unseen)
+    x = order.features(
+        order.top_probs(probs), torch.rand(N, B, generator=g), masked, marks, torch.arange(N), 1.0, unseen
+    )
     return x, masked
 
 
 def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
-    for V in (20, 5000):                                   # also V < 32: zero-padded
+    for V in (20, 5000):  # also V < 32: zero-padded
         x, masked = random_inputs(V=V)
         assert x.shape == (3, 8, order.FEATURE_WIDTH)
         s, t = order.OrderModel(8).eval()(x, masked)
@@ -43,19 +53,26 @@ def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
         assert torch.isinf(s[~masked]).all() and torch.isfinite(s[masked]).all()
         assert torch.allclose(torch.softmax(s, -1).sum(-1), torch.ones(3))
     top = order.top_probs(torch.softmax(torch.randn(4, 100), -1))
-    assert (top[:, :-1] >= top[:, 1:]).all()                # sorted, descending
+    assert (top[:, :-1] >= top[:, 1:]).all()  # sorted, descending
 
 
 def test_the_certainty_feature_resolves_confidences_near_one():
-    pc = torch.tensor([[0.99999, 0.9999, 0.999999, 0.5]])                       # (1, 4)
+    pc = torch.tensor([[0.99999, 0.9999, 0.999999, 0.5]])  # (1, 4)
     masked = torch.ones(1, 4, dtype=torch.bool)
-    x = order.features(torch.zeros(4, 32), pc, masked, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1), 0.0,
-                       torch.zeros(4, dtype=torch.bool))
+    x = order.features(
+        torch.zeros(4, 32),
+        pc,
+        masked,
+        torch.zeros(1, 4, dtype=torch.long),
+        torch.zeros(1),
+        0.0,
+        torch.zeros(4, dtype=torch.bool),
+    )
     assert x.shape == (1, 4, order.FEATURE_WIDTH) and order.CERTAIN == 48
     assert torch.allclose(x[0, :, order.CERTAIN], -(1 - pc[0]).log() / order.LOG_SCALE)
-    s, _ = order.OrderModel(4).eval()(x, masked)                 # untrained: the stale-confidence order
+    s, _ = order.OrderModel(4).eval()(x, masked)  # untrained: the stale-confidence order
     assert s[0].argsort(descending=True).tolist() == [2, 0, 1, 3]
-    old = order.OrderModel(4, feature_width=48).eval()           # before the feature: log(p) alone, a near tie
+    old = order.OrderModel(4, feature_width=48).eval()  # before the feature: log(p) alone, a near tie
     s48, _ = old(x, masked)
     assert (s48[0, :3] - s48[0, :3].max()).abs().max() < 1e-3
 
@@ -67,7 +84,7 @@ def test_features_are_append_only_and_a_narrower_checkpoint_reads_its_own(width)
     with torch.no_grad():
         assert torch.equal(m(x, masked)[0], m(x[..., :width].contiguous(), masked)[0])
     with pytest.raises(AssertionError, match="want"):
-        order.OrderModel(8)(x[..., :width], masked)                # a full-width model needs them all
+        order.OrderModel(8)(x[..., :width], masked)  # a full-width model needs them all
     assert order.WIDTHS == (48, 49, 52, 54) and order.FEATURE_WIDTH == 54
 
 
@@ -89,7 +106,7 @@ def test_a_narrower_model_widened_scores_as_before(width):
     m = order.OrderModel(8, feature_width=width).eval()
     with torch.no_grad():
         for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.1)                      # not the untrained identity
+            p.add_(torch.randn_like(p) * 0.1)  # not the untrained identity
         wide = order.widened(m)
         assert wide.config["feature_width"] == order.FEATURE_WIDTH and order.widened(wide) is wide
         assert torch.allclose(m(x, masked)[0], wide(x, masked)[0], atol=1e-6, equal_nan=True)
@@ -108,7 +125,7 @@ def brute_fresh(fresh):
 
 @given(st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=4))
 def test_fresh_distances_match_a_brute_force(rows):
-    near = order.fresh_distances(torch.tensor(rows))                           # (N, B, 2)
+    near = order.fresh_distances(torch.tensor(rows))  # (N, B, 2)
     for r, row in enumerate(rows):
         left, right = brute_fresh(row)
         assert torch.allclose(near[r, :, 0], torch.tensor(left)) and torch.allclose(near[r, :, 1], torch.tensor(right))
@@ -118,8 +135,8 @@ def test_freshness_marks_the_unseen_commit_and_the_drafts():
     """unseen at the root, drafted commits at a node: both count as fresh."""
     B = 8
     masked = torch.ones(2, B, dtype=torch.bool)
-    masked[:, 2] = False                                            # the unseen bonus commit
-    masked[1, 5] = False                                            # node 1 drafted position 5
+    masked[:, 2] = False  # the unseen bonus commit
+    masked[1, 5] = False  # node 1 drafted position 5
     marks = torch.zeros(2, B, dtype=torch.long)
     marks[1, 5] = 1
     unseen = torch.zeros(B, dtype=torch.bool)
@@ -133,6 +150,7 @@ def test_freshness_marks_the_unseen_commit_and_the_drafts():
 
 def test_the_shipped_checkpoints_keep_their_width():
     from spotref.load.drafters import list_checkpoints, load_drafter
+
     for name in list_checkpoints():
         assert load_drafter(name).model.config["feature_width"] in order.WIDTHS, name
 
@@ -142,7 +160,7 @@ def test_checkpoint_round_trip(tmp_path):
     save_order_model(tmp_path / "d.pt", m, {"target": {"name": "t", "fingerprint": "f"}})
     m2, header = load_order_model(tmp_path / "d.pt", block_size=8)
     x, masked = random_inputs()
-    with torch.no_grad():                                    # float16 weights on disk
+    with torch.no_grad():  # float16 weights on disk
         assert torch.allclose(m(x, masked)[0], m2(x, masked)[0], atol=5e-2, equal_nan=True)
     assert header["config"]["block_size"] == 8 and header["target"]["name"] == "t"
 
@@ -179,8 +197,10 @@ def test_wrong_feature_width_or_weights_fail_clearly(tmp_path):
 
 # --- growth ------------------------------------------------------------------------------------
 
+
 def hashed_options(B, max_opts=4):
     """Deterministic pseudo-random options per state: distinct probabilities, no ties."""
+
     def options(state, step):
         masked = np.flatnonzero(state < 0)
         h = int(hashlib.sha256(state.tobytes()).hexdigest()[:8], 16)
@@ -188,6 +208,7 @@ def hashed_options(B, max_opts=4):
         js = rng.permutation(masked)[:max_opts]
         p = rng.dirichlet(np.ones(len(js))) * 0.999 if len(js) else []
         return [(float(pj), ((int(j), int(rng.integers(2))),)) for pj, j in zip(p, js)]
+
     return options
 
 
@@ -199,7 +220,7 @@ def node_states(draft, root):
 def test_grow_levels_is_best_first_when_wide(B, budget, depth, n):
     """With unbounded width, level growth picks the same states as sequential best-first."""
     root = np.full(B, -1, dtype=np.int64)
-    root[:min(n, B)] = 1
+    root[: min(n, B)] = 1
     view = SimpleNamespace(tokens=root, step=0, budget=budget, depth=depth)
     opts = hashed_options(B)
     batched = lambda states, steps, marks: [opts(s, k) for s, k in zip(states, steps)]
@@ -208,7 +229,7 @@ def test_grow_levels_is_best_first_when_wide(B, budget, depth, n):
     assert key(a) == key(b)
     assert len(b) <= budget and isinstance(b, Draft)
     states = node_states(b, root)
-    assert len({s.tobytes() for s in states}) == len(states)                 # equal states merged
+    assert len({s.tobytes() for s in states}) == len(states)  # equal states merged
 
 
 def test_grow_levels_calls_once_per_level():
@@ -218,19 +239,28 @@ def test_grow_levels_calls_once_per_level():
 
     def batched(states, steps, marks):
         calls.append(len(states))
-        for s, m in zip(states, marks):                     # marks: depth of each draft commit
+        for s, m in zip(states, marks):  # marks: depth of each draft commit
             assert ((m > 0) == (s >= 0)).all()
         return [opts(s, k) for s, k in zip(states, steps)]
+
     d = grow_levels(SimpleNamespace(tokens=root, step=0, budget=30, depth=5), batched, width=4)
     assert len(calls) <= 5 and max(calls) <= 4 and len(d) == 30
 
 
-@given(st.lists(st.tuples(st.lists(st.sampled_from([0.25, 0.5, 1.0]), min_size=5, max_size=5),
-                          st.lists(st.booleans(), min_size=5, max_size=5)), min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0.25, 0.5, 1.0]), min_size=5, max_size=5),
+            st.lists(st.booleans(), min_size=5, max_size=5),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_tie_features_match_a_brute_force(rows):
     pc = torch.tensor([p for p, _ in rows])
     masked = torch.tensor([m for _, m in rows])
-    got = order.tie_features(pc, masked)                                           # (N, B, 2)
+    got = order.tie_features(pc, masked)  # (N, B, 2)
     for n, (p, m) in enumerate(rows):
         top = max((p[j] for j in range(5) if m[j]), default=None)
         tied = [bool(m[j] and p[j] == top) for j in range(5)]
@@ -243,7 +273,14 @@ def test_an_untrained_model_breaks_ties_to_the_lowest_position():
     B = 6
     pc = torch.tensor([[0.5, 1.0, 1.0, 0.99609375, 1.0, 1.0]])
     masked = torch.tensor([[True, False, True, True, True, True]])
-    x = order.features(torch.zeros(B, 32), pc, masked, torch.zeros(1, B, dtype=torch.long),
-                       torch.tensor([1]), 0.0, torch.zeros(B, dtype=torch.bool))
+    x = order.features(
+        torch.zeros(B, 32),
+        pc,
+        masked,
+        torch.zeros(1, B, dtype=torch.long),
+        torch.tensor([1]),
+        0.0,
+        torch.zeros(B, dtype=torch.bool),
+    )
     s, _ = order.OrderModel(B).eval()(x, masked)
     assert s[0].argmax().item() == 2 and s[0, 2] > s[0, 4] == s[0, 5] > s[0, 3] > s[0, 0]

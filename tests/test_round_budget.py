@@ -1,5 +1,6 @@
 """The per-round budget (``budget="auto"``): node path probabilities on drafts, their held-out
 calibration, the cut of each round's tree, and exact output whatever the cut."""
+
 import dataclasses
 
 import numpy as np
@@ -33,7 +34,7 @@ def test_draft_probs_are_checked_and_kept_by_prefix():
     d = chain((1.0, 0.9, 0.5, 0.1))
     assert d.prefix(2) == Draft((-1, 0), ((), ((0, 1),))) and d.prefix(2).probs == (1.0, 0.9)
     assert d.prefix(0).parents == (-1,) and d.prefix(99) == d
-    assert d == Draft(d.parents, d.commits)                       # probs never change what is verified
+    assert d == Draft(d.parents, d.commits)  # probs never change what is verified
     with pytest.raises(ValueError, match="3 probs for 4 nodes"):
         Draft(d.parents, d.commits, (1.0, 0.5, 0.2))
     with pytest.raises(ValueError, match=r"node 2: prob 1.5 is not in \[0, 1\]"):
@@ -44,9 +45,9 @@ def test_draft_probs_are_checked_and_kept_by_prefix():
 
 def view_of(model, budget_n=16, depth=6, T=0.0):
     B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
-    cache = model.prefill(torch.arange(1, B + 1))                                # one prompt block
+    cache = model.prefill(torch.arange(1, B + 1))  # one prompt block
     state = np.full(B, mask_id, dtype=np.int64)
-    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()          # (B, V)
+    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()  # (B, V)
     state[0] = 4
     return View.of(state, 1, 0, stale, DecisionRule(mask_id, V, B, T, 0), budget_n, depth)
 
@@ -57,32 +58,32 @@ def test_grown_drafts_carry_falling_path_probabilities(calls, T):
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     d = spot_for(model, calls=calls)(view_of(model, T=T))
     assert d.probs is not None and len(d.probs) == len(d) > 2 and d.probs[0] == 1.0
-    assert all(a >= b for a, b in zip(d.probs[1:], d.probs[2:]))               # best first
+    assert all(a >= b for a, b in zip(d.probs[1:], d.probs[2:]))  # best first
     assert all(d.probs[p] >= q for p, q in zip(d.parents[1:], d.probs[1:]))  # a child never above its parent
 
 
 def test_calibration_table_bins_and_reach_is_monotone():
     rng = np.random.default_rng(0)
     p = rng.uniform(0, 1, 5000)
-    hit = rng.uniform(0, 1, 5000) < p ** 2                       # over-confident drafter
+    hit = rng.uniform(0, 1, 5000) < p**2  # over-confident drafter
     table = calibration_table(p, hit)
     assert all(n >= MIN_COUNT for _, _, n in table) and sum(n for _, _, n in table) == 5000
     assert reach(table, 0.5) == pytest.approx(0.25, abs=0.05)
     xs = np.linspace(0, 1, 101)
     ys = [reach(table, x) for x in xs]
     assert all(a <= b for a, b in zip(ys, ys[1:])) and 0.0 <= ys[0] and ys[-1] <= 1.0
-    assert reach(None, 0.3) == reach([], 0.3) == 0.3                  # no table: the drafter's own probability
+    assert reach(None, 0.3) == reach([], 0.3) == 0.3  # no table: the drafter's own probability
     assert calibration_table([0.5] * (MIN_COUNT - 1), [True] * (MIN_COUNT - 1)) == []
 
 
 def test_trim_keeps_the_nodes_worth_their_verify_time():
     d = chain((1.0, 0.9, 0.5, 0.1, 0.01))
-    verify = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.7}                       # 0.1 s a state
-    assert len(trim(d, verify, rate=2.0)) == 3                     # keep while reach >= 0.2
+    verify = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.7}  # 0.1 s a state
+    assert len(trim(d, verify, rate=2.0)) == 3  # keep while reach >= 0.2
     assert len(trim(d, verify, rate=0.0)) == 5
     assert len(trim(d, verify, rate=100.0)) == 1
-    assert trim(Draft(d.parents, d.commits), verify, rate=100.0) == d        # no probs: kept whole
-    table = [[0.5, 0.05, 100], [0.9, 0.6, 100]]                       # calibrated: the 0.5 node is rarely reached
+    assert trim(Draft(d.parents, d.commits), verify, rate=100.0) == d  # no probs: kept whole
+    table = [[0.5, 0.05, 100], [0.9, 0.6, 100]]  # calibrated: the 0.5 node is rarely reached
     assert len(trim(d, verify, rate=2.0, table=table)) == 2
 
 
@@ -100,17 +101,20 @@ def test_trim_is_the_first_failing_node(probs, rate, slope):
 @given(case=cases(), seed=st.integers(0, 3), calls=st.sampled_from(CALLS), rate=st.sampled_from([0.0, 0.5, 5.0, 1e3]))
 def test_a_cut_tree_is_exact(case, seed, calls, rate):
     """Each round's tree cut at any rate: tokens identical to exact decoding, every rule."""
+
     def generate_fn(model, prompt, n, drafter=None, **kw):
         cut = RoundBudget(spot_for(model, seed, calls), {1: 1.0, 64: 1.0 + 63 * 0.01}, rate)
         return spotref.generate(model, prompt, n, drafter=cut, **kw)
+
     check_case(dataclasses.replace(case, drafter="confidence"), generate_fn)
 
 
 def test_a_high_rate_cuts_trees_and_costs_passes_not_tokens():
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     full = spotref.generate(model, [1, 2, 3], 24, drafter=spot_for(model), budget=16, depth=6)
-    cut = spotref.generate(model, [1, 2, 3], 24, drafter=RoundBudget(spot_for(model), {1: 1.0, 64: 1.63}, 1e3),
-                           budget=16, depth=6)
+    cut = spotref.generate(
+        model, [1, 2, 3], 24, drafter=RoundBudget(spot_for(model), {1: 1.0, 64: 1.63}, 1e3), budget=16, depth=6
+    )
     assert cut.tokens == full.tokens == spotref.generate(model, [1, 2, 3], 24).tokens
     assert max(cut.stats["draft_nodes"]) == 1 < max(full.stats["draft_nodes"])
 
@@ -118,8 +122,7 @@ def test_a_high_rate_cuts_trees_and_costs_passes_not_tokens():
 def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
     model = tiny_model(V=61, B=8)
     d = spot_for(model)
-    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}},
-                "node_calibration": {"0": [[0.5, 0.4, 50]]}}
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}, "node_calibration": {"0": [[0.5, 0.4, 50]]}}
     monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.1 for N in budget.BUDGETS})
     cut, N = auto_drafter(model, d, 8, 0.0)
@@ -128,7 +131,7 @@ def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
     assert cut.rate == pytest.approx(budget.expected_commits(d, N, 0.0) / t)
     assert cut.table == [[0.5, 0.4, 50]]
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.0 if N == 1 else 100.0 for N in budget.BUDGETS})
-    assert auto_drafter(model, d, 8, 0.0) == (d, 1)                     # drafting never pays: no cut
+    assert auto_drafter(model, d, 8, 0.0) == (d, 1)  # drafting never pays: no cut
     assert auto_drafter(model, None, 8, 0.0) == (None, 1)
 
 
@@ -137,20 +140,21 @@ def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypa
     d = spot_for(model)
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}, "spot-root": {"0": {"1": 1.0, "64": 3.8}}}}
     monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
-    cost = {"level": 0.5, "root": 0.1}                               # per round: per-level calls cost more
+    cost = {"level": 0.5, "root": 0.1}  # per round: per-level calls cost more
     monkeypatch.setattr(budget, "draft_times", lambda dr, *a, **k: {N: cost[dr.calls] for N in budget.BUDGETS})
     cut, N = auto_drafter(model, d, 8, 0.0)
     assert cut.drafter.calls == "root" and cut.drafter.model is d.model and N > 1
     assert d.with_calls("root").curves == {"0": {"1": 1.0, "64": 3.8}}
-    cost["level"] = 0.1                                                # equal cost: the better curve wins
+    cost["level"] = 0.1  # equal cost: the better curve wins
     cut, N = auto_drafter(model, d, 8, 0.0)
     assert cut.drafter is d
-    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}      # no per-round curve: the per-level one
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}  # no per-round curve: the per-level one
     assert d.with_calls("root").curves == d.curves
 
 
 def test_costmodel_compares_whole_and_cut_trees():
     from spotref.tools.costmodel import round_budget_rows
+
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     rows = round_budget_rows(model, spot_for(model), [[1, 2, 3], [4, 5]], 16, 8, 4, 0.0, repeats=1)
     (e, e_ppt, e_nodes, _), (w, w_ppt, w_nodes, w_tps), (c, c_ppt, c_nodes, c_tps) = rows
@@ -161,6 +165,7 @@ def test_costmodel_compares_whole_and_cut_trees():
 def reference_options(d, inp, states, steps, marks, limit):
     """The per-node loop ``SpotDrafter.options`` replaced (kept here as the reference)."""
     from spotref.drafters.confidence import ranked
+
     p, q = d.scores(inp, states, steps, marks)
     out = []
     for i, k in enumerate(steps):
@@ -169,8 +174,11 @@ def reference_options(d, inp, states, steps, marks, limit):
         opts = [(w, ((int(j), int(x[j])),)) for w, j in zip((p[i, best] * q[i, best]).tolist(), best)]
         x2, p2 = inp.second(k)
         p1 = inp.coupled(k)[1]
-        opts += [(float(p[i][j] * (1 - q[i][j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
-                 for j in best if q[i][j] < d.second and p2[j] > 0]
+        opts += [
+            (float(p[i][j] * (1 - q[i][j]) * p2[j] / max(1 - p1[j], 1e-6)), ((int(j), int(x2[j])),))
+            for j in best
+            if q[i][j] < d.second and p2[j] > 0
+        ]
         out.append(opts)
     return out
 
@@ -179,23 +187,27 @@ def reference_options(d, inp, states, steps, marks, limit):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_vectorised_options_equal_the_per_node_loop(T, seed):
     from spotref.drafters.inputs import ViewInputs
+
     model = tiny_model(V=61, B=8, init=1.0, seed=seed)
     d = spot_for(model, seed)
-    d.second = 0.9                                                   # runner-up edges on most positions
+    d.second = 0.9  # runner-up edges on most positions
     inp = ViewInputs(view_of(model, T=T))
     rng = np.random.default_rng(seed)
     states = [np.where(rng.random(8) < 0.5, inp.tokens, inp.mask_id) for _ in range(4)]
     for s in states:
-        s[0] = 4                                                     # as committed at the root
+        s[0] = 4  # as committed at the root
     marks = [np.zeros(8, dtype=np.int64)] * 4
     for limit in (1, 3, 8):
-        assert d.options(inp, states, [1, 2, 2, 3], marks, limit) == reference_options(d, inp, states, [1, 2, 2, 3], marks, limit)
+        assert d.options(inp, states, [1, 2, 2, 3], marks, limit) == reference_options(
+            d, inp, states, [1, 2, 2, 3], marks, limit
+        )
 
 
 def test_auto_measures_a_named_drafter_once_per_model(monkeypatch):
     """Three generate calls with drafter="confidence", budget="auto": one measurement, one entry."""
     from spotref import names
     from spotref.drafters import budget as bd
+
     m = tiny_model(V=40, B=4)
     calls = []
     real = bd.auto_drafter

@@ -14,29 +14,29 @@ def rule(V=6, B=4, **kw):
 def test_one_position_rule_commits_the_most_confident_masked_position():
     L = torch.zeros(4, 6)
     L[0, 2], L[1, 3], L[2, 1], L[3, 4] = 5.0, 9.0, 7.0, 20.0
-    state = np.array([5, 5, 5, 0])                          # position 3 already committed
+    state = np.array([5, 5, 5, 0])  # position 3 already committed
     assert rule().decide(L, state, block=0, step=0) == ((1, 3),)
 
 
 def test_mask_token_is_never_sampled():
     L = torch.zeros(4, 6)
-    L[:, 5] = 100.0                                         # MASK has by far the largest logit
+    L[:, 5] = 100.0  # MASK has by far the largest logit
     for T in (0.0, 1.0):
         d = rule(temperature=T, threshold=0.01).decide(L, np.full(4, 5), 0, 0)
         assert d and all(tok != 5 for _, tok in d)
 
 
 def test_ties_go_to_the_lowest_index():
-    L = torch.zeros(4, 6)                                   # every position equally confident
+    L = torch.zeros(4, 6)  # every position equally confident
     assert rule().decide(L, np.full(4, 5), 0, 0) == ((0, 0),)
 
 
 def test_threshold_rule_commits_every_position_over_tau_else_the_best():
     L = torch.zeros(4, 6)
-    L[0, 1], L[1, 2], L[2, 3] = 10.0, 10.0, 0.5             # positions 0, 1 certain; 2: c = 0.29
+    L[0, 1], L[1, 2], L[2, 3] = 10.0, 10.0, 0.5  # positions 0, 1 certain; 2: c = 0.29
     r = rule(threshold=0.9)
     assert r.decide(L, np.full(4, 5), 0, 0) == ((0, 1), (1, 2))
-    assert r.decide(L, np.array([1, 2, 5, 5]), 0, 1) == ((2, 3),)    # none over tau: the best
+    assert r.decide(L, np.array([1, 2, 5, 5]), 0, 1) == ((2, 3),)  # none over tau: the best
 
 
 @pytest.mark.parametrize("precision, kept", [("float64", 1), ("auto", 5), ("bfloat16", 5)])
@@ -45,12 +45,12 @@ def test_confidence_comes_from_the_filtered_distribution_by_default(precision, k
     # default rule's, keeps every entry tied with the k-th (all five: c = 0.2)
     L = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)
     for T in (0.0, 1.0):
-        filtered = rule(temperature=T, top_k=1, threshold=0.5, precision=precision).decide(
-            L, np.full(4, 5), 0, 0)
-        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered",
-                          precision=precision).decide(L, np.full(4, 5), 0, 0)
+        filtered = rule(temperature=T, top_k=1, threshold=0.5, precision=precision).decide(L, np.full(4, 5), 0, 0)
+        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered", precision=precision).decide(
+            L, np.full(4, 5), 0, 0
+        )
         assert len(filtered) == (4 if kept == 1 else 1)  # c = 1 (all over 0.5) or 0.2 (the best)
-        assert len(unfiltered) == 1                     # c = 0.2 under softmax(L / T): none, the best
+        assert len(unfiltered) == 1  # c = 0.2 under softmax(L / T): none, the best
 
 
 def test_the_two_confidence_sources_commit_different_positions():
@@ -58,9 +58,9 @@ def test_the_two_confidence_sources_commit_different_positions():
     softmax(L) position 1 is more confident; with top-k = 2 position 0's token keeps (nearly) all
     the filtered mass, so the filtered rule commits position 0 (SDAR's generate.py would too)."""
     V = 40
-    L = -1e-3 * torch.arange(V, dtype=torch.float32).expand(2, V).clone()   # a near-flat tail, no ties
-    L[0, 0] = 3.0                                           # p = e^3 / (e^3 + 38) ~ 0.35 unfiltered
-    L[1, 1], L[1, 2] = 10.0, 10.0 + np.log(0.4 / 0.6)      # p ~ 0.6 unfiltered, 0.6 filtered
+    L = -1e-3 * torch.arange(V, dtype=torch.float32).expand(2, V).clone()  # a near-flat tail, no ties
+    L[0, 0] = 3.0  # p = e^3 / (e^3 + 38) ~ 0.35 unfiltered
+    L[1, 1], L[1, 2] = 10.0, 10.0 + np.log(0.4 / 0.6)  # p ~ 0.6 unfiltered, 0.6 filtered
     state = np.full(2, V - 1)
     r = lambda c: DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, top_k=2, confidence=c)
     assert r("unfiltered").decide(L, state, 0, 0) == ((1, 1),)
@@ -95,15 +95,16 @@ def test_gumbel_max_follows_softmax(seed, T):
 @given(st.data())
 def test_top_k_top_p_filter(data):
     V = data.draw(st.integers(2, 30))
-    z = torch.tensor(data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0]), min_size=V, max_size=V)),
-                     dtype=torch.float64)[None]
+    z = torch.tensor(
+        data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0]), min_size=V, max_size=V)), dtype=torch.float64
+    )[None]
     k = data.draw(st.none() | st.integers(1, V))
     p = data.draw(st.none() | st.floats(0.01, 1.0))
     kept = torch.isfinite(filter_top_k_top_p(z, k, p))[0]
     order = sorted(range(V), key=lambda v: (-z[0, v].item(), v))
     n = V if k is None else k
     if p is not None:
-        probs = torch.softmax(z[0, order[:n]], -1).tolist()       # keep while the mass before <= p
+        probs = torch.softmax(z[0, order[:n]], -1).tolist()  # keep while the mass before <= p
         n = next(i + 1 for i in range(n) if i == n - 1 or sum(probs[: i + 1]) > p)
     assert kept.tolist() == [v in order[:n] for v in range(V)]
 
@@ -111,32 +112,33 @@ def test_top_k_top_p_filter(data):
 def test_noise_cache_keeps_only_the_current_block():
     r = rule(temperature=1.0)
     r.noise(0, 0, "cpu"), r.noise(0, 1, "cpu"), r.noise(1, 0, "cpu")
-    assert set(r._noise) == {(1, 0, "cpu")}                  # (block, step, device)
+    assert set(r._noise) == {(1, 0, "cpu")}  # (block, step, device)
 
 
 @pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
 @pytest.mark.parametrize("T", [0.0, 0.5, 1.0, 2.0])
 def test_the_naive_oracle_follows_the_same_confidence_source(confidence, T):
     from spotref.reference import naive_decision
+
     V = 40
     L = torch.zeros(2, V, dtype=torch.float64)
     L[0, 0], L[1, 1], L[1, 2] = 3.0, 10.0, 10.0 + np.log(0.4 / 0.6)
     state = np.full(2, V - 1)
     noise = DecisionRule(V - 1, V, 2, T, seed=3).noise(0, 0, "cpu").numpy() if T > 0 else None
-    r = DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, temperature=T, seed=3, top_k=2,
-                     confidence=confidence)
+    r = DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, temperature=T, seed=3, top_k=2, confidence=confidence)
     naive = naive_decision(L.numpy() * 1.0, state, V - 1, T, noise, None, 2, None, confidence)
     assert tuple(naive) == r.decide(L, state, 0, 0)
 
 
 @pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
-@pytest.mark.parametrize("T, top_k, top_p", [(0.0, None, None), (1.0, None, None), (0.7, 5, None), (1.3, None, 0.8),
-                                              (1.0, 3, 0.5)])
+@pytest.mark.parametrize(
+    "T, top_k, top_p", [(0.0, None, None), (1.0, None, None), (0.7, 5, None), (1.3, None, 0.8), (1.0, 3, 0.5)]
+)
 @pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
 def test_drawn_is_tokens_and_confidences_from_one_pass(precision, T, top_k, top_p, confidence):
     """decide's fused path gives exactly the tokens and confidences of the two definitions."""
     r = DecisionRule(19, 20, 6, T, 3, top_k, top_p, None, confidence, precision)
     logits = (torch.randn(6, 20, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
-    logits[:, 4] = logits[:, 7]                                            # a tie
+    logits[:, 4] = logits[:, 7]  # a tie
     x, c = r.drawn(logits, range(6), 2, 5)
     assert torch.equal(x, r.tokens(logits, range(6), 2, 5)) and torch.equal(c, r.confidences(logits, x))

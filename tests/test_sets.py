@@ -1,4 +1,5 @@
 """SPOT-Sets: set enumeration, the set head, threshold trajectories, set training, exactness."""
+
 import dataclasses
 import itertools
 from argparse import Namespace
@@ -38,7 +39,7 @@ def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
         if m.any():
             prob[tuple(pos[m].tolist())] = float(np.prod(np.where(m, q, 1 - q)))
     if p_next is None:
-        nonempty = -np.expm1(np.log1p(-q).sum())                 # 1 - P(E = {}), without cancellation
+        nonempty = -np.expm1(np.log1p(-q).sum())  # 1 - P(E = {}), without cancellation
         prob = {s: p / nonempty for s, p in prob.items()}
     else:
         for i in range(n):
@@ -49,7 +50,7 @@ def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
     for p, s in got:
         assert p == pytest.approx(prob[s], rel=1e-9, abs=1e-15)
     best = sorted(prob.values(), reverse=True)
-    assert [p for p, _ in got] == pytest.approx(best[:len(got)], rel=1e-9, abs=1e-15)
+    assert [p for p, _ in got] == pytest.approx(best[: len(got)], rel=1e-9, abs=1e-15)
 
 
 @settings(max_examples=25)
@@ -60,6 +61,7 @@ def test_spot_sets_drafter_is_exact(case, seed, tau):
 
     def generate_fn(model, prompt, n, drafter=None, **kw):
         return spotref.generate(model, prompt, n, drafter=spot_drafter(seed)(model.block_size), **kw)
+
     check_case(case, generate_fn)
 
 
@@ -89,7 +91,7 @@ def test_threshold_trajectories_hold_the_true_sets(T, tau):
     prompt = [1, 2, 3, 4, 5]
     exact = spotref.generate(model, prompt, 24, temperature=T, seed=1, threshold=tau)
     ds = record(model, [prompt], 24, T, seeds=(1,), threshold=tau)
-    blocks = [r["block"] for r in record_one(model, prompt, 24, T, 1, threshold=tau)]   # the rows' blocks
+    blocks = [r["block"] for r in record_one(model, prompt, 24, T, 1, threshold=tau)]  # the rows' blocks
     truth = {(b, k): frozenset(d) for b, k, d in exact.stats["trajectory"]}
     B = 8
     assert len(ds) == len(blocks) > 0 and np.isclose(ds.arrays["tau"], tau).all()
@@ -99,18 +101,19 @@ def test_threshold_trajectories_hold_the_true_sets(T, tau):
         assert row.fut_sets() == want
         chain = spotref.Draft.chain([tuple(sorted(s)) for s in want])
         assert accepted(chain, row) == len(want)
-        if len(want) > 1:                                   # a true set one step early: not accepted
+        if len(want) > 1:  # a true set one step early: not accepted
             assert accepted(spotref.Draft.chain([tuple(sorted(want[1]))]), row) == 0
         first = sorted(want[0])
-        if len(first) > 1:                                  # the right tokens, but in two steps
+        if len(first) > 1:  # the right tokens, but in two steps
             assert accepted(spotref.Draft.chain([tuple(first[:1]), tuple(first[1:])]), row) == 0
 
 
 def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8, [20, 21]]
-    ds = Trajectories.concat([record(model, prompts, 24, T, seeds=(0,), threshold=tau)
-                              for T in (0.0, 1.0) for tau in (0.9, 0.5)])
+    ds = Trajectories.concat(
+        [record(model, prompts, 24, T, seeds=(0,), threshold=tau) for T in (0.0, 1.0) for tau in (0.9, 0.5)]
+    )
     om = order.OrderModel(8)
     before = {k: v.clone() for k, v in om.state_dict().items()}
     rows = np.arange(len(ds))
@@ -140,12 +143,29 @@ def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     ck = tmp_path / "d.pt"
     loaded.save_order_model(ck, order.OrderModel(8, set_hidden=None), {"note": "kept", "curves": {"spot": {}}})
-    target = SimpleNamespace(name="tiny", model=model, stop_ids=None,
-                             heldout=lambda n, seed, split: [(f"{seed}{i}" * 9, None) for i in range(n)],
-                             encode=lambda text: [1 + (ord(c) % 50) for c in text])
-    args = Namespace(out=str(ck), update_shipped=False, data_dir=str(tmp_path / "data"), set_prompts=2,
-                     test_prompts=2, prompt_tokens=8, new_tokens=16, seeds=1, set_steps=20, batch=16,
-                     lr=3e-3, tf_depth=3, seed=0, argv=["tiny", "--sets-only"])
+    target = SimpleNamespace(
+        name="tiny",
+        model=model,
+        stop_ids=None,
+        heldout=lambda n, seed, split: [(f"{seed}{i}" * 9, None) for i in range(n)],
+        encode=lambda text: [1 + (ord(c) % 50) for c in text],
+    )
+    args = Namespace(
+        out=str(ck),
+        update_shipped=False,
+        data_dir=str(tmp_path / "data"),
+        set_prompts=2,
+        test_prompts=2,
+        prompt_tokens=8,
+        new_tokens=16,
+        seeds=1,
+        set_steps=20,
+        batch=16,
+        lr=3e-3,
+        tf_depth=3,
+        seed=0,
+        argv=["tiny", "--sets-only"],
+    )
     assert train_drafter.sets_only(target, args) == 0
     om, header = loaded.load_order_model(ck)
     assert om.has_sets and header["note"] == "kept" and header["curves"] == {"spot": {}}
@@ -172,10 +192,11 @@ def test_invalid_sets_are_refused_by_name(kind):
         bad["pos"] = j if kind == "duplicate" else k
         pairs = ((j, 5), (j, 6)) if kind == "duplicate" else ((j, 5), (k, 7))
         return spotref.Draft((-1, 0), ((), pairs))
+
     with pytest.raises(ValueError) as e:
         spotref.generate(model, [1, 2, 3], 16, threshold=0.5, drafter=drafter, budget=4, depth=2)
     assert f"node 1: position {bad['pos']} is already committed" in str(e.value)
-    assert all(len(s) == 1 for s in seen)          # only root rows ever ran: the bad node never did
+    assert all(len(s) == 1 for s in seen)  # only root rows ever ran: the bad node never did
 
 
 def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
@@ -187,7 +208,7 @@ def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
     assert kept.keys() == bare.state_dict().keys()
     assert all(torch.equal(bare.state_dict()[k], v) for k, v in kept.items())
     fresh = order.OrderModel(8, set_hidden=None)
-    fresh.load_state_dict(bare.state_dict())                   # what train-drafter --init does
+    fresh.load_state_dict(bare.state_dict())  # what train-drafter --init does
     x = torch.zeros(2, 8, order.FEATURE_WIDTH)
     with pytest.raises(ValueError, match="no set head"):
         bare.sets(x, torch.ones(2, 8, dtype=torch.bool), torch.full((2,), 0.5))
@@ -195,10 +216,11 @@ def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
 
 def test_runner_up_sets_swap_the_least_certain_member():
     from spotref.drafters.sets import runner_up_sets
+
     ok = np.array([0.9, 0.3, 0.95, 0.2])
     p1, p2 = np.array([0.8, 0.5, 0.9, 0.6]), np.array([0.1, 0.4, 0.05, 0.0])
     x2 = np.array([10, 11, 12, 13])
     opts = [(0.5, ((0, 1), (1, 2))), (0.2, ((2, 3),)), (0.1, ((3, 4),))]
     out = runner_up_sets(opts, ok, 0.5, p1, x2, p2)
-    assert out == [(pytest.approx(0.5 / 0.3 * 0.7 * 0.4 / 0.5), ((0, 1), (1, 11)))]   # {2}: certain; {3}: no runner-up
+    assert out == [(pytest.approx(0.5 / 0.3 * 0.7 * 0.4 / 0.5), ((0, 1), (1, 11)))]  # {2}: certain; {3}: no runner-up
     assert runner_up_sets(opts, ok, 0.0, p1, x2, p2) == []

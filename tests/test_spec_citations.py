@@ -1,5 +1,6 @@
 """Every "docs/spec.md section N" the code cites is a section of docs/spec.md (issue 39): the
 repository carries its whole specification, numbered as the code cites it."""
+
 import re
 from pathlib import Path
 
@@ -30,6 +31,10 @@ def test_every_cited_section_exists():
 
 
 def test_no_citation_of_a_spec_the_user_does_not_have():
-    old = [str(p.relative_to(ROOT)) for root in ("spotref", "tests", "examples", "benchmarks")
-           for p in (ROOT / root).rglob("*.py") if re.search(r"\bSPEC sections? \d", p.read_text())]
+    old = [
+        str(p.relative_to(ROOT))
+        for root in ("spotref", "tests", "examples", "benchmarks")
+        for p in (ROOT / root).rglob("*.py")
+        if re.search(r"\bSPEC sections? \d", p.read_text())
+    ]
     assert old == []

@@ -1,5 +1,6 @@
 """The SPOT and calibrated drafters: exact output whatever their weights, training pipeline,
 checkpoints by name / path / target fingerprint, offline acceptance, the cost model."""
+
 import dataclasses
 from argparse import Namespace
 
@@ -42,8 +43,10 @@ def random_calibrated(seed=0):
 
 def with_drafter(make):
     """A generate_fn for ``check_case`` that swaps the suite's drafter for ours."""
+
     def generate_fn(model, prompt, n, drafter=None, **kw):
         return spotref.generate(model, prompt, n, drafter=make(model), **kw)
+
     return generate_fn
 
 
@@ -52,7 +55,9 @@ def with_drafter(make):
 def test_spot_drafter_is_exact(case, seed, second, calls):
     """Untrained order models of any weights, one call per level or per round: tokens identical
     to exact decoding, every rule."""
-    check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second, calls)))
+    check_case(
+        dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second, calls))
+    )
 
 
 def test_one_call_per_round_calls_the_order_model_once():
@@ -83,16 +88,28 @@ def trained(tmp_path_factory):
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8]
     data = {T: record(model, prompts, 24, T, seeds=(0, 1)) for T in (0.0, 1.0)}
     args = Namespace(lr=3e-3, steps=30, batch=16, tf_depth=4, seed=0)
-    om = train_drafter.train(OrderModel(8), train_drafter.tj.Trajectories.concat(list(data.values())), args,
-                             log=lambda *a: None)
+    om = train_drafter.train(
+        OrderModel(8), train_drafter.tj.Trajectories.concat(list(data.values())), args, log=lambda *a: None
+    )
     cal = CalibratedDrafter(train_drafter.calibrated_tables(data, 2))
     sd = SpotDrafter(om)
-    curves = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
-                                   "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data,
-                                  budgets=(1, 4), depth=4, limit=20)
+    curves = train_drafter.curves(
+        {"spot": lambda r, N, D, T: sd.draft(r, N, D), "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)},
+        data,
+        budgets=(1, 4),
+        depth=4,
+        limit=20,
+    )
     path = tmp_path_factory.mktemp("order") / "tiny.pt"
-    loaded.save_order_model(path, om, {"target": {"name": "tiny", "fingerprint": loaded.model_fingerprint(model)},
-                    "calibrated": cal.to_header(), "curves": curves})
+    loaded.save_order_model(
+        path,
+        om,
+        {
+            "target": {"name": "tiny", "fingerprint": loaded.model_fingerprint(model)},
+            "calibrated": cal.to_header(),
+            "curves": curves,
+        },
+    )
     return model, prompts, data, path
 
 
@@ -127,6 +144,7 @@ def test_recorded_inputs_match_the_live_view():
             inp = ViewInputs(view)
             live.append([(inp.coupled(view.step + d)[0], inp.second(view.step + d)[0]) for d in range(3)])
             return super().__call__(view)
+
     rec = Both()
     spotref.generate(model, [1, 2, 3], 16, temperature=1.0, seed=2, drafter=rec, budget=1, depth=0)
     for row, want in zip(rec.rows, live):
@@ -145,8 +163,12 @@ def test_offline_acceptance_matches_the_decoder(trained):
 
 
 def Draft_chain(row, n):
-    return spotref.Draft.chain([((int(row.fut_pos[d]), int(row.coupled(row.step + d)[0][row.fut_pos[d]])),)
-                                for d in range(min(n, len(row.fut_pos)))])
+    return spotref.Draft.chain(
+        [
+            ((int(row.fut_pos[d]), int(row.coupled(row.step + d)[0][row.fut_pos[d]])),)
+            for d in range(min(n, len(row.fut_pos)))
+        ]
+    )
 
 
 def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
@@ -170,7 +192,7 @@ def test_block_size_mismatch_is_a_clear_error():
     model = tiny_model(V=61, B=4)
     with pytest.raises(ValueError, match="trained for block size 8, the target's block size is 4"):
         spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8)))
-    lax = SpotDrafter(OrderModel(8), strict=False)                           # transfer: allowed
+    lax = SpotDrafter(OrderModel(8), strict=False)  # transfer: allowed
     assert spotref.generate(model, [1, 2, 3], 8, drafter=lax).tokens == spotref.generate(model, [1, 2, 3], 8).tokens
 
 
@@ -187,13 +209,16 @@ def test_spot_drafter_is_a_module_and_a_callable(trained):
     _, _, _, path = trained
     d = loaded.load_drafter(str(path))
     assert isinstance(d, torch.nn.Module) and callable(d)
-    assert 0.60e6 <= sum(p.numel() for p in d.parameters()) <= 0.64e6        # no block-size-bound table
+    assert 0.60e6 <= sum(p.numel() for p in d.parameters()) <= 0.64e6  # no block-size-bound table
 
 
 def test_same_config_other_weights_falls_back_with_a_warning(trained, tmp_path, monkeypatch):
     model, prompts, _, path = trained
     blob = torch.load(path, weights_only=True)
-    blob["header"]["target"] = {"fingerprint": "0" * 16, "config_fingerprint": loaded.model_fingerprint(model, weights=False)}
+    blob["header"]["target"] = {
+        "fingerprint": "0" * 16,
+        "config_fingerprint": loaded.model_fingerprint(model, weights=False),
+    }
     torch.save(blob, tmp_path / "old.pt")
     monkeypatch.setattr(loaded, "ORDER_DIR", tmp_path)
     with pytest.warns(UserWarning, match="another version of this target"):
@@ -226,47 +251,75 @@ def test_offline_curve_equals_online_commits_per_round(T, chain):
     prompts, N, D = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8], 6, 4
     online = []
     for p in prompts:
-        res = spotref.generate(model, p, 24, temperature=T, seed=0, budget=N, depth=D,
-                               drafter=lambda view: chain(ViewInputs(view), view.budget, view.depth))
+        res = spotref.generate(
+            model,
+            p,
+            24,
+            temperature=T,
+            seed=0,
+            budget=N,
+            depth=D,
+            drafter=lambda view: chain(ViewInputs(view), view.budget, view.depth),
+        )
         online += [a for (_, k), a in zip(res.stats["starts"], res.stats["accepted"]) if k > 0]
     data = {T: record(model, prompts, 24, T, seeds=(0,))}
-    offline = train_drafter.curves({"chain": lambda r, n, d, t: chain(r, n, d)}, data,
-                                   budgets=(N,), depth=D, limit=10 ** 6)
+    offline = train_drafter.curves(
+        {"chain": lambda r, n, d, t: chain(r, n, d)}, data, budgets=(N,), depth=D, limit=10**6
+    )
     assert offline["chain"]["0" if T == 0 else "1"][str(N)] == pytest.approx(np.mean(online), abs=1e-12)
-    assert max(online) > 1 and min(online) == 1                    # rounds of both kinds were seen
+    assert max(online) > 1 and min(online) == 1  # rounds of both kinds were seen
 
 
 def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     from types import SimpleNamespace
+
     model, _, data, path = trained
     ck = tmp_path / "d.pt"
-    stale = torch.load(path, weights_only=True)      # accuracies from other trajectories, to be replaced
-    stale["header"] = {**stale["header"], "heldout_accuracy": {"0": -1.0, "1": -1.0},
-                       "confidence_accuracy": {"0": -1.0, "1": -1.0}}
+    stale = torch.load(path, weights_only=True)  # accuracies from other trajectories, to be replaced
+    stale["header"] = {
+        **stale["header"],
+        "heldout_accuracy": {"0": -1.0, "1": -1.0},
+        "confidence_accuracy": {"0": -1.0, "1": -1.0},
+    }
     torch.save(stale, ck)
-    for T, ds in data.items():                       # the trajectory caches remeasure reads
+    for T, ds in data.items():  # the trajectory caches remeasure reads
         for split in ("test", "train"):
-            ds.save(tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-auto-v{tj.FORMAT}.pt")
-    args = Namespace(out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompts=3, prompt_tokens=64,
-                     new_tokens=128, seeds=1)
+            ds.save(
+                tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-auto-v{tj.FORMAT}.pt"
+            )
+    args = Namespace(
+        out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompts=3, prompt_tokens=64, new_tokens=128, seeds=1
+    )
     assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
     before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)
     assert before["state_dict"].keys() == after["state_dict"].keys()
     assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])
     sd, cal = loaded.load_drafter(str(path)), CalibratedDrafter.from_header(before["header"])
-    want = train_drafter.curves({"spot": lambda r, N, D, T: sd.draft(r, N, D),
-                                 "spot-root": lambda r, N, D, T: sd.with_calls("root").draft(r, N, D),
-                                 "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, data)
+    want = train_drafter.curves(
+        {
+            "spot": lambda r, N, D, T: sd.draft(r, N, D),
+            "spot-root": lambda r, N, D, T: sd.with_calls("root").draft(r, N, D),
+            "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T),
+        },
+        data,
+    )
     assert after["header"]["curves"] == want and "curves_command" in after["header"]
     assert after["header"]["node_calibration"] == train_drafter.node_calibration(sd, data)
-    fit = after["header"]["train_accuracy"]          # the model and the stale order on training states
+    fit = after["header"]["train_accuracy"]  # the model and the stale order on training states
     assert fit["0"]["model"] == train_drafter.accuracy(sd.model, data[0.0])
     assert fit["0"]["stale"] == train_drafter.confidence_accuracy(data[0.0])
-    for T in (0.0, 1.0):                             # held-out accuracies re-measured on these trajectories
+    for T in (0.0, 1.0):  # held-out accuracies re-measured on these trajectories
         key = "0" if T == 0 else "1"
         assert after["header"]["heldout_accuracy"][key] == train_drafter.accuracy(sd.model, data[T])
         assert after["header"]["confidence_accuracy"][key] == train_drafter.confidence_accuracy(data[T])
-    remeasured = ("curves", "curves_command", "node_calibration", "train_accuracy", "heldout_accuracy",
-                  "confidence_accuracy")
-    assert {k: v for k, v in after["header"].items() if k not in remeasured} == \
-        {k: v for k, v in before["header"].items() if k not in remeasured}
+    remeasured = (
+        "curves",
+        "curves_command",
+        "node_calibration",
+        "train_accuracy",
+        "heldout_accuracy",
+        "confidence_accuracy",
+    )
+    assert {k: v for k, v in after["header"].items() if k not in remeasured} == {
+        k: v for k, v in before["header"].items() if k not in remeasured
+    }

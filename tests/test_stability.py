@@ -1,4 +1,5 @@
 """Token stability rates (``spotref.tools.stability``) agree with reading the recorded rows one by one."""
+
 import re
 
 import numpy as np
@@ -38,8 +39,14 @@ class Digits:
 def test_token_classes_and_confidence_buckets():
     classify = stability.token_classes(Digits(), [60])
     assert list(classify(np.array([60, 3, 11, 0]))) == ["end-of-text", "digits", "other", "digits"]
-    assert list(stability.bucket(np.array([0.0, 0.49, 0.5, 0.89, 0.9, 1.0]))) == \
-        ["[0, 0.5)", "[0, 0.5)", "[0.5, 0.9)", "[0.5, 0.9)", "[0.9, 1]", "[0.9, 1]"]
+    assert list(stability.bucket(np.array([0.0, 0.49, 0.5, 0.89, 0.9, 1.0]))) == [
+        "[0, 0.5)",
+        "[0, 0.5)",
+        "[0.5, 0.9)",
+        "[0.5, 0.9)",
+        "[0.9, 1]",
+        "[0.9, 1]",
+    ]
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])
@@ -50,22 +57,44 @@ def test_split_rows_partition_the_commits(T):
     ds = record(model, [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], 24, T)
     stop = int(stability.outcomes(ds, 0)["tok"][0])
     classify = stability.token_classes(Digits(), [stop])
-    for label, names in ((lambda o: classify(o["tok"]), stability.CLASSES),
-                         (lambda o: stability.bucket(o["conf"]), stability.BUCKET_NAMES)):
+    for label, names in (
+        (lambda o: classify(o["tok"]), stability.CLASSES),
+        (lambda o: stability.bucket(o["conf"]), stability.BUCKET_NAMES),
+    ):
         rows = stability.split_rows("m", {T: ds}, label, names, depths=(0, 1))
         assert sum(r[3] for r in rows) == stability.rates(ds, 0)[2]
         assert all(r[2] in names for r in rows)
     top1, _, n = stability.rates(ds, 0, where=lambda o: o["tok"] == stop)
-    hits = [r for r in stability.split_rows("m", {T: ds}, lambda o: classify(o["tok"]), stability.CLASSES)
-            if r[2] == "end-of-text"]
+    hits = [
+        r
+        for r in stability.split_rows("m", {T: ds}, lambda o: classify(o["tok"]), stability.CLASSES)
+        if r[2] == "end-of-text"
+    ]
     assert hits[0][3] == n > 0 and hits[0][4].startswith(f"{top1:.3f} / ")
 
 
 def test_cli_writes_the_tables(tmp_path):
     from spotref.load.targets import TARGETS_DIR
+
     out = tmp_path / "s.md"
-    assert stability.main(["stdlib-b16", "--targets-dir", str(TARGETS_DIR), "--test-prompts", "1",
-                           "--new-tokens", "16", "--data-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert (
+        stability.main(
+            [
+                "stdlib-b16",
+                "--targets-dir",
+                str(TARGETS_DIR),
+                "--test-prompts",
+                "1",
+                "--new-tokens",
+                "16",
+                "--data-dir",
+                str(tmp_path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
     cell = r"(\s*([01]\.\d{3} / [01]\.\d{3}|-) \|){4}"
     for T in ("0", "1"):

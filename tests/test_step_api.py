@@ -1,4 +1,5 @@
 """The step API (docs/spec.md section 7): Speculator / Block propose-accept, driven by a caller's own loop."""
+
 import numpy as np
 import pytest
 import torch
@@ -17,21 +18,28 @@ def own_loop(model, prompt, new_tokens, **kw):
     full = len(prompt) // B * B
     cache, out = model.prefill(torch.tensor(prompt[:full])), []
     for index in range(full // B, -(-(len(prompt) + new_tokens) // B)):
-        tail = prompt[index * B:]
+        tail = prompt[index * B :]
         state = np.full(B, mask, dtype=np.int64)
-        state[:len(tail)] = tail
+        state[: len(tail)] = tail
         blk = spec.block(index, state)
         while not blk.done:
-            rows = blk.propose()                                 # (R, B)
+            rows = blk.propose()  # (R, B)
             blk.accept(model.denoise(cache, torch.from_numpy(rows)))
         model.store(cache, torch.from_numpy(blk.tokens))
-        out += blk.tokens[len(tail):].tolist()
+        out += blk.tokens[len(tail) :].tolist()
     return out[:new_tokens]
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, seed=4), dict(threshold=0.4),
-                                dict(temperature=2.0, top_k=5, top_p=0.9, seed=1, confidence="unfiltered")],
-                         ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(temperature=1.0, seed=4),
+        dict(threshold=0.4),
+        dict(temperature=2.0, top_k=5, top_p=0.9, seed=1, confidence="unfiltered"),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("drafter", [None, "confidence", "confidence-chain"])
 def test_a_callers_loop_gives_generates_tokens(kw, drafter):
     model = tiny_model(V=40, B=4)
@@ -45,23 +53,27 @@ def test_many_sequences_in_one_batched_forward_per_round():
     an empty one, so every row attends to its own block only) and get what each gets alone."""
     model = tiny_model(V=40, B=8)
     cache = model.prefill(torch.zeros(0, dtype=torch.long))
-    settings = [dict(), dict(temperature=1.0, seed=3), dict(temperature=0.5, seed=9, threshold=0.3),
-                dict(temperature=2.0, seed=1, top_k=4)]
+    settings = [
+        dict(),
+        dict(temperature=1.0, seed=3),
+        dict(temperature=0.5, seed=9, threshold=0.3),
+        dict(temperature=2.0, seed=1, top_k=4),
+    ]
     prompts = [[1, 2, 3], [7], [5, 5, 6, 2], []]
     blocks = []
     for kw, p in zip(settings, prompts):
         state = np.full(8, 39, dtype=np.int64)
-        state[:len(p)] = p
+        state[: len(p)] = p
         blocks.append(Speculator.for_model(model, drafter="confidence", budget=6, depth=3, **kw).block(0, state))
     while not all(b.done for b in blocks):
         live = [b for b in blocks if not b.done]
         rows = [b.propose() for b in live]
-        logits = model.denoise(cache, torch.from_numpy(np.concatenate(rows)))     # one forward
+        logits = model.denoise(cache, torch.from_numpy(np.concatenate(rows)))  # one forward
         for b, part in zip(live, torch.split(logits, [len(r) for r in rows])):
             b.accept(part)
     for kw, p, b in zip(settings, prompts, blocks):
         alone = spotref.generate(model, p, 8 - len(p), **kw)
-        assert b.tokens[len(p):].tolist() == alone.tokens
+        assert b.tokens[len(p) :].tolist() == alone.tokens
 
 
 def block(model=None, **kw):
@@ -77,7 +89,7 @@ def test_out_of_turn_calls_are_errors_that_change_nothing():
     with pytest.raises(RuntimeError, match="propose\\(\\) called twice"):
         blk.propose()
     cache = model.prefill(torch.zeros(0, dtype=torch.long))
-    blk.accept(model.denoise(cache, torch.from_numpy(rows)).numpy())          # numpy is accepted
+    blk.accept(model.denoise(cache, torch.from_numpy(rows)).numpy())  # numpy is accepted
     while not blk.done:
         blk.accept(model.denoise(cache, torch.from_numpy(blk.propose())))
     with pytest.raises(RuntimeError, match="done"):
@@ -85,43 +97,56 @@ def test_out_of_turn_calls_are_errors_that_change_nothing():
     assert blk.tokens.tolist() == spotref.generate(model, [], 4).tokens and blk.passes >= 1
 
 
-@pytest.mark.parametrize("bad, match", [
-    (torch.zeros(2, 4, 40), r"shape \(2, 4, 40\), want \(1, 4, 40\)"),
-    (torch.zeros(1, 4, 39), "want"),
-    (torch.zeros(1, 4, 40, dtype=torch.long), "floating point"),
-    (np.zeros((1, 4, 40), dtype=np.int32), "floating point"),
-    ([[0.0] * 40] * 4, "torch tensor or a numpy array"),
-    (torch.full((1, 4, 40), float("nan")), "NaN"),
-    (torch.full((1, 4, 40), float("inf")), r"\+inf"),
-    (torch.full((1, 4, 40), -float("inf")), "all -inf"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.zeros(2, 4, 40), r"shape \(2, 4, 40\), want \(1, 4, 40\)"),
+        (torch.zeros(1, 4, 39), "want"),
+        (torch.zeros(1, 4, 40, dtype=torch.long), "floating point"),
+        (np.zeros((1, 4, 40), dtype=np.int32), "floating point"),
+        ([[0.0] * 40] * 4, "torch tensor or a numpy array"),
+        (torch.full((1, 4, 40), float("nan")), "NaN"),
+        (torch.full((1, 4, 40), float("inf")), r"\+inf"),
+        (torch.full((1, 4, 40), -float("inf")), "all -inf"),
+    ],
+)
 def test_bad_logits_are_refused_and_the_block_can_go_on(bad, match):
     model, blk = block()
     rows = blk.propose()
     with pytest.raises(ValueError, match=match):
         blk.accept(bad)
     with pytest.raises(RuntimeError, match="propose\\(\\) called twice"):
-        blk.propose()                                   # still waiting for the right logits
+        blk.propose()  # still waiting for the right logits
     blk.accept(model.denoise(model.prefill(torch.zeros(0, dtype=torch.long)), torch.from_numpy(rows)))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(vocab_size=0, block_size=4, mask_id=0), "vocab_size"),
-    (dict(vocab_size=10, block_size=0, mask_id=0), "block_size"),
-    (dict(vocab_size=10, block_size=4, mask_id=10), "mask_id"),
-    (dict(vocab_size=10, block_size=4, mask_id=9, drafter="spot"), "Speculator.for_model"),
-    (dict(vocab_size=10, block_size=4, mask_id=9, budget="auto"), "Speculator.for_model"),
-    (dict(vocab_size=10, block_size=4, mask_id=9, temperature=-1), "temperature"),
-    (dict(vocab_size=10, block_size=4, mask_id=9, drafter="nonsense"), "drafter"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(vocab_size=0, block_size=4, mask_id=0), "vocab_size"),
+        (dict(vocab_size=10, block_size=0, mask_id=0), "block_size"),
+        (dict(vocab_size=10, block_size=4, mask_id=10), "mask_id"),
+        (dict(vocab_size=10, block_size=4, mask_id=9, drafter="spot"), "Speculator.for_model"),
+        (dict(vocab_size=10, block_size=4, mask_id=9, budget="auto"), "Speculator.for_model"),
+        (dict(vocab_size=10, block_size=4, mask_id=9, temperature=-1), "temperature"),
+        (dict(vocab_size=10, block_size=4, mask_id=9, drafter="nonsense"), "drafter"),
+    ],
+)
 def test_bad_speculator_arguments_name_themselves(kw, match):
     with pytest.raises(ValueError, match=match):
         Speculator(**kw)
 
 
-@pytest.mark.parametrize("state, index, match", [
-    (np.full(3, 9), 0, "state must be 4"), (np.full(4, 10), 0, "outside the vocabulary"),
-    (np.full(4, 9.0), 0, "integer"), (np.full(4, 9), -1, "index"), (np.full(4, 9), 1.0, "index")])
+@pytest.mark.parametrize(
+    "state, index, match",
+    [
+        (np.full(3, 9), 0, "state must be 4"),
+        (np.full(4, 10), 0, "outside the vocabulary"),
+        (np.full(4, 9.0), 0, "integer"),
+        (np.full(4, 9), -1, "index"),
+        (np.full(4, 9), 1.0, "index"),
+    ],
+)
 def test_bad_block_arguments_name_themselves(state, index, match):
     spec = Speculator(vocab_size=10, block_size=4, mask_id=9)
     with pytest.raises(ValueError, match=match):
@@ -147,9 +172,9 @@ def test_a_width_makes_every_proposal_that_many_rows_and_the_tokens_those_of_exa
     while not blk.done:
         rows = blk.propose()
         shapes.append(rows.shape)
-        assert (rows[len(np.unique(rows, axis=0)):] == rows[0]).all()     # padding: copies of row 0
+        assert (rows[len(np.unique(rows, axis=0)) :] == rows[0]).all()  # padding: copies of row 0
         with pytest.raises(ValueError, match="want"):
-            blk.accept(torch.zeros(5, 4, 50))                              # one row short
+            blk.accept(torch.zeros(5, 4, 50))  # one row short
         blk.accept(m.denoise(cache, torch.from_numpy(rows), width=6))
     assert set(shapes) == {(6, 4)}
     exact = spotref.generate(m, [1, 2, 3, 4], 4, width=6)

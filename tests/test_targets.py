@@ -1,4 +1,5 @@
 """Bundled targets: the load_target contract, tokenizers, and clear errors on bad input."""
+
 import shutil
 
 import pytest
@@ -25,10 +26,11 @@ def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
     """The demo's default is gsm-b32, which ships because its recorded quality report (500
     held-out problems, T = 0) meets the bar: >= 50% answers, >= 90% equations, stability >= 0.90."""
     from spotref.tools.quality_math import BAR
+
     q = load_target(DEFAULT_TARGET).meta["quality"]
     assert DEFAULT_TARGET == "gsm-b32" and q["meets_bar"] is True and q["problems"] == 500
     assert q["temperature"] == 0.0 and all(q[k] >= v for k, v in BAR.items())
-    assert load_target(DEFAULT_TARGET).heldout(1, seed=0)[0][1] is not None        # it has answers
+    assert load_target(DEFAULT_TARGET).heldout(1, seed=0)[0][1] is not None  # it has answers
 
 
 @pytest.mark.parametrize("name", BUNDLED)
@@ -66,7 +68,7 @@ def test_math_targets_decode_identically_with_their_shipped_drafters(name, T, th
         for drafter in ("spot", "calibrated"):
             got = spotref.generate(target, ids, 40, drafter=drafter, budget=16, depth=8, **kw)
             assert got.tokens == exact.tokens, (name, drafter, T, threshold)
-            assert got.passes < exact.passes or threshold is not None        # the drafts were used
+            assert got.passes < exact.passes or threshold is not None  # the drafts were used
 
 
 def test_unknown_target_lists_the_known_ones():
@@ -129,6 +131,7 @@ def test_byte_tokenizer_round_trip_and_specials():
 
 def test_quality_report_runs_on_a_code_target():
     from spotref.tools.quality import heldout_prompts, passes_bar, report
+
     target = load_target("stdlib-b32")
     r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)
     assert r["blocks"] == 4 and 0 <= r["repeat_blocks"] <= r["one_char_blocks"] + 1

@@ -1,4 +1,5 @@
 """The block-diffusion training objective, the corpus, and a tiny end-to-end training run."""
+
 import argparse
 import json
 import re
@@ -8,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.load.bpe import BPETokenizer
-from spotref.data.corpora import CORPORA, open_corpus
-from spotref.models import SDARConfig, SDARModel
 from spotref.data import gsm
+from spotref.data.corpora import CORPORA, open_corpus
+from spotref.load.bpe import BPETokenizer
+from spotref.models import SDARConfig, SDARModel
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train_curriculum import fresh_problem, row_level
 from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
@@ -27,9 +28,18 @@ pytest.importorskip("tqdm")
 
 def tiny_model(B=4, V=40, mask_id=39):
     torch.manual_seed(0)
-    cfg = SDARConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                     mask_token_id=mask_id, block_size=B, initializer_range=0.2)
+    cfg = SDARConfig(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        mask_token_id=mask_id,
+        block_size=B,
+        initializer_range=0.2,
+    )
     return SDARModel(cfg).eval()
 
 
@@ -39,9 +49,9 @@ def test_bd3_mask_matches_its_definition():
     for i in range(2 * L):
         for j in range(2 * L):
             bi, bj = i % L // B, j % L // B
-            if i < L:      # noised query: its own noised block, clean blocks before it
+            if i < L:  # noised query: its own noised block, clean blocks before it
                 want = bi == bj if j < L else bj < bi
-            else:          # clean query: clean blocks up to its own
+            else:  # clean query: clean blocks up to its own
                 want = j >= L and bj <= bi
             assert m[i, j] == want, f"query {i}, key {j}"
 
@@ -70,11 +80,11 @@ def test_noised_block_logits_equal_a_decoding_pass():
     x_t, _ = noise_blocks(x.numpy(), B, 39, np.random.default_rng(1))
     x_t = torch.from_numpy(x_t)
     with torch.no_grad():
-        train_logits = model.bd3_logits(x_t, x, bd3_mask(12, B))[0]               # (L, V)
+        train_logits = model.bd3_logits(x_t, x, bd3_mask(12, B))[0]  # (L, V)
     for i in range(3):
         cache = model.prefill(x[0, : i * B])
-        dec = model.denoise(cache, x_t[:, i * B:(i + 1) * B])[0]                  # (B, V)
-        torch.testing.assert_close(train_logits[i * B:(i + 1) * B], dec, rtol=1e-4, atol=1e-5)
+        dec = model.denoise(cache, x_t[:, i * B : (i + 1) * B])[0]  # (B, V)
+        torch.testing.assert_close(train_logits[i * B : (i + 1) * B], dec, rtol=1e-4, atol=1e-5)
 
 
 def transcribed_bd3_logits(model, x_t, x, mask):
@@ -85,19 +95,19 @@ def transcribed_bd3_logits(model, x_t, x, mask):
     (N, L), d = x.shape, cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))
     freqs = torch.outer(torch.arange(L).float(), inv_freq)
-    emb = torch.cat((freqs, freqs), -1).repeat(2, 1)                           # (2L, d): positions twice
+    emb = torch.cat((freqs, freqs), -1).repeat(2, 1)  # (2L, d): positions twice
     cos, sin = emb.cos(), emb.sin()
-    rot = lambda t: t * cos + torch.cat((-t[..., d // 2:], t[..., :d // 2]), -1) * sin
-    h = model.model.embed_tokens(torch.cat((x_t, x), 1))                          # (N, 2L, H)
+    rot = lambda t: t * cos + torch.cat((-t[..., d // 2 :], t[..., : d // 2]), -1) * sin
+    h = model.model.embed_tokens(torch.cat((x_t, x), 1))  # (N, 2L, H)
     for layer in model.model.layers:
         a, m, S = layer.self_attn, layer.mlp, 2 * L
         y = layer.input_layernorm(h)
-        q = a.q_norm(F.linear(y, a.q_proj.weight).view(N, S, a.h, d)).transpose(1, 2)       # (N, h, 2L, d)
-        k = a.k_norm(F.linear(y, a.k_proj.weight).view(N, S, a.kvh, d)).transpose(1, 2)     # (N, kvh, 2L, d)
+        q = a.q_norm(F.linear(y, a.q_proj.weight).view(N, S, a.h, d)).transpose(1, 2)  # (N, h, 2L, d)
+        k = a.k_norm(F.linear(y, a.k_proj.weight).view(N, S, a.kvh, d)).transpose(1, 2)  # (N, kvh, 2L, d)
         v = F.linear(y, a.v_proj.weight).view(N, S, a.kvh, d).transpose(1, 2)
         g = a.h // a.kvh
         k, v = rot(k).repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-        o = F.scaled_dot_product_attention(rot(q), k, v, attn_mask=mask)               # (N, h, 2L, d)
+        o = F.scaled_dot_product_attention(rot(q), k, v, attn_mask=mask)  # (N, h, 2L, d)
         h = h + F.linear(o.transpose(1, 2).reshape(N, S, a.h * d), a.o_proj.weight)
         y = layer.post_attention_layernorm(h)
         h = h + F.linear(F.silu(F.linear(y, m.gate_proj.weight)) * F.linear(y, m.up_proj.weight), m.down_proj.weight)
@@ -143,11 +153,42 @@ def test_corpus_split_is_by_document_and_reproducible():
 
 
 def args_for(tmp_path, *extra):
-    return TrainOptions.from_argv(["--name", "tiny", "--runs", str(tmp_path / "runs"), "--corpus-limit", "3",
-                                   "--tokenizer", "bpe300", "--hidden", "32", "--intermediate", "64",
-                                   "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                                   "--seq-len", "32", "--block-size", "8", "--batch", "2",
-                                   "--eval-every", "10", "--ckpt-every", "5", "--no-progress", *extra])
+    return TrainOptions.from_argv(
+        [
+            "--name",
+            "tiny",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--corpus-limit",
+            "3",
+            "--tokenizer",
+            "bpe300",
+            "--hidden",
+            "32",
+            "--intermediate",
+            "64",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--seq-len",
+            "32",
+            "--block-size",
+            "8",
+            "--batch",
+            "2",
+            "--eval-every",
+            "10",
+            "--ckpt-every",
+            "5",
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_options_are_built_once_and_record_what_the_command_line_gave():
@@ -178,6 +219,7 @@ def tiny_run(tmp_path_factory):
 
 def test_tiny_training_exports_a_loadable_target(tiny_run):
     from spotref.load.targets import list_targets, load_target
+
     tmp, state = tiny_run
     assert state["step"] == 20 and state["history"][-1]["heldout_loss"] < state["history"][0]["heldout_loss"] + 1
     assert list_targets(tmp / "targets") == ["tiny"]
@@ -193,18 +235,19 @@ def test_an_export_killed_before_its_metadata_is_refused_by_name_not_paired(tiny
     import shutil
 
     from spotref.load.targets import load_target
+
     tmp, _ = tiny_run
     d = shutil.copytree(tmp / "targets", tmp_path / "t")
     meta = load_target("tiny", directory=d).meta
     assert meta["tokenizer"]["sha256"] == hashlib.sha256((d / "tiny.tokenizer.json").read_bytes()).hexdigest()
     tok = d / "tiny.tokenizer.json"
-    tok.write_text(tok.read_text().replace('"', '"', 1) + "\n")     # another tokenizer file landed
+    tok.write_text(tok.read_text().replace('"', '"', 1) + "\n")  # another tokenizer file landed
     with pytest.raises(ValueError, match="tiny.tokenizer.json does not match the metadata's SHA-256"):
         load_target("tiny", directory=d)
     shutil.copy(tmp / "targets" / "tiny.tokenizer.json", tok)
     weights = d / "tiny.safetensors"
     raw = bytearray(weights.read_bytes())
-    raw[-1] ^= 1                                                     # other weights landed
+    raw[-1] ^= 1  # other weights landed
     weights.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="SHA-256 does not match the metadata"):
         load_target("tiny", directory=d)
@@ -214,16 +257,30 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     """``--init``: the export names what the weights started from (checkpoint, step, commands),
     also for a run whose checkpoint predates the record (read from the init file at export)."""
     from spotref.load.targets import load_target
+
     tmp, state = tiny_run
     src = tmp / "runs" / "tiny"
-    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "3", "--init", str(src / "ckpt.pt"),
-                           "--tokenizer", str(src / "tokenizer.json"), "--export", str(tmp_path / "targets")))
+    tuned = train(
+        args_for(
+            tmp_path,
+            "--name",
+            "tuned",
+            "--steps",
+            "3",
+            "--init",
+            str(src / "ckpt.pt"),
+            "--tokenizer",
+            str(src / "tokenizer.json"),
+            "--export",
+            str(tmp_path / "targets"),
+        )
+    )
     init = load_target("tuned", directory=tmp_path / "targets").meta["training"]["init"]
     assert init["checkpoint"] == str(src / "ckpt.pt") and init["step"] == state["step"] == 20
     assert init["commands"] == state["commands"] and tuned["step"] == 3
     ck_path = tmp_path / "runs" / "tuned" / "ckpt.pt"
     ck = torch.load(ck_path, weights_only=False)
-    del ck["state"]["init"]                                      # as a run from before the record
+    del ck["state"]["init"]  # as a run from before the record
     torch.save(ck, ck_path)
     export_run(tmp_path / "runs" / "tuned", tmp_path / "again", "tuned", block_size=8)
     assert load_target("tuned", directory=tmp_path / "again").meta["training"]["init"] == init
@@ -235,13 +292,25 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
     refused as ``--init`` refuses it."""
     from spotref.load.targets import load_target
     from spotref.tools.train_export import average_run
+
     tmp, state = tiny_run
     src = tmp / "runs" / "tiny"
-    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "3", "--init", str(src / "ckpt.pt"),
-                           "--tokenizer", str(src / "tokenizer.json")))
+    tuned = train(
+        args_for(
+            tmp_path,
+            "--name",
+            "tuned",
+            "--steps",
+            "3",
+            "--init",
+            str(src / "ckpt.pt"),
+            "--tokenizer",
+            str(src / "tokenizer.json"),
+        )
+    )
     run = tmp_path / "runs" / "tuned"
     out = average_run(run, [str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")], tmp_path / "avg")
-    with pytest.raises(ValueError, match="already holds a run checkpoint"):     # another run's: kept
+    with pytest.raises(ValueError, match="already holds a run checkpoint"):  # another run's: kept
         average_run(run, [str(src / "ckpt.pt")], src)
     a, b = (torch.load(p, weights_only=False) for p in (run / "ckpt.pt", src / "ckpt.pt"))
     shipped = load_target(tmp / "targets" / "tiny.json").model.state_dict()
@@ -250,18 +319,25 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
         want = (a["model"][k].float() + b["model"][k].float() + shipped[k].float()) / 3
         assert torch.allclose(v.float(), want, atol=1e-6) and not torch.equal(v, a["model"][k])
     record = got["state"]["average"]
-    assert [r["checkpoint"] for r in record] == [str(run / "ckpt.pt"), str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")]
+    assert [r["checkpoint"] for r in record] == [
+        str(run / "ckpt.pt"),
+        str(src / "ckpt.pt"),
+        str(tmp / "targets" / "tiny.json"),
+    ]
     assert record[0]["commands"] == tuned["commands"] and record[2]["sha256"]
     export_run(tmp_path / "avg", tmp_path / "targets", "avg", block_size=8)
     assert load_target("avg", directory=tmp_path / "targets").meta["training"]["average"] == record
-    assert "opt" not in got                                          # not the run's optimizer moments
-    for init in (str(out), str(tmp_path / "targets" / "avg.json")):    # from the checkpoint or the target
-        again = train(args_for(tmp_path, "--name", "again", "--steps", "1", "--init", init,
-                               "--tokenizer", str(src / "tokenizer.json")))
+    assert "opt" not in got  # not the run's optimizer moments
+    for init in (str(out), str(tmp_path / "targets" / "avg.json")):  # from the checkpoint or the target
+        again = train(
+            args_for(
+                tmp_path, "--name", "again", "--steps", "1", "--init", init, "--tokenizer", str(src / "tokenizer.json")
+            )
+        )
         assert again["init"]["average"] == record
         shutil.rmtree(tmp_path / "runs" / "again")
     other = train(args_for(tmp_path, "--name", "other", "--steps", "1", "--tokenizer", "bpe290"))
-    snap = tmp_path / "runs" / "other" / "snapshots"                    # a snapshot: its run's tokenizer
+    snap = tmp_path / "runs" / "other" / "snapshots"  # a snapshot: its run's tokenizer
     snap.mkdir(exist_ok=True)
     shutil.copy(tmp_path / "runs" / "other" / "ckpt.pt", snap / "step-0000001.pt")
     for bad in (tmp_path / "runs" / "other" / "ckpt.pt", snap / "step-0000001.pt"):
@@ -278,6 +354,7 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     from spotref.load.targets import load_target
     from spotref.tools.train_export import start_from
     from spotref.tools.train_loop import make_config
+
     tmp, state = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
     target = load_target(meta_path)
@@ -287,14 +364,40 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), target.model.state_dict().values()))
     assert record["sha256"] == target.meta["weights"]["sha256"] and record["step"] == state["step"]
     assert record["commands"] == state["commands"] and record["checkpoint"] == str(meta_path)
-    tuned = train(args_for(tmp_path, "--name", "tuned", "--steps", "2", "--init", str(meta_path),
-                           "--tokenizer", str(src / "tokenizer.json")))
+    tuned = train(
+        args_for(
+            tmp_path,
+            "--name",
+            "tuned",
+            "--steps",
+            "2",
+            "--init",
+            str(meta_path),
+            "--tokenizer",
+            str(src / "tokenizer.json"),
+        )
+    )
     assert tuned["init"] == record and tuned["step"] == 2
     with pytest.raises(ValueError, match="another tokenizer"):
-        train(args_for(tmp_path, "--name", "other-tok", "--steps", "1", "--init", str(meta_path), "--tokenizer", "bpe290"))
+        train(
+            args_for(tmp_path, "--name", "other-tok", "--steps", "1", "--init", str(meta_path), "--tokenizer", "bpe290")
+        )
     with pytest.raises(ValueError, match="do not fit this run's model"):
-        train(args_for(tmp_path, "--name", "wider", "--steps", "1", "--init", str(src / "ckpt.pt"),
-                       "--tokenizer", str(src / "tokenizer.json"), "--hidden", "48"))
+        train(
+            args_for(
+                tmp_path,
+                "--name",
+                "wider",
+                "--steps",
+                "1",
+                "--init",
+                str(src / "ckpt.pt"),
+                "--tokenizer",
+                str(src / "tokenizer.json"),
+                "--hidden",
+                "48",
+            )
+        )
 
 
 def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
@@ -303,19 +406,35 @@ def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
     from spotref.load.targets import load_target
     from spotref.tools.train_export import start_from
     from spotref.tools.train_loop import make_config
+
     tmp, _ = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
     target = load_target(meta_path)
-    deep = SDARModel(make_config(args_for(tmp_path, "--tokenizer", str(src / "tokenizer.json"), "--layers", "3"),
-                                 target.tokenizer))
+    deep = SDARModel(
+        make_config(args_for(tmp_path, "--tokenizer", str(src / "tokenizer.json"), "--layers", "3"), target.tokenizer)
+    )
     record = start_from(deep, str(meta_path), target.tokenizer, deepen=True)
     assert record["deepened_from_layers"] == 1 and deep.config.num_hidden_layers == 3
     x = torch.randint(2, 300, (2, 16))
     with torch.no_grad():
         assert torch.equal(deep(x), target.model(x)), "the deepened model computes something else"
-        assert deep.model.layers[2].mlp.up_proj.weight.abs().sum() > 0    # fresh, not zero: it can learn
-    tuned = train(args_for(tmp_path, "--name", "deep", "--steps", "2", "--init", str(meta_path), "--init-deepen",
-                           "--layers", "2", "--tokenizer", str(src / "tokenizer.json")))
+        assert deep.model.layers[2].mlp.up_proj.weight.abs().sum() > 0  # fresh, not zero: it can learn
+    tuned = train(
+        args_for(
+            tmp_path,
+            "--name",
+            "deep",
+            "--steps",
+            "2",
+            "--init",
+            str(meta_path),
+            "--init-deepen",
+            "--layers",
+            "2",
+            "--tokenizer",
+            str(src / "tokenizer.json"),
+        )
+    )
     assert tuned["init"]["deepened_from_layers"] == 1 and tuned["config"]["num_hidden_layers"] == 2
     with pytest.raises(ValueError, match="deepening needs more layers"):
         start_from(SDARModel(target.model.config), str(meta_path), target.tokenizer, deepen=True)
@@ -337,8 +456,10 @@ def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
 
 # --- corpora, padding, digits, snapshots (issue 11) -------------------------------------------
 
+
 class Chars:
     """A tokenizer of single characters (EOS 0, MASK 1), enough for token_stream."""
+
     eos_id, mask_id = 0, 1
 
     def encode(self, text):
@@ -348,24 +469,25 @@ class Chars:
 def test_pad_eot_puts_every_document_at_a_block_start():
     docs = ["abc", "abcdefg", "abcdefgh", "x" * 20]
     plain, padded = token_stream(docs, Chars()), token_stream(docs, Chars(), block=8)
-    assert len(plain) == sum(len(d) + 1 for d in docs)                    # one EOS each, as before
+    assert len(plain) == sum(len(d) + 1 for d in docs)  # one EOS each, as before
     assert len(padded) % 8 == 0 and len(padded) == 8 + 8 + 16 + 24
     starts, pos = [], 0
     for d in docs:
         starts.append(pos)
         n = len(d)
-        assert list(padded[pos:pos + n]) == Chars().encode(d)
+        assert list(padded[pos : pos + n]) == Chars().encode(d)
         end = pos + n + 1 + (-(n + 1)) % 8
-        assert (padded[pos + n:end] == 0).all() and end - pos - n >= 1  # end-of-text to the block end
+        assert (padded[pos + n : end] == 0).all() and end - pos - n >= 1  # end-of-text to the block end
         pos = end
     assert all(s % 8 == 0 for s in starts)
 
 
 def test_aligned_batches_start_at_block_boundaries():
-    stream = np.arange(4000, dtype=np.uint16)                               # stream[i] = i
+    stream = np.arange(4000, dtype=np.uint16)  # stream[i] = i
     assert torch.equal(batch_at(stream, 3, 0, 4, 16, 8, 4001)[1], batch_at(stream, 3, 0, 4, 16, 8, 4001, 1)[1])
-    starts = np.concatenate([batch_at(stream, step, 0, 4, 32, 8, 4001, align=16)[1][:, 0].numpy()
-                             for step in range(20)])
+    starts = np.concatenate(
+        [batch_at(stream, step, 0, 4, 32, 8, 4001, align=16)[1][:, 0].numpy() for step in range(20)]
+    )
     assert (starts % 16 == 0).all() and starts.max() <= 4000 - 32 and len(set(starts)) > 40
 
 
@@ -386,8 +508,22 @@ def test_snapshots_are_due_every_interval_of_training_time():
     assert snapshot_due({"train_s": 121.0, "snapshot_s": 61.0}, 1)
 
 
-GSM_RUN = ("--corpus", "gsm", "--corpus-seed", "5", "--corpus-size", "200", "--corpus-level", "1",
-           "--pad-eot", "--split-digits", "--mix-blocks", "4,8", "--keep-snapshots", "0.00001")
+GSM_RUN = (
+    "--corpus",
+    "gsm",
+    "--corpus-seed",
+    "5",
+    "--corpus-size",
+    "200",
+    "--corpus-level",
+    "1",
+    "--pad-eot",
+    "--split-digits",
+    "--mix-blocks",
+    "4,8",
+    "--keep-snapshots",
+    "0.00001",
+)
 
 
 @pytest.fixture(scope="module")
@@ -399,6 +535,7 @@ def gsm_run(tmp_path_factory):
 
 def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
     from spotref.load.targets import load_target
+
     tmp, _ = gsm_run
     target = load_target("tiny", directory=tmp / "targets")
     corpus, tok = target.meta["corpus"], target.meta["tokenizer"]
@@ -415,11 +552,13 @@ def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
 def test_drill_share_mixes_drills_into_fresh_problems():
     d = gsm.LEVELS[0]
     plain = [fresh_problem(5, 7, j, d).question for j in range(40)]
-    assert plain == [fresh_problem(5, 7, j, d, 0.0).question for j in range(40)]     # 0: unchanged
+    assert plain == [fresh_problem(5, 7, j, d, 0.0).question for j in range(40)]  # 0: unchanged
     mixed = [fresh_problem(5, 7, j, d, 0.5) for j in range(40)]
     drills = [p for p in mixed if p.template == "drill"]
     assert 8 <= len(drills) <= 32 and all(not gsm.is_heldout(p.question) for p in mixed)
-    assert [p.question for p in mixed if p.template != "drill"] == [q for q, p in zip(plain, mixed) if p.template != "drill"]
+    assert [p.question for p in mixed if p.template != "drill"] == [
+        q for q, p in zip(plain, mixed) if p.template != "drill"
+    ]
     assert all(p.template == "drill" for p in (fresh_problem(5, 7, j, d, 1.0) for j in range(10)))
     assert [fresh_problem(5, 7, j, d, 0.5, "+-+-*/").question for j in range(40)] == [p.question for p in mixed]
     ops = [gsm.equations(fresh_problem(5, 7, j, d, 1.0, "-/").solution)[0][1] for j in range(60)]
@@ -429,14 +568,19 @@ def test_drill_share_mixes_drills_into_fresh_problems():
     from_problems = [fresh_problem(5, 7, j, gsm.LEVELS[3], 1.0, "+", "problems") for j in range(40)]
     assert all(p.template == "drill" and not gsm.is_heldout(p.question) for p in from_problems)
     assert sum(max(a, b) >= 100 for a, _, b, _, _ in (gsm.equations(p.solution)[0] for p in from_problems)) >= 5
-    assert [fresh_problem(5, 7, j, d, 0.5, "+-+-*/", "range").question for j in range(40)] == [p.question for p in mixed]
+    assert [fresh_problem(5, 7, j, d, 0.5, "+-+-*/", "range").question for j in range(40)] == [
+        p.question for p in mixed
+    ]
 
 
 def test_the_math_quality_report(gsm_run, capsys):
     """A gsm target gets the math report: answers by steps, equations, stability without fill."""
     from spotref.tools import cli, quality_math
+
     tmp, _ = gsm_run
-    status = cli.main(["quality", "tiny", "--targets-dir", str(tmp / "targets"), "--prompts", "3", "--new-tokens", "16"])
+    status = cli.main(
+        ["quality", "tiny", "--targets-dir", str(tmp / "targets"), "--prompts", "3", "--new-tokens", "16"]
+    )
     r = json.loads(capsys.readouterr().out)
     assert status == (0 if r["meets_bar"] else 1) and r["problems"] == 3
     assert sum(n for _, n in r["answers_by_steps"].values()) == 3 and 0 <= r["answers"] <= 1
@@ -448,6 +592,7 @@ def test_the_math_quality_report(gsm_run, capsys):
     if kinds:
         assert abs(sum(s * n for s, n in kinds.values()) / sum(n for _, n in kinds.values()) - r["equations"]) < 1e-3
     from spotref.load.targets import load_target
+
     code = load_target("stdlib-b32")
     with pytest.raises(ValueError, match="not a math target"):
         quality_math.problems_of(code, 2)
@@ -455,13 +600,15 @@ def test_the_math_quality_report(gsm_run, capsys):
 
 def test_a_wrong_result_is_told_apart_by_its_length():
     from spotref.tools.quality_math import wrong_length
+
     assert wrong_length(38, "-", 34, 14) and wrong_length(33, "+", 46, 179) and wrong_length(60, "/", 5, 1)
     assert not wrong_length(80, "-", 54, 36) and not wrong_length(39, "*", 12, 418)
-    assert not wrong_length(7, "/", 2, 3)                 # no integer result: wrong, but not by length
+    assert not wrong_length(7, "/", 2, 3)  # no integer result: wrong, but not by length
 
 
 def test_equations_are_told_apart_by_operator_and_size():
     from spotref.tools.quality_math import equation_kind
+
     assert equation_kind(16, "+", 64, 80) == "+ 1-2 digits"
     assert equation_kind(136, "*", 7, 952) == "* 3+ digits"
     assert equation_kind(8, "*", 12, 96) == "* 1-2 digits" and equation_kind(99, "+", 1, 100) == "+ 3+ digits"
@@ -469,6 +616,7 @@ def test_equations_are_told_apart_by_operator_and_size():
 
 def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
     from spotref.load.targets import load_target
+
     tmp, state = gsm_run
     kept = sorted((tmp / "runs" / "tiny" / "snapshots").glob("step-*.pt"))
     assert kept and [s["file"] for s in state["snapshots"]] == [f"snapshots/{p.name}" for p in kept]
@@ -493,14 +641,16 @@ def test_a_resumed_run_keeps_its_data_options(gsm_run):
         train(args_for(tmp, "--steps", "7", *no_pad))
     from spotref.tools.train_export import recipe
     from spotref.tools.train_loop import data_options
+
     record = {"name": "gsm", "seed": 5}
-    assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]     # runs before it
+    assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]  # runs before it
     assert data_options(record, {"drill_from": "problems"})["--drill-from"] == "problems"
 
 
 @pytest.mark.parametrize("fmt", ["lines", "jsonl"])
 def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
     from spotref.load.targets import load_target
+
     texts = [f"<|im_start|>user\nadd {i} and {i + 1}<|im_end|>\n<|im_start|>assistant\n{2 * i + 1}" for i in range(600)]
     path = tmp_path / f"docs.{fmt}"
     path.write_text("\n".join(t.replace("\n", " ") if fmt == "lines" else json.dumps({"text": t}) for t in texts))
@@ -513,18 +663,21 @@ def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
     corpus = open_corpus(target.meta["corpus"])
     assert all(any(d.startswith(p) for d in corpus.documents("heldout")) for p, _ in prompts)
     assert not any(d.startswith(p) for p, _ in prompts for d in corpus.documents("train"))
-    if fmt == "jsonl":                                       # a chat document: up to the assistant header
+    if fmt == "jsonl":  # a chat document: up to the assistant header
         assert all(p.endswith("<|im_start|>assistant\n") for p, _ in prompts)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--corpus", "nonesuch"], "--corpus: must be stdlib, gsm or a text file"),
-    (["--corpus-level", "9"], "--corpus-level: invalid choice"),
-    (["--keep-snapshots", "0"], "--keep-snapshots: must be in (0.0, inf], got 0.0"),
-    (["--corpus-seed", "-1"], "--corpus-seed: must be an int in [0, 2**64 - 1], got -1"),
-    (["--drill-ops", "add,pow"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
-    (["--drill-ops", "+"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--corpus", "nonesuch"], "--corpus: must be stdlib, gsm or a text file"),
+        (["--corpus-level", "9"], "--corpus-level: invalid choice"),
+        (["--keep-snapshots", "0"], "--keep-snapshots: must be in (0.0, inf], got 0.0"),
+        (["--corpus-seed", "-1"], "--corpus-seed: must be an int in [0, 2**64 - 1], got -1"),
+        (["--drill-ops", "add,pow"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
+        (["--drill-ops", "+"], "--drill-ops: must be a comma-separated list of add, sub, mul, div"),
+    ],
+)
 def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -533,26 +686,32 @@ def test_bad_options_are_argparse_errors_naming_them(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--corpus-seed", "3"], "--corpus-seed applies to --corpus gsm only"),
-    (["--corpus", "gsm", "--no-english"], "--no-english applies to --corpus stdlib only"),
-    (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
-    (["--result-weight", "2"], "--result-weight weights the results of one-document rows"),
-    (["--drill-ops", "sub,div"], "--drill-ops sets the operators of the drills: it needs --drill-share"),
-    (["--drill-from", "problems"], "--drill-from sets where the drills' numbers come from: it needs --drill-share"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--corpus-seed", "3"], "--corpus-seed applies to --corpus gsm only"),
+        (["--corpus", "gsm", "--no-english"], "--no-english applies to --corpus stdlib only"),
+        (["--tokenizer", "bytes", "--split-digits"], "--split-digits trains the BPE"),
+        (["--result-weight", "2"], "--result-weight weights the results of one-document rows"),
+        (["--drill-ops", "sub,div"], "--drill-ops sets the operators of the drills: it needs --drill-share"),
+        (["--drill-from", "problems"], "--drill-from sets where the drills' numbers come from: it needs --drill-share"),
+    ],
+)
 def test_misplaced_options_are_value_errors_naming_them(tmp_path, extra, message):
     args = args_for(tmp_path, "--steps", "1", *extra)
     with pytest.raises(ValueError, match=message):
         train(args)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "holds no document"),
-    ('{"text": "a"}\n{"txt": "b"}\n', "line 2: want an object"),
-    ('{"text": "a"}\nnot json\n', "line 2: not JSON"),
-    ("only one short line\n", "want at least one of each"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "holds no document"),
+        ('{"text": "a"}\n{"txt": "b"}\n', "line 2: want an object"),
+        ('{"text": "a"}\nnot json\n', "line 2: not JSON"),
+        ("only one short line\n", "want at least one of each"),
+    ],
+)
 def test_bad_corpus_files_are_named(tmp_path, content, message):
     path = tmp_path / "bad.txt"
     path.write_text(content)
@@ -562,6 +721,7 @@ def test_bad_corpus_files_are_named(tmp_path, content, message):
 
 def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
     from spotref.tools.cli import main
+
     code = main(["train-target", "--name", "t", "--runs", str(tmp_path), "--corpus-size", "10"])
     assert code == 2
     assert "spotref train-target: error: --corpus-size applies to --corpus gsm only" in capsys.readouterr().err
@@ -569,12 +729,13 @@ def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
 
 # --- the gsm recipe: rows per document, answer-only masks, fresh problems, curriculum -----------
 
+
 def test_level_0_is_easier_than_level_1_and_the_others_are_unchanged():
     assert gsm.LEVELS[0] == gsm.Difficulty(1, 1, max_operand=12, max_factor=5, max_result=60)
     assert gsm.LEVELS[1] == gsm.Difficulty(1, 2, max_operand=20, max_factor=6, max_result=100)
     assert gsm.LEVELS[3] == gsm.Difficulty(1, 4, max_operand=100, max_factor=12, max_result=1000)
     for p in gsm.problems(200, seed=3, difficulty=gsm.LEVELS[0]):
-        (a, _, b, c, right), = gsm.equations(p.solution)                 # one step, right
+        ((a, _, b, c, right),) = gsm.equations(p.solution)  # one step, right
         assert right and c == p.answer <= 60 and min(a, b) <= 12
 
 
@@ -585,9 +746,9 @@ def test_a_row_is_one_document_at_position_0_padded_to_its_block_end():
     n = len(doc)
     assert ids[:n] == tok.encode(doc) and start == 0 and end == n + 1
     assert len(ids) % 8 == 0 and set(ids[n:]) == {tok.eos_id} and len(ids) - n <= 8
-    ids2, start2, end2 = encode_row(doc, tok, 8, True, 256)                # answer-only: same ids, masks later
+    ids2, start2, end2 = encode_row(doc, tok, 8, True, 256)  # answer-only: same ids, masks later
     assert ids2 == ids and start2 == doc.index("assistant\n") + len("assistant\n") and end2 == end
-    assert encode_row(doc, tok, 8, False, 16)[0] == ids[:16]               # cut at --seq-len
+    assert encode_row(doc, tok, 8, False, 16)[0] == ids[:16]  # cut at --seq-len
 
 
 def test_answer_only_masks_k_of_the_n_answer_positions_and_weights_the_padding():
@@ -596,10 +757,10 @@ def test_answer_only_masks_k_of_the_n_answer_positions_and_weights_the_padding()
     for seed in range(20):
         x_t, x, masked, w = rows_batch(rows, 8, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
         for i, (ids, start, end) in enumerate(rows):
-            assert not masked[i, :start].any() and not masked[i, len(ids):].any()
+            assert not masked[i, :start].any() and not masked[i, len(ids) :].any()
             for b in range(0, len(ids), 8):
                 n = max(0, min(b + 8, len(ids)) - max(b, start))
-                k = int(masked[i, b:b + 8].sum())
+                k = int(masked[i, b : b + 8].sum())
                 assert (1 <= k <= n) if n else k == 0
             m = masked[i].numpy()
             assert np.allclose(w[i].numpy()[m], np.where(np.arange(x.shape[1]) >= end, 0.3, 1.0)[m])
@@ -619,20 +780,42 @@ def test_the_curriculum_moves_up_by_step_and_mixes_in_lower_levels():
     assert parse_curriculum(args.curriculum) == [(0, 0), (40, 1), (120, 2)]
     assert {row_level(args, s, j) for s in range(40) for j in range(8)} == {0}
     late = [row_level(args, s, j) for s in range(120, 220) for j in range(8)]
-    assert set(late) == {0, 1, 2} and 0.3 < np.mean(np.array(late) < 2) < 0.5        # 40% lower levels
+    assert set(late) == {0, 1, 2} and 0.3 < np.mean(np.array(late) < 2) < 0.5  # 40% lower levels
     assert [row_level(args, 130, j) for j in range(8)] == [row_level(args, 130, j) for j in range(8)]
 
 
-RECIPE = ("--corpus", "gsm", "--corpus-size", "100", "--corpus-level", "1", "--split-digits",
-          "--mix-blocks", "4,8", "--rows-per-doc", "--answer-only", "--eot-weight", "0.3",
-          "--fresh-problems", "--curriculum", "0@0,1@2", "--rope-theta", "10000", "--mask-results", "0.5",
-          "--suffix-results", "0.5")
+RECIPE = (
+    "--corpus",
+    "gsm",
+    "--corpus-size",
+    "100",
+    "--corpus-level",
+    "1",
+    "--split-digits",
+    "--mix-blocks",
+    "4,8",
+    "--rows-per-doc",
+    "--answer-only",
+    "--eot-weight",
+    "0.3",
+    "--fresh-problems",
+    "--curriculum",
+    "0@0,1@2",
+    "--rope-theta",
+    "10000",
+    "--mask-results",
+    "0.5",
+    "--suffix-results",
+    "0.5",
+)
 
 
 def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     from spotref.load.targets import load_target
-    straight = train(args_for(tmp_path / "a", "--steps", "4", "--seq-len", "256", *RECIPE,
-                              "--export", str(tmp_path / "targets")))
+
+    straight = train(
+        args_for(tmp_path / "a", "--steps", "4", "--seq-len", "256", *RECIPE, "--export", str(tmp_path / "targets"))
+    )
     train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", "--until", "2", *RECIPE))
     resumed = train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", *RECIPE))
     a = torch.load(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
@@ -646,8 +829,9 @@ def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     assert target.model.config.rope_theta == 10000 and recipe["rope_theta"] == 10000
     assert recipe["mask_results"] == 0.5 == recipe["suffix_results"] and np.isfinite(target.meta["heldout_loss"])
     with pytest.raises(ValueError, match="--eot-weight"):
-        train(args_for(tmp_path / "b", "--steps", "5", "--seq-len", "256",
-                       *[v if v != "0.3" else "0.5" for v in RECIPE]))
+        train(
+            args_for(tmp_path / "b", "--steps", "5", "--seq-len", "256", *[v if v != "0.3" else "0.5" for v in RECIPE])
+        )
 
 
 def test_rows_per_doc_trains_on_a_fixed_corpus_too(tmp_path):
@@ -657,26 +841,35 @@ def test_rows_per_doc_trains_on_a_fixed_corpus_too(tmp_path):
 
 def test_the_default_recipe_is_empty(tiny_run):
     from spotref.load.targets import load_target
+
     target = load_target("tiny", directory=tiny_run[0] / "targets")
     recipe = target.meta["training"]["recipe"]
     assert not recipe["rows_per_doc"] and not recipe["fresh_problems"] and recipe["curriculum"] is None
     assert target.model.config.rope_theta == 1_000_000.0
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--answer-only"], "--answer-only applies to --rows-per-doc only"),
-    (["--eot-weight", "0.3"], "--eot-weight applies to --rows-per-doc only"),
-    (["--rows-per-doc", "--fresh-problems"], "--fresh-problems applies to --corpus gsm only"),
-    (["--rows-per-doc", "--corpus", "gsm", "--curriculum", "0@0"], "--curriculum draws its problems afresh"),
-    (["--curriculum-lower", "0.5"], "--curriculum-lower applies to --curriculum or --adaptive only"),
-    (["--rows-per-doc", "--corpus", "gsm", "--adaptive", "0,1"], "--adaptive draws its problems afresh"),
-    (["--rows-per-doc", "--corpus", "gsm", "--fresh-problems", "--adaptive", "0,1", "--curriculum", "0@0"],
-     "give one of them"),
-    (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
-    (["--mask-results", "0.5"], "--mask-results masks the results of one-document rows"),
-    (["--suffix-results", "0.5"], "--suffix-results masks the blocks of one-document rows"),
-    (["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"], "--seq-len 32 cuts the held-out rows"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--answer-only"], "--answer-only applies to --rows-per-doc only"),
+        (["--eot-weight", "0.3"], "--eot-weight applies to --rows-per-doc only"),
+        (["--rows-per-doc", "--fresh-problems"], "--fresh-problems applies to --corpus gsm only"),
+        (["--rows-per-doc", "--corpus", "gsm", "--curriculum", "0@0"], "--curriculum draws its problems afresh"),
+        (["--curriculum-lower", "0.5"], "--curriculum-lower applies to --curriculum or --adaptive only"),
+        (["--rows-per-doc", "--corpus", "gsm", "--adaptive", "0,1"], "--adaptive draws its problems afresh"),
+        (
+            ["--rows-per-doc", "--corpus", "gsm", "--fresh-problems", "--adaptive", "0,1", "--curriculum", "0@0"],
+            "give one of them",
+        ),
+        (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
+        (["--mask-results", "0.5"], "--mask-results masks the results of one-document rows"),
+        (["--suffix-results", "0.5"], "--suffix-results masks the blocks of one-document rows"),
+        (
+            ["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"],
+            "--seq-len 32 cuts the held-out rows",
+        ),
+    ],
+)
 def test_misplaced_recipe_options_are_value_errors_naming_them(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         train(args_for(tmp_path, "--steps", "1", *extra))
@@ -693,9 +886,21 @@ def test_bad_curricula_are_argparse_errors(value, capsys):
 
 def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_path):
     from spotref.load.targets import load_target
+
     adaptive = [v for v in RECIPE if v not in ("--curriculum", "0@0,1@2")] + [
-        "--adaptive", "0,1,2", "--adapt-every", "2", "--adapt-n", "2", "--adapt-answers", "0",
-        "--adapt-equations", "0", "--seq-len", "256"]
+        "--adaptive",
+        "0,1,2",
+        "--adapt-every",
+        "2",
+        "--adapt-n",
+        "2",
+        "--adapt-answers",
+        "0",
+        "--adapt-equations",
+        "0",
+        "--seq-len",
+        "256",
+    ]
     straight = train(args_for(tmp_path / "a", "--steps", "4", *adaptive, "--export", str(tmp_path / "targets")))
     train(args_for(tmp_path / "b", "--steps", "4", "--until", "2", *adaptive))
     resumed = train(args_for(tmp_path / "b", "--steps", "4", *adaptive))
@@ -716,12 +921,13 @@ def test_result_weight_weights_the_results_and_the_tokens_after_them():
     drawn are the same as without it."""
     from spotref.load.targets import load_target
     from spotref.tools.train_data import boosted_results
+
     tok = load_target("gsm-b32").tokenizer
     p = gsm.drill(np.random.default_rng(9))
     ids, start, end = row = encode_row(p.document, tok, 8, True, 512)
     pos = result_positions(ids, tok, follow=2)
     digits = result_positions(ids, tok)
-    assert set(digits) < set(pos) and len(pos) == len(digits) + 4        # two results, 2 tokens after each
+    assert set(digits) < set(pos) and len(pos) == len(digits) + 4  # two results, 2 tokens after each
     after = [j for j in pos if j not in set(digits)]
     assert "".join(tok.decode([ids[j]]) for j in after).startswith("\n####")  # the line break and '####' follow
     rows = [row, encode_row(gsm.draw(np.random.default_rng(3)).document, tok, 8, True, 512)]
@@ -744,17 +950,20 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
     draw, and share 0 draws nothing."""
     from spotref.load.targets import load_target
     from spotref.tools.train_data import suffix_cuts
+
     tok = load_target("gsm-b32").tokenizer
-    rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
-            for s in range(8)]
+    rows = [
+        encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256) for s in range(8)
+    ]
     assert suffix_cuts(rows, tok, 0.0, 16, np.random.default_rng(0)) is None
     for B in (16, 32):
         for seed in range(3):
             cuts = suffix_cuts(rows, tok, 0.5, B, np.random.default_rng(seed))
             assert any(c is None for c in cuts) and any(c is not None for c in cuts)
             plain = rows_batch(rows, B, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3)
-            x_t, x, masked, w = rows_batch(rows, B, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3,
-                                           None, None, 1.0, cuts)
+            x_t, x, masked, w = rows_batch(
+                rows, B, tok.mask_id, tok.eos_id, np.random.default_rng(seed), 0.3, None, None, 1.0, cuts
+            )
             for i, (ids, start, _) in enumerate(rows):
                 pos = result_positions(ids, tok)
                 firsts = {int(j) for j in pos if j - 1 not in set(pos.tolist())}
@@ -762,9 +971,9 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
                     assert torch.equal(masked[i], plain[2][i])
                     continue
                 assert {c // B for c in cuts[i]} == {c // B for c in firsts} and set(cuts[i]) <= firsts
-                assert len(cuts[i]) == len({c // B for c in cuts[i]})              # one per block
+                assert len(cuts[i]) == len({c // B for c in cuts[i]})  # one per block
                 for b in range(len(ids) // B):
-                    got, drawn = masked[i, b * B:(b + 1) * B], plain[2][i, b * B:(b + 1) * B]
+                    got, drawn = masked[i, b * B : (b + 1) * B], plain[2][i, b * B : (b + 1) * B]
                     cut = [c for c in cuts[i] if c // B == b]
                     if not cut:
                         assert torch.equal(got, drawn)
@@ -780,32 +989,43 @@ def test_mask_and_suffix_results_share_each_rows_result_positions(monkeypatch):
     it; ``result_starts`` is each result's first digit."""
     from spotref.load.targets import load_target
     from spotref.tools import train_data
+
     tok = load_target("gsm-b32").tokenizer
-    rows = [encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256)
-            for s in range(8)]
+    rows = [
+        encode_row(gsm.draw(np.random.default_rng(s), gsm.LEVELS[3]).document, tok, 32, True, 256) for s in range(8)
+    ]
     for ids, _, _ in rows:
         pos = result_positions(ids, tok)
-        assert train_data.result_starts(ids, tok).tolist() == [j for j in pos.tolist() if j - 1 not in set(pos.tolist())]
-    alone = (train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1)),
-             train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2)))
+        assert train_data.result_starts(ids, tok).tolist() == [
+            j for j in pos.tolist() if j - 1 not in set(pos.tolist())
+        ]
+    alone = (
+        train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1)),
+        train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2)),
+    )
     calls = []
     parse = train_data.result_positions
-    monkeypatch.setattr(train_data, "result_positions", lambda ids, tok, follow=0: calls.append(1) or parse(ids, tok, follow))
+    monkeypatch.setattr(
+        train_data, "result_positions", lambda ids, tok, follow=0: calls.append(1) or parse(ids, tok, follow)
+    )
     positions = train_data.row_results(rows, tok)
-    shared = (train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1), positions),
-              train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2), positions))
+    shared = (
+        train_data.forced_results(rows, tok, 0.8, np.random.default_rng(1), positions),
+        train_data.suffix_cuts(rows, tok, 0.5, 16, np.random.default_rng(2), positions),
+    )
     for a, b in zip(alone, shared):
         assert [None if x is None else x.tolist() for x in a] == [None if x is None else x.tolist() for x in b]
     picked = {i for i in range(len(rows)) if shared[0][i] is not None or shared[1][i] is not None}
     both = {i for i in picked if shared[0][i] is not None and shared[1][i] is not None}
-    assert both and len(calls) == len(picked)                                # once per row, not per option
+    assert both and len(calls) == len(picked)  # once per row, not per option
 
 
 def test_mask_results_masks_every_written_result_of_the_chosen_rows():
     """--mask-results: the digits after '= ' and '#### ' (the equations' results, the final
     answer) are masked on top of the k ~ U{1..n} draw, which stays the draw without them."""
     from spotref.load.targets import load_target
-    tok = load_target("gsm-b32").tokenizer                               # digits are single tokens
+
+    tok = load_target("gsm-b32").tokenizer  # digits are single tokens
     problems = [gsm.draw(np.random.default_rng(s)) for s in range(6)] + [gsm.drill(np.random.default_rng(9))]
     rows = [encode_row(p.document, tok, 8, True, 512) for p in problems]
     for p, (ids, start, _) in zip(problems, rows):

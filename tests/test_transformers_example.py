@@ -1,6 +1,7 @@
 """examples/transformers_spot.py: SPOT around transformers' Qwen3ForCausalLM (the caller's own
 model, DynamicCache and loop over the step API) gives spotref.generate's tokens on the same
 checkpoint: T = 0 and T = 1, one-position and threshold rules, with and without a drafter."""
+
 import importlib.util
 import subprocess
 import sys
@@ -13,12 +14,16 @@ import spotref
 from spotref.load.export import save_pretrained
 from spotref.models import SDARConfig, SDARModel
 
-pytest.importorskip("transformers", reason="the example runs transformers' Qwen3ForCausalLM "
-                                           "(a test-only dependency): pip install transformers")
+pytest.importorskip(
+    "transformers",
+    reason="the example runs transformers' Qwen3ForCausalLM (a test-only dependency): pip install transformers",
+)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformers_spot.py"
-PROMPTS = [[5, 17, 200, 3, 99, 42],            # one block cached, a tail fixed in the next
-           [1, 2, 3, 4, 5, 6, 7, 8],           # complete blocks only
-           [7]]                                # nothing cached: rows attend to their block only
+PROMPTS = [
+    [5, 17, 200, 3, 99, 42],  # one block cached, a tail fixed in the next
+    [1, 2, 3, 4, 5, 6, 7, 8],  # complete blocks only
+    [7],
+]  # nothing cached: rows attend to their block only
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +37,19 @@ def example():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny random SDAR checkpoint in the official layout (bf16 storage, untied head)."""
-    cfg = SDARConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=32, mask_token_id=319,
-                     block_size=4, max_position_embeddings=512, initializer_range=0.3)
+    cfg = SDARConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        mask_token_id=319,
+        block_size=4,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = SDARModel(cfg)
@@ -44,12 +59,15 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def models(example, checkpoint):
     hf, B, mask, precision = example.load(checkpoint, dtype=torch.float32)
-    assert precision == "bfloat16"                       # saved in bf16: served, so decided, in bf16
+    assert precision == "bfloat16"  # saved in bf16: served, so decided, in bf16
     return SDARModel.from_pretrained(checkpoint, dtype="float32"), hf, B, mask, precision
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(temperature=1.0, seed=3), dict(threshold=0.3),
-                                dict(temperature=1.0, seed=5, threshold=0.5)], ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(temperature=1.0, seed=3), dict(threshold=0.3), dict(temperature=1.0, seed=5, threshold=0.5)],
+    ids=str,
+)
 @pytest.mark.parametrize("drafter", [None, "confidence"])
 def test_the_example_gives_generates_tokens(example, models, monkeypatch, kw, drafter):
     ours, hf, B, mask, precision = models
@@ -62,10 +80,9 @@ def test_the_example_gives_generates_tokens(example, models, monkeypatch, kw, dr
     monkeypatch.setattr(example, "forward", counted)
     for prompt in PROMPTS:
         want = spotref.generate(ours, prompt, 14, **kw).tokens
-        got = example.generate(hf, prompt, 14, B, mask, drafter=drafter, budget=8, depth=4,
-                               precision=precision, **kw)
+        got = example.generate(hf, prompt, 14, B, mask, drafter=drafter, budget=8, depth=4, precision=precision, **kw)
         assert got == want and len(got) == 14, (prompt, want, got)
-    assert (max(rows) > 1) == (drafter is not None)      # a drafter's rows share one forward
+    assert (max(rows) > 1) == (drafter is not None)  # a drafter's rows share one forward
 
 
 @pytest.mark.parametrize("drafter", [None, "confidence"])
@@ -73,7 +90,7 @@ def test_the_example_stops_as_generate_does(example, models, drafter):
     ours, hf, B, mask, precision = models
     for prompt in PROMPTS:
         free = spotref.generate(ours, prompt, 14).tokens
-        stop = [free[5]]                                 # a token the decode does produce
+        stop = [free[5]]  # a token the decode does produce
         want = spotref.generate(ours, prompt, 14, stop_ids=stop).tokens
         got = example.generate(hf, prompt, 14, B, mask, stop_ids=stop, drafter=drafter, precision=precision)
         assert got == want and got[-1] == stop[0] and len(got) <= 6, (prompt, want, got)
@@ -81,8 +98,17 @@ def test_the_example_stops_as_generate_does(example, models, drafter):
 
 def test_the_example_runs_as_a_script(models, checkpoint):
     ours, *_ = models
-    argv = [sys.executable, str(EXAMPLE), str(checkpoint), "--prompt-ids", "5,17,200", "--new", "6",
-            "--temperature", "1"]
+    argv = [
+        sys.executable,
+        str(EXAMPLE),
+        str(checkpoint),
+        "--prompt-ids",
+        "5,17,200",
+        "--new",
+        "6",
+        "--temperature",
+        "1",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
     want = spotref.generate(ours, [5, 17, 200], 6, temperature=1.0).tokens
     assert out.strip().splitlines()[-1] == str(want)

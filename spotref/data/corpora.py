@@ -15,9 +15,11 @@ A corpus gives
 
 The corpora ``spotref.data`` can build (``CORPORA``): ``stdlib`` (Python's own text,
 ``spotref.data.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
-text file of documents, one per line, or JSON lines with a ``"text"`` field). and ``gsm`` (grade-school math word problems from the
+text file of documents, one per line, or JSON lines with a ``"text"`` field). and ``gsm``
+(grade-school math word problems from the
 seeded generator ``spotref.data.gsm``, adapted by ``GsmCorpus``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,7 +35,7 @@ from spotref.data import gsm
 from spotref.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
 
 SPLITS = (None, "train", "test")
-ASSISTANT = "<|im_start|>assistant\n"        # the Qwen3 chat template's assistant header
+ASSISTANT = "<|im_start|>assistant\n"  # the Qwen3 chat template's assistant header
 
 
 def check_heldout_args(n, seed, split) -> None:
@@ -50,6 +52,7 @@ def in_test_half(key: str) -> bool:
 
 
 # --- stdlib: Python's own text --------------------------------------------------------------
+
 
 class StdlibCorpus:
     """The stdlib targets' corpus. Held-out prompts are exactly those the tools drew before
@@ -75,13 +78,13 @@ class StdlibCorpus:
 
     def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, None]]:
         check_heldout_args(n, seed, split)
-        texts = heldout_code(n, seed, chars=4000, longer_than=3000) if split is None \
-            else heldout_code(n, seed, split=split)
+        texts = (
+            heldout_code(n, seed, chars=4000, longer_than=3000) if split is None else heldout_code(n, seed, split=split)
+        )
         return [(t, None) for t in texts]
 
     def record(self) -> dict:
-        return {"name": self.name, "seed": None, "options": {"english": self.english},
-                **self.corpus.describe()}
+        return {"name": self.name, "seed": None, "options": {"english": self.english}, **self.corpus.describe()}
 
     @classmethod
     def from_record(cls, record: dict) -> StdlibCorpus:
@@ -89,6 +92,7 @@ class StdlibCorpus:
 
 
 # --- a text file of documents ----------------------------------------------------------------
+
 
 class FileCorpus:
     """Documents from a text file: one per line, or JSON lines each with a ``"text"`` string
@@ -111,31 +115,43 @@ class FileCorpus:
         self.train = [t for t in texts if not is_heldout(t, self.HELDOUT_FRAC)]
         self.held = [t for t in texts if is_heldout(t, self.HELDOUT_FRAC)]
         if not self.train or not self.held:
-            raise ValueError(f"--corpus {str(self.path)!r}: {len(texts)} documents give {len(self.train)} "
-                             f"training and {len(self.held)} held-out ones; want at least one of each")
+            raise ValueError(
+                f"--corpus {str(self.path)!r}: {len(texts)} documents give {len(self.train)} "
+                f"training and {len(self.held)} held-out ones; want at least one of each"
+            )
 
     def documents(self, split: str) -> list[str]:
         return list(self.train if split == "train" else self.held)
 
     def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, None]]:
         check_heldout_args(n, seed, split)
-        pool = sorted(self.held) if split is None else sorted(t for t in self.held if in_test_half(t) == (split == "test"))
+        pool = (
+            sorted(self.held) if split is None else sorted(t for t in self.held if in_test_half(t) == (split == "test"))
+        )
         if not pool:
             raise ValueError(f"the corpus {str(self.path)!r} has no held-out document in the {split!r} half")
         rng = np.random.default_rng(seed)
         return [(prompt_of(pool[rng.integers(len(pool))]), None) for _ in range(n)]
 
     def record(self) -> dict:
-        return {"name": self.name, "seed": None, "options": {"path": str(self.path.resolve())},
-                "format": self.format, "sha256": self.sha256,
-                "train": {"documents": len(self.train)}, "heldout": {"documents": len(self.held)}}
+        return {
+            "name": self.name,
+            "seed": None,
+            "options": {"path": str(self.path.resolve())},
+            "format": self.format,
+            "sha256": self.sha256,
+            "train": {"documents": len(self.train)},
+            "heldout": {"documents": len(self.held)},
+        }
 
     @classmethod
     def from_record(cls, record: dict) -> FileCorpus:
         corpus = cls(record.get("options", {}).get("path", ""))
         if record.get("sha256") not in (None, corpus.sha256):
-            raise ValueError(f"the corpus file {str(corpus.path)!r} changed since the target was trained "
-                             f"(its SHA-256 does not match the metadata)")
+            raise ValueError(
+                f"the corpus file {str(corpus.path)!r} changed since the target was trained "
+                f"(its SHA-256 does not match the metadata)"
+            )
         return corpus
 
 
@@ -157,7 +173,7 @@ def parse_documents(raw: bytes, path: Path) -> tuple[str, list[str]]:
         except json.JSONDecodeError as e:
             raise ValueError(f"--corpus {str(path)!r} line {i}: not JSON ({e.msg})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
-            raise ValueError(f"--corpus {str(path)!r} line {i}: want an object with a non-empty \"text\" string")
+            raise ValueError(f'--corpus {str(path)!r} line {i}: want an object with a non-empty "text" string')
         texts.append(obj["text"])
     return "jsonl", texts
 
@@ -165,10 +181,11 @@ def parse_documents(raw: bytes, path: Path) -> tuple[str, list[str]]:
 def prompt_of(document: str) -> str:
     """A held-out document as a prompt: up to its last assistant header, else its first half."""
     cut = document.rfind(ASSISTANT)
-    return document[:cut + len(ASSISTANT)] if cut >= 0 else document[:max(1, len(document) // 2)]
+    return document[: cut + len(ASSISTANT)] if cut >= 0 else document[: max(1, len(document) // 2)]
 
 
 # --- grade-school math (the generator is handed in) --------------------------------------------
+
 
 class GsmCorpus:
     """GSM8K-style word problems from a generator with the interface of ``spotref.data.gsm``
@@ -178,7 +195,7 @@ class GsmCorpus:
     with the sampling seed (the held-out split is by question hash, whatever the corpus seed)."""
 
     name = "gsm"
-    HELDOUT_DOCUMENTS = 512           # held-out loss: enough for 32 windows of 256 tokens
+    HELDOUT_DOCUMENTS = 512  # held-out loss: enough for 32 windows of 256 tokens
 
     def __init__(self, generator, seed: int = 0, size: int = 40000, level: int = 3, difficulty: dict | None = None):
         if level not in generator.LEVELS:
@@ -203,23 +220,37 @@ class GsmCorpus:
                     return out
 
     def record(self) -> dict:
-        return {**self.gen.describe(self.difficulty, self.seed), "name": self.name, "seed": self.seed,
-                "options": {"size": self.size, "level": self.level}}
+        return {
+            **self.gen.describe(self.difficulty, self.seed),
+            "name": self.name,
+            "seed": self.seed,
+            "options": {"size": self.size, "level": self.level},
+        }
 
     @classmethod
     def from_record(cls, record: dict, generator) -> GsmCorpus:
         if record.get("version") not in (None, generator.VERSION):
-            raise ValueError(f"the gsm corpus was generated by version {record['version']} of the generator, "
-                             f"this one is version {generator.VERSION}: its documents differ")
+            raise ValueError(
+                f"the gsm corpus was generated by version {record['version']} of the generator, "
+                f"this one is version {generator.VERSION}: its documents differ"
+            )
         options = record.get("options", {})
-        return cls(generator, record.get("seed", 0), options.get("size", 40000), options.get("level", 3),
-                   record.get("difficulty"))
+        return cls(
+            generator,
+            record.get("seed", 0),
+            options.get("size", 40000),
+            options.get("level", 3),
+            record.get("difficulty"),
+        )
 
 
 # --- the registry ------------------------------------------------------------------------------
 
-CORPORA = {"stdlib": StdlibCorpus.from_record, "file": FileCorpus.from_record,
-           "gsm": partial(GsmCorpus.from_record, generator=gsm)}
+CORPORA = {
+    "stdlib": StdlibCorpus.from_record,
+    "file": FileCorpus.from_record,
+    "gsm": partial(GsmCorpus.from_record, generator=gsm),
+}
 
 
 def open_corpus(record: dict | None, corpora: dict = CORPORA):

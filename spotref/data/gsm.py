@@ -25,21 +25,25 @@ Stdlib + numpy only.
 
     python -m spotref.data.gsm [--n 5] [--seed 0] [--level 3] [--heldout]
 """
+
 from __future__ import annotations
 
 import argparse
 import hashlib
 import re
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from spotref.data.gsm_templates import TEMPLATES, Ctx, Retry, apply_op
+from spotref.data import gsm_templates, gsm_templates_long
+from spotref.data.gsm_words import Ctx, Retry, apply_op
+
+TEMPLATES = gsm_templates.TEMPLATES + gsm_templates_long.TEMPLATES  # the 40, fewest steps first
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 HELDOUT_FRAC = 1 / 16
 SPLITS = {"train": 0, "heldout": 1}
-VERSION = 2                                          # bump when templates or word lists change
+VERSION = 2  # bump when templates or word lists change
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class Difficulty:
 
 
 LEVELS = {
-    0: Difficulty(1, 1, max_operand=12, max_factor=5, max_result=60),     # easier than 1: a curriculum's start
+    0: Difficulty(1, 1, max_operand=12, max_factor=5, max_result=60),  # easier than 1: a curriculum's start
     1: Difficulty(1, 2, max_operand=20, max_factor=6, max_result=100),
     2: Difficulty(1, 3, max_operand=50, max_factor=9, max_result=300),
     3: Difficulty(1, 4, max_operand=100, max_factor=12, max_result=1000),
@@ -72,9 +76,9 @@ LEVELS = {
 @dataclass(frozen=True)
 class Problem:
     question: str
-    solution: str          # worked solution; last line "#### N"
+    solution: str  # worked solution; last line "#### N"
     answer: int
-    steps: int             # equations in the solution
+    steps: int  # equations in the solution
     template: str
 
     @property
@@ -87,6 +91,7 @@ class Problem:
 
 
 # --- chat format (Qwen3 / SDAR-Chat template, one user turn) ------------------------------
+
 
 def chat_prompt(question: str) -> str:
     """The user turn and the assistant header: what the model is prompted with."""
@@ -119,10 +124,9 @@ def final_answer(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-
 # --- drawing problems ----------------------------------------------------------------------
 
-DRILL_OPS = "+-+-*/"      # addition and subtraction twice as often
+DRILL_OPS = "+-+-*/"  # addition and subtraction twice as often
 
 
 def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = DRILL_OPS) -> Problem:
@@ -133,12 +137,12 @@ def drill(rng: np.random.Generator, d: Difficulty = LEVELS[3], ops: str = DRILL_
     if not ops or set(ops) - set("+-*/"):
         raise ValueError(f"drill operators must be a non-empty string of + - * /, got {ops!r}")
     op = ops[int(rng.integers(len(ops)))]
-    for _ in range(1000):                                  # the operation is kept, the numbers redrawn
+    for _ in range(1000):  # the operation is kept, the numbers redrawn
         c = Ctx(rng, d)
         try:
             if op in "+-":
                 a, b = c.n(2), c.n()
-                b = b if op == "+" else c.n(1, a - 1)        # a - b >= 1
+                b = b if op == "+" else c.n(1, a - 1)  # a - b >= 1
             else:
                 a, b = c.n(), c.f()
                 a = b * c.n(1, d.max_result // b) if op == "/" else a
@@ -178,13 +182,12 @@ def is_heldout(question: str) -> bool:
 def draw(rng: np.random.Generator, d: Difficulty = LEVELS[3], templates=None) -> Problem:
     """One problem from ``rng`` at difficulty ``d`` (templates: names to restrict to): the
     number of steps is uniform over those allowed, then the template uniform among them."""
-    pool = [t for t in TEMPLATES if d.min_steps <= t[1] <= d.max_steps
-            and (templates is None or t[0] in templates)]
+    pool = [t for t in TEMPLATES if d.min_steps <= t[1] <= d.max_steps and (templates is None or t[0] in templates)]
     if not pool:
         raise ValueError(f"no template fits {d} and {templates}")
     by_steps = sorted({t[1] for t in pool})
     for _ in range(1000):
-        k = by_steps[int(rng.integers(len(by_steps)))]          # steps uniform, then a template
+        k = by_steps[int(rng.integers(len(by_steps)))]  # steps uniform, then a template
         group = [t for t in pool if t[1] == k]
         name, steps, fn = group[int(rng.integers(len(group)))]
         c = Ctx(rng, d)
@@ -209,8 +212,9 @@ def iter_problems(seed: int = 0, split: str = "train", difficulty: Difficulty = 
             yield p
 
 
-def problems(n: int, seed: int = 0, split: str = "train", difficulty: Difficulty = LEVELS[3],
-             templates=None) -> list[Problem]:
+def problems(
+    n: int, seed: int = 0, split: str = "train", difficulty: Difficulty = LEVELS[3], templates=None
+) -> list[Problem]:
     """The first ``n`` problems of a split."""
     it = iter_problems(seed, split, difficulty, templates)
     return [next(it) for _ in range(n)]
@@ -228,9 +232,14 @@ def documents(n: int, seed: int = 0, difficulty: Difficulty = LEVELS[3]) -> list
 
 def describe(difficulty: Difficulty, seed: int) -> dict:
     """What to record in a target's metadata to regenerate its corpus."""
-    return {"generator": "spotref.data.gsm", "version": VERSION, "seed": seed,
-            "difficulty": asdict(difficulty), "heldout_frac": HELDOUT_FRAC,
-            "templates": [t[0] for t in TEMPLATES]}
+    return {
+        "generator": "spotref.data.gsm",
+        "version": VERSION,
+        "seed": seed,
+        "difficulty": asdict(difficulty),
+        "heldout_frac": HELDOUT_FRAC,
+        "templates": [t[0] for t in TEMPLATES],
+    }
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ It lives in ``spotref.data`` because a bundled target's held-out prompts
 (``Target.heldout``, through ``spotref.data.corpora``) are drawn from it; the training tools
 reach it through ``spotref.tools.corpus``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-EXCLUDED_DIRS = {"site-packages", "__pycache__", "test", "tests", "idle_test", "encodings",
-                 "pydoc_data"}
+EXCLUDED_DIRS = {"site-packages", "__pycache__", "test", "tests", "idle_test", "encodings", "pydoc_data"}
 
 
 @dataclass(frozen=True)
 class Document:
-    name: str          # "code:json/decoder.py" or "topic:assert"
+    name: str  # "code:json/decoder.py" or "topic:assert"
     text: str
 
 
@@ -59,6 +59,7 @@ def stdlib_sources(root: str | None = None) -> list[Document]:
 def pydoc_topics() -> list[Document]:
     """The English help texts of ``pydoc_data.topics``, one document per topic."""
     from pydoc_data.topics import topics
+
     return [Document("topic:" + k, topics[k]) for k in sorted(topics)]
 
 
@@ -70,7 +71,7 @@ def is_heldout(name: str, heldout_frac: float) -> bool:
 class Corpus:
     train: list[Document]
     heldout: list[Document]
-    python: str        # the interpreter version the text came from
+    python: str  # the interpreter version the text came from
 
     def describe(self) -> dict:
         """Sizes and the SHA-256 of the whole corpus (names and texts, in order)."""
@@ -81,9 +82,13 @@ class Corpus:
         def size(docs, kind):
             docs = [d for d in docs if d.name.startswith(kind)]
             return {"documents": len(docs), "bytes": sum(len(d.text.encode()) for d in docs)}
-        return {"python": self.python, "sha256": h.hexdigest(),
-                "train": {"code": size(self.train, "code:"), "english": size(self.train, "topic:")},
-                "heldout": {"code": size(self.heldout, "code:"), "english": size(self.heldout, "topic:")}}
+
+        return {
+            "python": self.python,
+            "sha256": h.hexdigest(),
+            "train": {"code": size(self.train, "code:"), "english": size(self.train, "topic:")},
+            "heldout": {"code": size(self.heldout, "code:"), "english": size(self.heldout, "topic:")},
+        }
 
 
 def build_corpus(heldout_frac: float = 0.05, root: str | None = None, english: bool = True) -> Corpus:
@@ -94,8 +99,7 @@ def build_corpus(heldout_frac: float = 0.05, root: str | None = None, english: b
     return Corpus(train, heldout, sys.version.split()[0])
 
 
-def heldout_code(n: int, seed: int = 0, split: str | None = None, chars: int = 2000,
-                 longer_than: int = 0) -> list[str]:
+def heldout_code(n: int, seed: int = 0, split: str | None = None, chars: int = 2000, longer_than: int = 0) -> list[str]:
     """``n`` prompts from held-out code documents (never seen by the targets' training), drawn
     with replacement: a random document, from a random line start (one at least 2000 characters
     before its end, or its first line), cut to ``chars`` characters.
@@ -105,8 +109,10 @@ def heldout_code(n: int, seed: int = 0, split: str | None = None, chars: int = 2
     the two never share a document. longer_than: only documents of more characters than this.
     """
     assert split in (None, "train", "test"), split
-    docs = sorted((d for d in build_corpus().heldout if d.name.startswith("code:") and len(d.text) > longer_than),
-                  key=lambda d: d.name)
+    docs = sorted(
+        (d for d in build_corpus().heldout if d.name.startswith("code:") and len(d.text) > longer_than),
+        key=lambda d: d.name,
+    )
     if split is not None:
         docs = [d for d in docs if (zlib.crc32(d.name.encode()) % 4 == 0) == (split == "test")]
     rng = np.random.default_rng(seed)
@@ -114,5 +120,5 @@ def heldout_code(n: int, seed: int = 0, split: str | None = None, chars: int = 2
     for _ in range(n):
         text = docs[rng.integers(len(docs))].text
         starts = [0] + [i + 1 for i, c in enumerate(text[:-2000]) if c == "\n"]
-        out.append(text[starts[rng.integers(len(starts))]:][:chars])
+        out.append(text[starts[rng.integers(len(starts))] :][:chars])
     return out

@@ -18,6 +18,7 @@ the drafter's checkpoint), and costs the curve's mean seconds per state up to th
 commits at least at the run's expected rate ``E(N) / t(N)`` (commits per second). A draft
 without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,10 +33,10 @@ from spotref.drafters import order
 from spotref.rules import DecisionRule
 
 BUDGETS = (1, 2, 4, 8, 16, 32, 64)
-BINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)   # calibration bins
-MIN_COUNT = 20                      # nodes a calibration bin needs to count
-PRIOR = {1: 1.0, 64: 2.5}          # E(N) for a drafter without a measured curve (log-interpolated)
-_TIMES = weakref.WeakKeyDictionary()     # model -> {(budgets, context): {N: seconds}}
+BINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)  # calibration bins
+MIN_COUNT = 20  # nodes a calibration bin needs to count
+PRIOR = {1: 1.0, 64: 2.5}  # E(N) for a drafter without a measured curve (log-interpolated)
+_TIMES = weakref.WeakKeyDictionary()  # model -> {(budgets, context): {N: seconds}}
 
 
 def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None) -> dict:
@@ -47,12 +48,12 @@ def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, w
         g = torch.Generator().manual_seed(0)
         cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
         out = {}
-        for N in budgets if width is None else [width]:   # at a width every pass is one shape
+        for N in budgets if width is None else [width]:  # at a width every pass is one shape
             states = torch.full((N, B), mask_id, dtype=torch.long)
-            states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)       # half committed
+            states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)  # half committed
             w = {} if width is None else {"width": width}
             out[N] = _median_time(lambda: model.denoise(cache, states, **w), repeats)
-        if width is not None:                       # measured once: the cost of every N <= width
+        if width is not None:  # measured once: the cost of every N <= width
             out = dict.fromkeys((n for n in budgets if n <= width), out[width])
         known[key] = out
     return known[key]
@@ -64,21 +65,19 @@ def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
     return t + (t >= mask_id).long()
 
 
-def draft_times(drafter, model, budgets=BUDGETS, depth: int = 8, temperature: float = 0.0,
-                repeats: int = 2) -> dict:
+def draft_times(drafter, model, budgets=BUDGETS, depth: int = 8, temperature: float = 0.0, repeats: int = 2) -> dict:
     """{N: seconds} of one drafter call at a realistic state (stale logits from the model)."""
     B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
     cache = model.prefill(torch.zeros(0, dtype=torch.long))
     state = np.full(B, mask_id, dtype=np.int64)
-    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()          # (B, V)
+    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()  # (B, V)
     state[0] = 0 if mask_id != 0 else 1
     rule = DecisionRule(mask_id, V, B, float(temperature), 0)
-    return {N: _median_time(lambda: drafter(View.of(state, 1, 0, stale, rule, N, depth)), repeats)
-            for N in budgets}
+    return {N: _median_time(lambda: drafter(View.of(state, 1, 0, stale, rule, N, depth)), repeats) for N in budgets}
 
 
 def _median_time(fn, repeats: int) -> float:
-    fn()                                                   # warm-up
+    fn()  # warm-up
     ts = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -165,7 +164,7 @@ def trim(draft: Draft, verify: dict, rate: float, table=None) -> Draft:
     if draft.probs is None or len(draft) < 2:
         return draft
     ns = sorted(verify)
-    t = np.interp(np.arange(1, len(draft) + 1), ns, [verify[k] for k in ns])       # t(1) .. t(len)
+    t = np.interp(np.arange(1, len(draft) + 1), ns, [verify[k] for k in ns])  # t(1) .. t(len)
     slope = max(t[-1] - t[0], 0.0) / (len(t) - 1)
     worth = reach(table, np.asarray(draft.probs[1:])) >= rate * slope
     return draft.prefix(1 + (len(worth) if worth.all() else int(np.argmin(worth))))

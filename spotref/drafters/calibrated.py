@@ -9,6 +9,7 @@ tokens (``calibrate``). The expected accepted length of a graph is the sum of it
 frequencies, so the best graph under a node budget N and depth cap D is the N - 1 most frequent
 prefixes (frequencies never grow along a path, so they form a tree): ``shape(N, D)``.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -20,7 +21,7 @@ from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import temperature_key
 
-MAX_PREFIXES = 4000     # kept in a checkpoint
+MAX_PREFIXES = 4000  # kept in a checkpoint
 
 
 class CalibratedDrafter:
@@ -29,8 +30,8 @@ class CalibratedDrafter:
     name = "calibrated"
 
     def __init__(self, tables: dict, curves: dict | None = None):
-        self.tables = {k: dict(v) for k, v in tables.items()}    # "0" / "1" -> {ranks: count}
-        self.curves = curves or {}                                # for the cost model
+        self.tables = {k: dict(v) for k, v in tables.items()}  # "0" / "1" -> {ranks: count}
+        self.curves = curves or {}  # for the cost model
         self._shapes = {}
 
     @classmethod
@@ -38,12 +39,13 @@ class CalibratedDrafter:
         cal = header.get("calibrated")
         if not isinstance(cal, dict) or not cal:
             raise ValueError(f"the drafter checkpoint {path} holds no calibrated graph")
-        return cls({k: {tuple(r): c for r, c in v} for k, v in cal.items()},
-                   header.get("curves", {}).get("calibrated"))
+        return cls({k: {tuple(r): c for r, c in v} for k, v in cal.items()}, header.get("curves", {}).get("calibrated"))
 
     def to_header(self) -> dict:
-        return {k: [[list(r), c] for r, c in sorted(v.items(), key=lambda rc: -rc[1])[:MAX_PREFIXES]]
-                for k, v in self.tables.items()}
+        return {
+            k: [[list(r), c] for r, c in sorted(v.items(), key=lambda rc: -rc[1])[:MAX_PREFIXES]]
+            for k, v in self.tables.items()
+        }
 
     def __call__(self, view) -> Draft:
         if view.threshold is not None:
@@ -70,11 +72,11 @@ class CalibratedDrafter:
         parents, commits, index = [-1], [()], {(): (0, list(ranked(masked, conf)))}
         for r in self.shape(budget, depth, temperature):
             if r[:-1] not in index or r[-1] >= len(index[r[:-1]][1]):
-                continue                                  # fewer masked positions than ranks
+                continue  # fewer masked positions than ranks
             p, remaining = index[r[:-1]]
             j = int(remaining[r[-1]])
             tok = int(inp.coupled(inp.step + len(r) - 1)[0][j])
-            index[r] = (len(parents), remaining[:r[-1]] + remaining[r[-1] + 1:])
+            index[r] = (len(parents), remaining[: r[-1]] + remaining[r[-1] + 1 :])
             parents.append(p), commits.append(((j, tok),))
         return Draft(parents, commits)
 
@@ -94,7 +96,7 @@ def calibrate(records, depth: int = 16) -> Counter:
     """Prefix counts of the true rank sequences, cut where a coupled stale token is wrong."""
     counts = Counter()
     for rec in records:
-        n = rec.accepted_prefix(depth)                 # true commits with right stale tokens
+        n = rec.accepted_prefix(depth)  # true commits with right stale tokens
         if n == 0:
             continue
         masked = np.flatnonzero(rec.tokens == rec.mask_id)

@@ -7,6 +7,7 @@ set ``{j : c_j > tau}`` (threshold rule) with two neighbouring sets as alternati
 turns these guesses into a best-first tree. Tokens are coupled-noise matched: the stale
 distribution sampled with the noise of the step the commit would be taken at.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,7 @@ class ConfidenceDrafter:
         self.chain = chain
 
     def __call__(self, view):
-        conf = view.stale_confidence()                      # (B,) float64
+        conf = view.stale_confidence()  # (B,) float64
 
         def options(state, step):
             masked = ranked(np.flatnonzero(state == view.mask_id), conf)
@@ -55,6 +56,8 @@ def threshold_options(masked, conf, tokens, tau):
     """The predicted commit set {c > tau} (else the top one), then one fewer and one more."""
     n = max(int((conf[masked] > tau).sum()), 1)
     sizes = [n, n - 1, n + 1]
-    return [(prob, tuple(sorted((int(j), int(tokens[j])) for j in masked[:k])))
-            for prob, k in zip(SET_PROBS, sizes) if 1 <= k <= len(masked)]
-
+    return [
+        (prob, tuple(sorted((int(j), int(tokens[j])) for j in masked[:k])))
+        for prob, k in zip(SET_PROBS, sizes)
+        if 1 <= k <= len(masked)
+    ]

@@ -8,6 +8,7 @@ on a state twice. ``options`` is called once per expanded node; a drafter that b
 calls per tree level can use ``grow_levels`` instead. Both put the nodes in order of falling
 path probability (``Draft.probs``), so a prefix of the draft keeps its most probable nodes.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -33,7 +34,7 @@ def grow(view, options) -> Draft:
     expand(0, 1.0)
     while heap and len(t) < view.budget:
         neg, _, node, cs = heapq.heappop(heap)
-        i, added = t.merge(node, cs)              # a state already in the tree costs no budget
+        i, added = t.merge(node, cs)  # a state already in the tree costs no budget
         if added:
             cums.append(-neg)
             expand(i, -neg)
@@ -60,13 +61,12 @@ def grow_levels(view, options_batch, width: int) -> Draft:
     layer = [0] if view.depth > 0 and view.budget > 1 else []
     for level in range(view.depth):
         if level and view.budget <= 2:
-            break                      # the one slot below the root is taken: no child can enter
-        floor = t.floor(view.budget - (2 if level else 1))       # room for the node and a child
+            break  # the one slot below the root is taken: no child can enter
+        floor = t.floor(view.budget - (2 if level else 1))  # room for the node and a child
         layer = [i for i in layer if t.cums[i] >= floor][:width]
         if not layer:
             break
-        opts = options_batch([t.states[i] for i in layer], [t.steps[i] for i in layer],
-                             [t.marks[i] for i in layer])
+        opts = options_batch([t.states[i] for i in layer], [t.steps[i] for i in layer], [t.marks[i] for i in layer])
         layer = sorted((c for i, o in zip(layer, opts) for c in t.add_children(i, o)), key=lambda c: -t.cums[c])
     return t.select(view.budget)
 
@@ -87,7 +87,7 @@ class _Levels(DraftBuilder):
         for prob, cs in opts:
             cum = self.cums[node] * prob
             i, added = self.merge(node, cs)
-            if not added and self.cums[i] >= cum:             # reached already, at least as probably
+            if not added and self.cums[i] >= cum:  # reached already, at least as probably
                 continue
             mark = self.marks[node].copy()
             mark[[p for p, _ in cs]] = self.depths[i]
@@ -113,5 +113,8 @@ class _Levels(DraftBuilder):
             if self.parents[i] in index:
                 index[i] = len(keep) + 1
                 keep.append(i)
-        return Draft([-1] + [index[self.parents[i]] for i in keep], [()] + [self.commits[i] for i in keep],
-                     _clip([1.0] + [self.cums[i] for i in keep]))
+        return Draft(
+            [-1] + [index[self.parents[i]] for i in keep],
+            [()] + [self.commits[i] for i in keep],
+            _clip([1.0] + [self.cums[i] for i in keep]),
+        )

@@ -42,7 +42,8 @@ token logit (will the coupled stale token be the target's token when this positi
 committed?). A linear skip from the features to the two outputs starts the score at
 log(p_coupled) - log(1 - p_coupled) (the log-odds; log(p_coupled) for a model without the
 certainty feature), plus 1 for the first of the tied: an untrained model ranks by stale
-confidence, ties to the lowest position, the training-free order, and learns corrections to it. 0.62M parameters at these sizes.
+confidence, ties to the lowest position, the training-free order, and learns corrections to it.
+0.62M parameters at these sizes.
 
 SPOT-Sets (the threshold rule, docs/spec.md section 2) reads the same encoder through a set head: for a
 threshold ``tau`` it gives, per masked position, the logit of "this position's confidence will
@@ -55,6 +56,7 @@ it learns corrections to it.
 Checkpoints without a set head (``set_hidden`` absent from the config) still load; their
 drafter drafts the confidence sets under the threshold rule.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,25 +64,32 @@ import math
 import torch
 from torch import nn
 
-TOP_K = 32          # stale probabilities per position
-N_FREQ = 4          # sin/cos position frequencies
-STRUCT = ("masked", "in_draft", "draft_depth / B", "step / B", "p_coupled",
-          "log(p_coupled) / LOG_SCALE", "T / (1 + T)")       # the structure features, in order
-POSITION = 1 + 2 * N_FREQ                                     # j / B, sin, cos
-CERTAINTY = ("-log(1 - p_coupled) / LOG_SCALE",)               # resolves confidences near 1
-FRESH = ("unseen", "1 / left distance to fresh", "1 / right distance to fresh")   # fresh: committed
-                                                              # since the stale pass (unseen or drafted)
+TOP_K = 32  # stale probabilities per position
+N_FREQ = 4  # sin/cos position frequencies
+STRUCT = (
+    "masked",
+    "in_draft",
+    "draft_depth / B",
+    "step / B",
+    "p_coupled",
+    "log(p_coupled) / LOG_SCALE",
+    "T / (1 + T)",
+)  # the structure features, in order
+POSITION = 1 + 2 * N_FREQ  # j / B, sin, cos
+CERTAINTY = ("-log(1 - p_coupled) / LOG_SCALE",)  # resolves confidences near 1
+FRESH = ("unseen", "1 / left distance to fresh", "1 / right distance to fresh")  # fresh: committed
+# since the stale pass (unseen or drafted)
 TIES = ("tied with the top p_coupled", "first of the tied")  # what breaks a tie in the rule's precision
-CERTAIN = TOP_K + len(STRUCT) + POSITION                      # the certainty feature's index
-FIRST_TIED = CERTAIN + len(CERTAINTY) + len(FRESH) + 1        # the "first of the tied" feature's index
-FEATURE_WIDTH = FIRST_TIED + 1                                # top, structure, position, certainty, freshness, ties: 54
-WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FIRST_TIED - 1, FEATURE_WIDTH)   # checkpoints read: before
-                                                              # certainty / freshness / ties, all
-LOG_SCALE = 5.0     # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
-LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")   # its index in the features
-SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")       # what the set head adds to the encoder's output
-SET_SCALE = 4.0     # untrained exceed logit 4 log(p_coupled / tau): the stale set {c > tau} (a learned scale)
-SET_HIDDEN = 64     # the set head's hidden width
+CERTAIN = TOP_K + len(STRUCT) + POSITION  # the certainty feature's index
+FIRST_TIED = CERTAIN + len(CERTAINTY) + len(FRESH) + 1  # the "first of the tied" feature's index
+FEATURE_WIDTH = FIRST_TIED + 1  # top, structure, position, certainty, freshness, ties: 54
+WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FIRST_TIED - 1, FEATURE_WIDTH)  # checkpoints read: before
+# certainty / freshness / ties, all
+LOG_SCALE = 5.0  # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
+LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")  # its index in the features
+SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")  # what the set head adds to the encoder's output
+SET_SCALE = 4.0  # untrained exceed logit 4 log(p_coupled / tau): the stale set {c > tau} (a learned scale)
+SET_HIDDEN = 64  # the set head's hidden width
 
 
 class OrderModel(nn.Module):
@@ -90,22 +99,38 @@ class OrderModel(nn.Module):
     next-commit scores and the token logits. ``set_hidden=None``: no set head (the checkpoints
     shipped before SPOT-Sets)."""
 
-    def __init__(self, block_size: int, d_model: int = 128, layers: int = 3, heads: int = 8,
-                 ff: int = 512, feature_width: int = FEATURE_WIDTH, top_k: int = TOP_K,
-                 set_hidden: int | None = SET_HIDDEN):
+    def __init__(
+        self,
+        block_size: int,
+        d_model: int = 128,
+        layers: int = 3,
+        heads: int = 8,
+        ff: int = 512,
+        feature_width: int = FEATURE_WIDTH,
+        top_k: int = TOP_K,
+        set_hidden: int | None = SET_HIDDEN,
+    ):
         super().__init__()
-        self.config = dict(block_size=block_size, d_model=d_model, layers=layers, heads=heads, ff=ff,
-                           feature_width=feature_width, top_k=top_k)
+        self.config = dict(
+            block_size=block_size,
+            d_model=d_model,
+            layers=layers,
+            heads=heads,
+            ff=ff,
+            feature_width=feature_width,
+            top_k=top_k,
+        )
         if set_hidden:
             self.config["set_hidden"] = set_hidden
         self.embed = nn.Sequential(nn.Linear(feature_width, d_model), nn.GELU(), nn.Linear(d_model, d_model))
-        layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, heads, ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, 2)
-        self.skip = nn.Linear(feature_width, 2, bias=False)             # starts at log(p_coupled)
-        with torch.no_grad():                                          # untrained: the confidence order
+        self.skip = nn.Linear(feature_width, 2, bias=False)  # starts at log(p_coupled)
+        with torch.no_grad():  # untrained: the confidence order
             self.skip.weight.zero_()
             self.skip.weight[0, LOG_PC] = LOG_SCALE
             if feature_width > CERTAIN:
@@ -116,10 +141,11 @@ class OrderModel(nn.Module):
             self.head.bias.zero_()
         self.set_head = None
         if set_hidden:
-            self.set_head = nn.Sequential(nn.Linear(d_model + len(SET_INPUTS), set_hidden), nn.GELU(),
-                                          nn.Linear(set_hidden, 1))
-            self.set_scale = nn.Parameter(torch.tensor(math.log(SET_SCALE)))   # log of the skip's scale
-            with torch.no_grad():                                      # untrained: the stale set
+            self.set_head = nn.Sequential(
+                nn.Linear(d_model + len(SET_INPUTS), set_hidden), nn.GELU(), nn.Linear(set_hidden, 1)
+            )
+            self.set_scale = nn.Parameter(torch.tensor(math.log(SET_SCALE)))  # log of the skip's scale
+            with torch.no_grad():  # untrained: the stale set
                 self.set_head[2].weight.zero_()
                 self.set_head[2].bias.zero_()
 
@@ -142,21 +168,23 @@ class OrderModel(nn.Module):
         return self.norm(self.encoder(self.embed(self.take(x))))
 
     def forward(self, x: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        out = self.head(self.encode(x)) + self.skip(self.take(x))     # (N, B, 2)
+        out = self.head(self.encode(x)) + self.skip(self.take(x))  # (N, B, 2)
         return out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
     def sets(self, x: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor):
         """Under thresholds tau (N,): (exceed-set logits (N, B), -inf where not masked;
         next-commit scores (N, B); token logits (N, B)), from one encoder pass."""
         if not self.has_sets:
-            raise ValueError("this order model has no set head (a checkpoint from before SPOT-Sets): "
-                             "spotref train-drafter NAME --sets-only adds one")
-        h = self.encode(x)                                            # (N, B, d)
+            raise ValueError(
+                "this order model has no set head (a checkpoint from before SPOT-Sets): "
+                "spotref train-drafter NAME --sets-only adds one"
+            )
+        h = self.encode(x)  # (N, B, d)
         N, B, _ = h.shape
         rel = x[..., LOG_PC] * LOG_SCALE - tau.float().log()[:, None]  # (N, B) log(p_coupled / tau)
         inp = torch.cat([h, (rel / LOG_SCALE)[..., None], tau.float()[:, None, None].expand(N, B, 1)], -1)
         s = self.set_scale.exp() * rel + self.set_head(inp)[..., 0]
-        out = self.head(h) + self.skip(self.take(x))                  # (N, B, 2)
+        out = self.head(h) + self.skip(self.take(x))  # (N, B, 2)
         return s.masked_fill(~masked, -torch.inf), out[..., 0].masked_fill(~masked, -torch.inf), out[..., 1]
 
 
@@ -190,7 +218,7 @@ def widened(model: OrderModel, width: int = FEATURE_WIDTH) -> OrderModel:
         raise ValueError(f"an order model reading {F} features cannot be narrowed to {width}")
     new = OrderModel(**{"set_hidden": None, **model.config, "feature_width": width})
     sd = model.state_dict()
-    for k in ("embed.0.weight", "skip.weight"):                                   # (out, F) -> (out, width)
+    for k in ("embed.0.weight", "skip.weight"):  # (out, F) -> (out, width)
         sd[k] = torch.nn.functional.pad(sd[k], (0, width - F))
     new.load_state_dict(sd)
     return new.eval()
@@ -207,14 +235,14 @@ def n_params(model: nn.Module) -> int:
 
 def top_probs(probs: torch.Tensor, k: int = TOP_K) -> torch.Tensor:
     """probs: (B, V) -> (B, k) the k largest, descending (zero-padded when V < k)."""
-    top = probs.topk(min(k, probs.shape[-1]), -1).values                # (B, min(k, V))
+    top = probs.topk(min(k, probs.shape[-1]), -1).values  # (B, min(k, V))
     return torch.nn.functional.pad(top, (0, k - top.shape[-1]))
 
 
 def position_features(B: int) -> torch.Tensor:
     """(B, POSITION): j / B, then sin, cos of 2 pi f j / B for f = 1 .. N_FREQ."""
     j = torch.arange(B, dtype=torch.float32)
-    ang = 2 * math.pi * j[:, None] * torch.arange(1, N_FREQ + 1)[None] / B   # (B, N_FREQ)
+    ang = 2 * math.pi * j[:, None] * torch.arange(1, N_FREQ + 1)[None] / B  # (B, N_FREQ)
     return torch.cat([(j / B)[:, None], ang.sin(), ang.cos()], -1)
 
 
@@ -223,17 +251,23 @@ def fresh_distances(fresh: torch.Tensor) -> torch.Tensor:
     fresh position strictly left of j, and strictly right of j (0 where there is none)."""
     N, B = fresh.shape
     j = torch.arange(B).expand(N, B)
-    left = torch.where(fresh, j, -1).cummax(-1).values                          # (N, B) last fresh at or before j
-    left = torch.cat([torch.full((N, 1), -1), left[:, :-1]], -1)                 # strictly before j
-    right = torch.where(fresh, j, B).flip(-1).cummin(-1).values.flip(-1)         # first fresh at or after j
-    right = torch.cat([right[:, 1:], torch.full((N, 1), B)], -1)                 # strictly after j
+    left = torch.where(fresh, j, -1).cummax(-1).values  # (N, B) last fresh at or before j
+    left = torch.cat([torch.full((N, 1), -1), left[:, :-1]], -1)  # strictly before j
+    right = torch.where(fresh, j, B).flip(-1).cummin(-1).values.flip(-1)  # first fresh at or after j
+    right = torch.cat([right[:, 1:], torch.full((N, 1), B)], -1)  # strictly after j
     inv = lambda d, none: torch.where(none, 0.0, 1.0 / d.clamp_min(1).float())
     return torch.stack([inv(j - left, left < 0), inv(right - j, right >= B)], -1)
 
 
-def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
-             draft_depth: torch.Tensor, step: torch.Tensor, temperature,
-             unseen: torch.Tensor) -> torch.Tensor:
+def features(
+    top: torch.Tensor,
+    p_coupled: torch.Tensor,
+    masked: torch.Tensor,
+    draft_depth: torch.Tensor,
+    step: torch.Tensor,
+    temperature,
+    unseen: torch.Tensor,
+) -> torch.Tensor:
     """The order model's input for N hypothetical states of one block.
 
     top: (N, B, 32) or (B, 32) sorted stale probabilities; p_coupled: (N, B) stale probability of
@@ -245,25 +279,33 @@ def features(top: torch.Tensor, p_coupled: torch.Tensor, masked: torch.Tensor,
     """
     N, B = masked.shape
     top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
-    pos = position_features(B).expand(N, B, POSITION)                     # (N, B, POSITION)
+    pos = position_features(B).expand(N, B, POSITION)  # (N, B, POSITION)
     pc = p_coupled.float()
-    T = torch.as_tensor(temperature, dtype=torch.float32).expand(N)                  # (N,)
-    struct = torch.stack([masked.float(), (draft_depth > 0).float(), draft_depth.float() / B,
-                          (step.float() / B)[:, None].expand(N, B), pc,
-                          pc.clamp_min(1e-9).log() / LOG_SCALE,
-                          (T / (1 + T))[:, None].expand(N, B)], -1)                   # (N, B, len(STRUCT))
-    certain = -(1 - pc).clamp_min(1e-9).log()[..., None] / LOG_SCALE                 # (N, B, 1)
+    T = torch.as_tensor(temperature, dtype=torch.float32).expand(N)  # (N,)
+    struct = torch.stack(
+        [
+            masked.float(),
+            (draft_depth > 0).float(),
+            draft_depth.float() / B,
+            (step.float() / B)[:, None].expand(N, B),
+            pc,
+            pc.clamp_min(1e-9).log() / LOG_SCALE,
+            (T / (1 + T))[:, None].expand(N, B),
+        ],
+        -1,
+    )  # (N, B, len(STRUCT))
+    certain = -(1 - pc).clamp_min(1e-9).log()[..., None] / LOG_SCALE  # (N, B, 1)
     unseen = torch.as_tensor(unseen, dtype=torch.bool).expand(N, B)
-    near = fresh_distances(unseen | (draft_depth > 0))                                # (N, B, 2)
-    ties = tie_features(pc, masked)                                                   # (N, B, 2)
+    near = fresh_distances(unseen | (draft_depth > 0))  # (N, B, 2)
+    ties = tie_features(pc, masked)  # (N, B, 2)
     return torch.cat([top.float(), struct, pos, certain, unseen.float()[..., None], near, ties], -1)
 
 
 def tie_features(pc: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """pc: (N, B) p_coupled, masked: (N, B) bool -> (N, B, 2) float: tied with the largest
     p_coupled of the masked positions, and the first (lowest) position so tied."""
-    top = pc.masked_fill(~masked, -1.0).max(-1, keepdim=True).values                # (N, 1)
-    tied = masked & (pc == top)                                                       # (N, B)
+    top = pc.masked_fill(~masked, -1.0).max(-1, keepdim=True).values  # (N, 1)
+    tied = masked & (pc == top)  # (N, B)
     first = tied & (tied.cumsum(-1) == 1)
     return torch.stack([tied.float(), first.float()], -1)
 
@@ -274,14 +316,17 @@ CONFIG_FIELDS = ("block_size", "d_model", "layers", "heads", "ff", "feature_widt
 def check_config(cfg, path) -> dict:
     """The header's ``config``: a dict of positive ints, the ``OrderModel`` arguments."""
     if not isinstance(cfg, dict):
-        raise ValueError(f"the drafter checkpoint {path}: header field 'config' must be a dict of "
-                         f"{', '.join(CONFIG_FIELDS)}, got {cfg!r}")
+        raise ValueError(
+            f"the drafter checkpoint {path}: header field 'config' must be a dict of "
+            f"{', '.join(CONFIG_FIELDS)}, got {cfg!r}"
+        )
     for k, v in cfg.items():
         if k not in CONFIG_FIELDS:
             raise ValueError(f"the drafter checkpoint {path}: header field 'config' has an unknown key {k!r}")
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"the drafter checkpoint {path}: header field 'config.{k}' must be a "
-                             f"positive int, got {v!r}")
+            raise ValueError(
+                f"the drafter checkpoint {path}: header field 'config.{k}' must be a positive int, got {v!r}"
+            )
     if "block_size" not in cfg:
         raise ValueError(f"the drafter checkpoint {path}: header field 'config' has no block_size")
     return cfg
@@ -290,11 +335,15 @@ def check_config(cfg, path) -> dict:
 def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
     cfg = check_config(header.get("config"), path)
     if cfg.get("feature_width") not in WIDTHS or cfg.get("top_k") != TOP_K:
-        raise ValueError(f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
-                         f"(top-{cfg.get('top_k')}); this spotref reads {' or '.join(map(str, WIDTHS))} (top-{TOP_K})")
+        raise ValueError(
+            f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
+            f"(top-{cfg.get('top_k')}); this spotref reads {' or '.join(map(str, WIDTHS))} (top-{TOP_K})"
+        )
     if block_size is not None and cfg["block_size"] != block_size:
-        raise ValueError(f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
-                         f"the target's block size is {block_size}")
+        raise ValueError(
+            f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
+            f"the target's block size is {block_size}"
+        )
     model = OrderModel(**{"set_hidden": None, **cfg})
     try:
         model.load_state_dict({k: v.float() for k, v in sd.items()})

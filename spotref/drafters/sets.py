@@ -23,6 +23,7 @@ renormalised.
 >>> [(round(p, 3), s) for p, s in top_sets(z, np.array([4, 7, 9]), 3, p_next=np.array([0.1, 0.1, 0.8]))]
 [(0.432, (4, 9)), (0.291, (4,)), (0.108, (4, 7, 9))]
 """
+
 from __future__ import annotations
 
 import heapq
@@ -30,16 +31,16 @@ import math
 
 import numpy as np
 
-LOGIT_CAP = 700.0   # |z| beyond this is capped (exp(-700) is still a float64)
+LOGIT_CAP = 700.0  # |z| beyond this is capped (exp(-700) is still a float64)
 
 
 def exceed_sets(z: np.ndarray, k: int) -> list[tuple[float, np.ndarray]]:
     """The ``k`` most probable non-empty sets when index i is a member independently with logit
     ``z[i]``, best first: [(log P(E = set), member mask (n,) bool), ...]."""
     z = np.clip(np.asarray(z, dtype=np.float64), -LOGIT_CAP, LOGIT_CAP)
-    base, cost = z > 0, np.abs(z)                           # the most probable set; cost of a flip
+    base, cost = z > 0, np.abs(z)  # the most probable set; cost of a flip
     order = np.argsort(cost, kind="stable")
-    log_top = -np.logaddexp(0.0, -cost).sum()               # log P(E = base)
+    log_top = -np.logaddexp(0.0, -cost).sum()  # log P(E = base)
     out, heap = [], [(0.0, -1, ())]
     while heap and len(out) < k:
         c, last, flips = heapq.heappop(heap)
@@ -50,13 +51,15 @@ def exceed_sets(z: np.ndarray, k: int) -> list[tuple[float, np.ndarray]]:
         nxt = last + 1
         if nxt < len(z):
             i = order[nxt]
-            heapq.heappush(heap, (c + cost[i], nxt, flips + (i,)))                  # flip one more
-            if flips:                                                               # or move the last
+            heapq.heappush(heap, (c + cost[i], nxt, flips + (i,)))  # flip one more
+            if flips:  # or move the last
                 heapq.heappush(heap, (c - cost[order[last]] + cost[i], nxt, flips[:-1] + (i,)))
     return out
 
 
-def top_sets(z: np.ndarray, positions: np.ndarray, k: int, p_next: np.ndarray | None = None) -> list[tuple[float, tuple]]:
+def top_sets(
+    z: np.ndarray, positions: np.ndarray, k: int, p_next: np.ndarray | None = None
+) -> list[tuple[float, tuple]]:
     """The ``k`` most probable decisions over ``positions`` (n,): [(P(set), positions ascending), ...].
 
     z: (n,) logits of membership of the exceed set; p_next: (n,) the fallback's distribution
@@ -64,33 +67,35 @@ def top_sets(z: np.ndarray, positions: np.ndarray, k: int, p_next: np.ndarray | 
     z = np.clip(np.asarray(z, dtype=np.float64), -LOGIT_CAP, LOGIT_CAP)
     if len(z) == 0 or k < 1:
         return []
-    log_empty = -np.logaddexp(0.0, z).sum()                 # log P(E = {})
+    log_empty = -np.logaddexp(0.0, z).sum()  # log P(E = {})
     sets = {tuple(np.flatnonzero(m)): lp for lp, m in exceed_sets(z, k)}
     if p_next is None:
-        shift = -np.log(-np.expm1(log_empty))               # / P(E not empty)
+        shift = -np.log(-np.expm1(log_empty))  # / P(E not empty)
         probs = {s: math.exp(lp + shift) for s, lp in sets.items()}
     else:
-        log_in, log_out = -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)       # log q_i, log (1 - q_i)
+        log_in, log_out = -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)  # log q_i, log (1 - q_i)
         probs = {s: math.exp(lp) for s, lp in sets.items()}
-        for i in range(len(z)):                              # the singletons, fallback included
+        for i in range(len(z)):  # the singletons, fallback included
             probs[(i,)] = math.exp(log_empty - log_out[i] + log_in[i]) + math.exp(log_empty) * float(p_next[i])
     best = sorted(probs.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
     return [(p, tuple(int(positions[i]) for i in s)) for s, p in best]
 
 
-def set_options(z: np.ndarray, p_next: np.ndarray, ok: np.ndarray, masked: np.ndarray, tokens: np.ndarray,
-                limit: int):
+def set_options(z: np.ndarray, p_next: np.ndarray, ok: np.ndarray, masked: np.ndarray, tokens: np.ndarray, limit: int):
     """[(prob, ((j, x_j), ...)), ...]: the ``limit`` most probable decisions over ``masked`` with
     their coupled tokens; prob = P(set) x prod over members of P(coupled token right).
 
     z: (B,) exceed-set logits; p_next: (B,) next-commit probabilities; ok: (B,) token-right
     probabilities; tokens: (B,) coupled tokens."""
-    return [(p * float(np.prod(ok[list(s)])), tuple((j, int(tokens[j])) for j in s))
-            for p, s in top_sets(z[masked], masked, limit, p_next[masked])]
+    return [
+        (p * float(np.prod(ok[list(s)])), tuple((j, int(tokens[j])) for j in s))
+        for p, s in top_sets(z[masked], masked, limit, p_next[masked])
+    ]
 
 
-def runner_up_sets(options: list, ok: np.ndarray, second: float, p1: np.ndarray, x2: np.ndarray,
-                   p2: np.ndarray) -> list:
+def runner_up_sets(
+    options: list, ok: np.ndarray, second: float, p1: np.ndarray, x2: np.ndarray, p2: np.ndarray
+) -> list:
     """For each proposed set whose least certain member j has P(coupled token right) < ``second``:
     the same set with j's runner-up token x2_j, prob = prob / ok_j x (1 - ok_j) x p2_j / (1 - p1_j)
     (p1, p2: the stale probabilities of the coupled and runner-up tokens)."""

@@ -5,7 +5,8 @@ model's features at the root, scores the masked positions (the next-commit distr
 grows a best-first tree by cumulative path probability under the node budget N and depth cap D
 (``grow_levels``): deeper levels re-run the order model on the hypothetical child states (same
 stale distributions, updated masked / committed-in-draft / step features), one batched forward
-per tree level over its ceil(N / D) + 1 best nodes. An edge's probability is P(position next) x P(coupled token right); where
+per tree level over its ceil(N / D) + 1 best nodes. An edge's probability is P(position next) x
+P(coupled token right); where
 the token is uncertain a second edge carries the runner-up token (``second``). Equal states are
 merged by the growth. Tokens are coupled-noise matched (``view.coupled_tokens(step)``).
 
@@ -14,11 +15,14 @@ set head gives each masked position's probability of exceeding ``tau``, its next
 fallback (the most confident position), and ``spotref.drafters.sets`` proposes the most probable
 decisions with their coupled-noise tokens (edge probability: P(set) x P(every member's coupled
 token right)), and where a set's least certain member's token is uncertain, the same set with
-that member's runner-up token (``sets.runner_up_sets``); growth, merging and the level-batched calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
+that member's runner-up token (``sets.runner_up_sets``); growth, merging and the level-batched
+calls are the one-position rule's. A checkpoint without a set head drafts the confidence sets
 (``spotref.drafters.confidence.threshold_options``).
 
-Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``) and found by name by ``spotref.names`` (``drafter_for``).
+Checkpoints are loaded by ``spotref.load.drafters`` (``load_drafter``) and found by name by
+``spotref.names`` (``drafter_for``).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -34,8 +38,8 @@ from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.sets import runner_up_sets
 from spotref.drafters.sets import set_options as set_proposals
 
-SECOND = 0.5        # add a runner-up token edge where P(coupled token right) < SECOND
-CALLS = ("level", "root")   # order-model calls per round: one per tree level, or one at the root
+SECOND = 0.5  # add a runner-up token edge where P(coupled token right) < SECOND
+CALLS = ("level", "root")  # order-model calls per round: one per tree level, or one at the root
 
 
 def _root(inp, budget: int, depth: int):
@@ -43,7 +47,7 @@ def _root(inp, budget: int, depth: int):
 
 
 def _width(budget: int, depth: int) -> int:
-    return min(budget, -(-budget // max(depth, 1)) + 1)          # ceil(N / D) + 1 nodes per level
+    return min(budget, -(-budget // max(depth, 1)) + 1)  # ceil(N / D) + 1 nodes per level
 
 
 class SpotDrafter(torch.nn.Module):
@@ -58,8 +62,14 @@ class SpotDrafter(torch.nn.Module):
 
     name = "spot"
 
-    def __init__(self, model: order.OrderModel, header: dict | None = None, second: float = SECOND,
-                 strict: bool = True, calls: str = "level"):
+    def __init__(
+        self,
+        model: order.OrderModel,
+        header: dict | None = None,
+        second: float = SECOND,
+        strict: bool = True,
+        calls: str = "level",
+    ):
         super().__init__()
         if calls not in CALLS:
             raise ValueError(f"calls must be one of {', '.join(CALLS)}, got {calls!r}")
@@ -91,8 +101,9 @@ class SpotDrafter(torch.nn.Module):
     def forward(self, view) -> Draft:
         B = len(view.tokens)
         if self.strict and B != self.model.block_size:
-            raise ValueError(f"the SPOT drafter was trained for block size {self.model.block_size}, "
-                             f"the target's block size is {B}")
+            raise ValueError(
+                f"the SPOT drafter was trained for block size {self.model.block_size}, the target's block size is {B}"
+            )
         if view.budget < 2 or view.depth == 0:
             return Draft.root()
         if view.threshold is not None:
@@ -105,39 +116,52 @@ class SpotDrafter(torch.nn.Module):
         """The tree over ``inp`` (ViewInputs, or recorded inputs for offline evaluation)."""
         if self.calls == "root":
             return self.draft_root(inp, budget, depth)
-        return grow_levels(_root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget),
-                           _width(budget, depth))
+        return grow_levels(
+            _root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget), _width(budget, depth)
+        )
 
     def draft_root(self, inp, budget: int, depth: int) -> Draft:
         """One order-model call per round: P(next = j) at the root, read as a Plackett-Luce
         ranking (at a node, j comes next with p_j / the mass of the positions still masked there),
         times the root's P(coupled token right); best-first growth (``grow``) without model calls."""
         B = len(inp.tokens)
-        p, q = (a[0].double().numpy() for a in self.scores(inp, [inp.tokens], [inp.step],
-                                                             [np.zeros(B, dtype=np.int64)]))
+        p, q = (
+            a[0].double().numpy() for a in self.scores(inp, [inp.tokens], [inp.step], [np.zeros(B, dtype=np.int64)])
+        )
 
         def options(state, step):
             masked = np.flatnonzero(state == inp.mask_id)
             mass = float(p[masked].sum())
-            if mass <= 0.0:                          # every remaining position underflowed: no guess
+            if mass <= 0.0:  # every remaining position underflowed: no guess
                 return []
-            best, x, pn = ranked(masked, p)[:budget], inp.coupled(step)[0], p / mass   # Plackett-Luce here
+            best, x, pn = ranked(masked, p)[:budget], inp.coupled(step)[0], p / mass  # Plackett-Luce here
             opts = [(float(pn[j] * q[j]), ((int(j), int(x[j])),)) for j in best]
             return opts + (self.runner_up(inp, step, best, pn, q) if self.second else [])
+
         return grow(_root(inp, budget, depth), options)
 
     def draft_sets(self, inp, budget: int, depth: int, tau: float) -> Draft:
         """SPOT-Sets: the tree of commit sets under the threshold ``tau``."""
-        return grow_levels(_root(inp, budget, depth), lambda s, k, m: self.set_options(inp, s, k, m, tau, budget),
-                           _width(budget, depth))
+        return grow_levels(
+            _root(inp, budget, depth),
+            lambda s, k, m: self.set_options(inp, s, k, m, tau, budget),
+            _width(budget, depth),
+        )
 
     @staticmethod
     def inputs(inp, states, steps, marks):
         """The order model's input at N hypothetical states: (features (N, B, F), masked (N, B))."""
-        masked = torch.from_numpy(np.stack(states) == inp.mask_id)                 # (N, B)
-        pc = torch.stack([inp.coupled(k)[1] for k in steps])                        # (N, B)
-        x = order.features(inp.top, pc, masked, torch.from_numpy(np.stack(marks)),
-                           torch.tensor(steps), inp.temperature, torch.tensor(inp.unseen))     # (N, B, F)
+        masked = torch.from_numpy(np.stack(states) == inp.mask_id)  # (N, B)
+        pc = torch.stack([inp.coupled(k)[1] for k in steps])  # (N, B)
+        x = order.features(
+            inp.top,
+            pc,
+            masked,
+            torch.from_numpy(np.stack(marks)),
+            torch.tensor(steps),
+            inp.temperature,
+            torch.tensor(inp.unseen),
+        )  # (N, B, F)
         return x, masked
 
     @torch.inference_mode()
@@ -147,13 +171,13 @@ class SpotDrafter(torch.nn.Module):
         return torch.softmax(s, -1), torch.sigmoid(t)
 
     def options(self, inp, states, steps, marks, limit: int):
-        p, q = (a.numpy() for a in self.scores(inp, states, steps, marks))          # (n, B) float32
-        masked = np.stack(states) == inp.mask_id                                      # (n, B)
-        best = np.argsort(np.where(masked, -p, np.inf), axis=1, kind="stable")[:, :limit]   # ranked, masked first
-        w = np.take_along_axis(p * q, best, 1)                                        # float32 products
+        p, q = (a.numpy() for a in self.scores(inp, states, steps, marks))  # (n, B) float32
+        masked = np.stack(states) == inp.mask_id  # (n, B)
+        best = np.argsort(np.where(masked, -p, np.inf), axis=1, kind="stable")[:, :limit]  # ranked, masked first
+        w = np.take_along_axis(p * q, best, 1)  # float32 products
         out = []
         for i, k in enumerate(steps):
-            b, x = best[i, :min(limit, int(masked[i].sum()))], inp.coupled(k)[0]
+            b, x = best[i, : min(limit, int(masked[i].sum()))], inp.coupled(k)[0]
             opts = [(float(v), ((int(j), int(x[j])),)) for v, j in zip(w[i], b)]
             if self.second:
                 opts += self.runner_up(inp, k, b, p[i], q[i])
@@ -175,8 +199,9 @@ class SpotDrafter(torch.nn.Module):
             opts = set_proposals(z[i], p[i], ok[i], np.flatnonzero(states[i] == inp.mask_id), inp.coupled(k)[0], limit)
             if self.second:
                 x2, p2 = inp.second(k)
-                opts += runner_up_sets(opts, ok[i], self.second, inp.coupled(k)[1].double().numpy(), x2,
-                                       p2.double().numpy())
+                opts += runner_up_sets(
+                    opts, ok[i], self.second, inp.coupled(k)[1].double().numpy(), x2, p2.double().numpy()
+                )
             out.append(opts)
         return out
 
@@ -184,7 +209,7 @@ class SpotDrafter(torch.nn.Module):
         """Second-token edges where the coupled token is uncertain: P = p_j (1 - q_j) p2 / (1 - p1)
         (in float32, the stale probabilities' precision)."""
         x2, p2 = inp.second(k)
-        p1, p2 = (np.asarray(a)[best] for a in (inp.coupled(k)[1], p2))             # float32
+        p1, p2 = (np.asarray(a)[best] for a in (inp.coupled(k)[1], p2))  # float32
         p, q = np.asarray(p)[best], np.asarray(q)[best]
         w = (p * (1 - q)).astype(np.float32) * p2 / np.maximum(1 - p1, np.float32(1e-6))
         keep = (q < self.second) & (p2 > 0)

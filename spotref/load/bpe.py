@@ -17,6 +17,7 @@ never produced by ``encode``).
 (lone surrogates); ``decode`` raises ``ValueError`` for ids outside the vocabulary, drops EOS
 and shows MASK as ``MASK_TEXT``; invalid UTF-8 becomes U+FFFD.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def _utf8(text) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(f"the prompt does not encode as UTF-8: {e.reason} at index {e.start} "
-                         f"({text[e.start:e.end]!r})") from None
+        raise ValueError(
+            f"the prompt does not encode as UTF-8: {e.reason} at index {e.start} ({text[e.start : e.end]!r})"
+        ) from None
 
 
 def _check_ids(ids, V: int) -> list[int]:
@@ -66,7 +68,7 @@ class ByteTokenizer:
 
     kind = "bytes"
     vocab_size, eos_id, mask_id = 258, 256, 257
-    split_digits = True                     # a digit is one byte, so one token
+    split_digits = True  # a digit is one byte, so one token
 
     def encode(self, text: str) -> list[int]:
         return list(_utf8(text))
@@ -91,8 +93,9 @@ def _tokenizers():
     try:
         import tokenizers
     except ImportError:
-        raise ImportError("the BPE tokenizer needs the 'tokenizers' package: "
-                          "pip install 'spotref[cli]' (or pip install tokenizers)") from None
+        raise ImportError(
+            "the BPE tokenizer needs the 'tokenizers' package: pip install 'spotref[cli]' (or pip install tokenizers)"
+        ) from None
     return tokenizers
 
 
@@ -114,12 +117,18 @@ class BPETokenizer:
         tk = _tokenizers()
         tok = tk.Tokenizer(tk.models.BPE())
         byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
-            [tk.pre_tokenizers.Digits(individual_digits=True), byte_level]) if split_digits else byte_level
+        tok.pre_tokenizer = (
+            tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
+            if split_digits
+            else byte_level
+        )
         tok.decoder = tk.decoders.ByteLevel()
         trainer = tk.trainers.BpeTrainer(
-            vocab_size=vocab_size, special_tokens=[EOS_TEXT, MASK_TEXT], show_progress=False,
-            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+            vocab_size=vocab_size,
+            special_tokens=[EOS_TEXT, MASK_TEXT],
+            show_progress=False,
+            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(texts, trainer)
         return cls(tok)
 
@@ -134,8 +143,7 @@ class BPETokenizer:
     def split_digits(self) -> bool:
         """Whether the pre-tokenizer writes every digit as its own token."""
         pre = json.loads(self.tok.to_str()).get("pre_tokenizer") or {}
-        return any(p.get("type") == "Digits" and p.get("individual_digits")
-                   for p in pre.get("pretokenizers", [pre]))
+        return any(p.get("type") == "Digits" and p.get("individual_digits") for p in pre.get("pretokenizers", [pre]))
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids; never EOS or MASK (their literal text is encoded as text)."""

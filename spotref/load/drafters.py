@@ -7,6 +7,7 @@ held-out accuracies, offline acceptance curves and the calibrated baseline's ran
 whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"calibrated"``, which
 ``spotref.names`` resolves).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,7 @@ def save_order_model(path, model: order.OrderModel, meta: dict) -> None:
     """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature width...)."""
     header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
     sd = {k: v.detach().half() for k, v in model.state_dict().items()}
-    atomic_save({"header": header, "state_dict": sd}, path)       # a kill leaves the old file
+    atomic_save({"header": header, "state_dict": sd}, path)  # a kill leaves the old file
 
 
 def load_order_model(path, block_size: int | None = None) -> tuple[order.OrderModel, dict]:
@@ -37,8 +38,8 @@ def load_order_model(path, block_size: int | None = None) -> tuple[order.OrderMo
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"no drafter checkpoint at {path}") from None
-    except Exception as e:                                      # pickle / zip errors
-        first = (str(e).strip().splitlines() or [""])[0]                          # one line
+    except Exception as e:  # pickle / zip errors
+        first = (str(e).strip().splitlines() or [""])[0]  # one line
         raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {first}") from None
     header = blob.get("header") if isinstance(blob, dict) else None
     if not isinstance(header, dict) or header.get("format") != "spotref-order-model":
@@ -59,13 +60,17 @@ def load_drafter(name, strict: bool = True, directory: Path | str | None = None)
     if isinstance(name, os.PathLike):
         name = os.fspath(name)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"load_drafter needs a drafter name (bundled: "
-                         f"{', '.join(list_checkpoints(directory)) or 'none'}) or a checkpoint path, got {name!r}")
+        raise ValueError(
+            f"load_drafter needs a drafter name (bundled: "
+            f"{', '.join(list_checkpoints(directory)) or 'none'}) or a checkpoint path, got {name!r}"
+        )
     path = Path(name)
     if not (name.endswith(".pt") or path.is_file()):
         path = Path(directory or ORDER_DIR, f"{name}.pt")
         if not path.is_file():
-            raise ValueError(f"no SPOT drafter named {name!r}; bundled: {', '.join(list_checkpoints(directory)) or 'none'}")
+            raise ValueError(
+                f"no SPOT drafter named {name!r}; bundled: {', '.join(list_checkpoints(directory)) or 'none'}"
+            )
     model, header = load_order_model(path)
     return SpotDrafter(model, header, strict=strict)
 
@@ -88,8 +93,10 @@ def find_checkpoint(model, directory: Path | str | None = None) -> Path | None:
             return path
     for path, h in headers:
         if h.get("target", {}).get("config_fingerprint") == cfg:
-            warnings.warn(f"{path.name} was trained on another version of this target (same config, "
-                          f"other weights): output stays exact, acceptance may be lower")
+            warnings.warn(
+                f"{path.name} was trained on another version of this target (same config, "
+                f"other weights): output stays exact, acceptance may be lower"
+            )
             return path
     return None
 

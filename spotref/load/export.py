@@ -1,6 +1,7 @@
 """Write an SDAR checkpoint directory that ``SDARModel.from_pretrained`` (and transformers) can
 read: config.json, safetensors shards with the Hugging Face names, and the shard index; every
 file written atomically."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ from spotref.checkpoint import CONFIG, INDEX, SINGLE, resolve_dtype
 from spotref.load.files import atomic_dir, atomic_path, atomic_write_text, shipped_writes
 
 
-def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
-                    shard_of=None, update_shipped: bool = False) -> Path:
+def save_pretrained(
+    model, path, dtype=None, max_shard_bytes: int | None = None, shard_of=None, update_shipped: bool = False
+) -> Path:
     """Write ``model`` as a checkpoint directory in the official layout; returns the path.
 
     Whole or absent: the files are written into a fresh directory that then replaces ``path``
@@ -25,6 +27,7 @@ def save_pretrained(model, path, dtype=None, max_shard_bytes: int | None = None,
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
     """
     from safetensors.torch import save_file
+
     dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
     with shipped_writes(update_shipped), atomic_dir(path, keep=not_checkpoint) as root:
         write(model, root, dtype, max_shard_bytes, shard_of, save_file)
@@ -41,8 +44,12 @@ def write(model, root: Path, dtype, max_shard_bytes, shard_of, save_file) -> Non
     state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    cfg = {**model.config.to_dict(), "torch_dtype": str(dtype).removeprefix("torch."),
-           "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
+    cfg = {
+        **model.config.to_dict(),
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        "architectures": ["SDARForCausalLM"],
+        "model_type": "sdar",
+    }
     atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
     groups = shard_groups(state, max_shard_bytes, shard_of)
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:

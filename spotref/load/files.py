@@ -15,6 +15,7 @@ it for ``--update-shipped``, functions for ``update_shipped=True``), whatever th
 path (relative, ``..``, symbolic links: the resolved path is what counts). Tools write into a
 fresh run directory (``run_dir``, under the git-ignored ``runs/``) unless told otherwise.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,9 +27,9 @@ import time
 from pathlib import Path
 
 RUNS = Path("runs")
-PACKAGE = Path(__file__).resolve().parents[1]                 # the installed spotref package
-CHECKOUT_DOCS = PACKAGE.parent / "docs"                       # a source checkout's docs/
-_SHIPPED_OK = [False]                                         # inside shipped_writes()
+PACKAGE = Path(__file__).resolve().parents[1]  # the installed spotref package
+CHECKOUT_DOCS = PACKAGE.parent / "docs"  # a source checkout's docs/
+_SHIPPED_OK = [False]  # inside shipped_writes()
 
 
 @contextlib.contextmanager
@@ -56,8 +57,10 @@ def check_writable(path) -> Path:
         raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
     path = Path(path)
     if shipped(path) and not _SHIPPED_OK[0]:
-        raise ValueError(f"{path} is a shipped file (inside the spotref package or docs/): pass "
-                         f"--update-shipped (update_shipped=True) to replace it, or write elsewhere")
+        raise ValueError(
+            f"{path} is a shipped file (inside the spotref package or docs/): pass "
+            f"--update-shipped (update_shipped=True) to replace it, or write elsewhere"
+        )
     parent = next((d for d in [path.parent, *path.parent.parents] if d.exists()), Path("."))
     if path.exists() and path.is_dir():
         raise ValueError(f"{path} is a directory, not a file to write")
@@ -105,9 +108,9 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(tmp)
-        with open(tmp, "rb+") as f:                     # on disk before the rename
+        with open(tmp, "rb+") as f:  # on disk before the rename
             os.fsync(f.fileno())
-        os.chmod(tmp, _mode(path))                      # mkstemp makes 0600 files
+        os.chmod(tmp, _mode(path))  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -140,7 +143,7 @@ def atomic_dir(path, keep=lambda name: True):
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-        path.chmod(0o777 & ~_umask())                         # mkdtemp makes 0700 directories
+        path.chmod(0o777 & ~_umask())  # mkdtemp makes 0700 directories
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -180,6 +183,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
 def atomic_save(obj, path) -> Path:
     """``torch.save(obj, path)``, atomically."""
     import torch
+
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 

@@ -13,6 +13,7 @@ True
 >>> target.model.block_size, target.tokenizer.decode(target.tokenizer.encode("def f(x):"))
 (32, 'def f(x):')
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,14 +30,14 @@ from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
-MAX_HELDOUT = 100_000                   # held-out prompts one call may ask for (10**9 ran without bound)
+MAX_HELDOUT = 100_000  # held-out prompts one call may ask for (10**9 ran without bound)
 
 
 @dataclass
 class Target:
     name: str
-    model: SDARModel        # eval mode, float32
-    tokenizer: object       # encode(str) -> list[int], decode(list[int]) -> str
+    model: SDARModel  # eval mode, float32
+    tokenizer: object  # encode(str) -> list[int], decode(list[int]) -> str
     meta: dict
 
     @property
@@ -64,15 +65,19 @@ class Target:
         ('str', None)
         """
         check_int("heldout: n", n, 0, MAX_HELDOUT)
-        from spotref.data.corpora import open_corpus      # the corpora load only when asked for
+        from spotref.data.corpora import open_corpus  # the corpora load only when asked for
+
         return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
 
 
 def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:
     """Names of the bundled targets (those with both metadata and weights), sorted."""
     d = Path(directory)
-    return sorted(p.stem for p in d.glob("*.json")
-                  if not p.name.endswith(".tokenizer.json") and p.with_suffix(".safetensors").exists())
+    return sorted(
+        p.stem
+        for p in d.glob("*.json")
+        if not p.name.endswith(".tokenizer.json") and p.with_suffix(".safetensors").exists()
+    )
 
 
 def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
@@ -89,8 +94,9 @@ def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str 
     if not meta_path.is_file():
         raise ValueError(f"no target metadata at {meta_path}")
     meta = read_meta(meta_path)
-    tokenizer = _load_tokenizer(inside(meta_path, meta["tokenizer"]["file"], "tokenizer.file"),
-                                meta["tokenizer"].get("sha256"))
+    tokenizer = _load_tokenizer(
+        inside(meta_path, meta["tokenizer"]["file"], "tokenizer.file"), meta["tokenizer"].get("sha256")
+    )
     model = _load_model(inside(meta_path, meta["weights"]["file"], "weights.file"), meta, meta_path)
     check_pair(model.config, tokenizer, meta_path)
     return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
@@ -100,24 +106,36 @@ def inside(meta_path: Path, name: str, field: str) -> Path:
     """A file the metadata names: a plain file name beside the metadata, not a path elsewhere
     (the weights are checked against their SHA-256 whatever the file is)."""
     if not name or Path(name).name != name or name in (".", ".."):
-        raise ValueError(f"the target metadata {meta_path}: {field} {name!r} must name a file beside it "
-                         f"(no directories)")
+        raise ValueError(
+            f"the target metadata {meta_path}: {field} {name!r} must name a file beside it (no directories)"
+        )
     return meta_path.parent / name
 
 
 def check_pair(cfg, tokenizer, meta_path: Path) -> None:
     """The tokenizer fits the model: the same MASK id, and every id it makes is in the vocabulary."""
     if tokenizer.mask_id != cfg.mask_token_id:
-        raise ValueError(f"the target {meta_path}: the tokenizer's MASK id is {tokenizer.mask_id}, the "
-                         f"model's mask_token_id {cfg.mask_token_id}")
+        raise ValueError(
+            f"the target {meta_path}: the tokenizer's MASK id is {tokenizer.mask_id}, the "
+            f"model's mask_token_id {cfg.mask_token_id}"
+        )
     if tokenizer.vocab_size != cfg.vocab_size:
-        raise ValueError(f"the target {meta_path}: the tokenizer has {tokenizer.vocab_size} ids, the "
-                         f"model's vocabulary {cfg.vocab_size}")
+        raise ValueError(
+            f"the target {meta_path}: the tokenizer has {tokenizer.vocab_size} ids, the "
+            f"model's vocabulary {cfg.vocab_size}"
+        )
 
 
 # The metadata fields load_target reads, and the JSON type of each.
-META_FIELDS = {"config": dict, "weights": dict, "tokenizer": dict, "weights.file": str,
-               "weights.bytes": int, "weights.sha256": str, "tokenizer.file": str}
+META_FIELDS = {
+    "config": dict,
+    "weights": dict,
+    "tokenizer": dict,
+    "weights.file": str,
+    "weights.bytes": int,
+    "weights.sha256": str,
+    "tokenizer.file": str,
+}
 
 
 def read_meta(path: Path) -> dict:
@@ -142,11 +160,13 @@ def _load_tokenizer(path: Path, sha256: str | None = None):
     except OSError as e:
         raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
     if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
-        raise ValueError(f"the tokenizer file {path} does not match the metadata's SHA-256: "
-                         f"it is another tokenizer (an interrupted export?)")
+        raise ValueError(
+            f"the tokenizer file {path} does not match the metadata's SHA-256: "
+            f"it is another tokenizer (an interrupted export?)"
+        )
     try:
         return tokenizer_from_json(raw.decode("utf-8"))
-    except (OSError, ValueError, Exception) as e:          # tokenizers raises its own Exception
+    except (OSError, ValueError, Exception) as e:  # tokenizers raises its own Exception
         raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
 
 
@@ -160,13 +180,14 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARMo
         raise ValueError(f"the weights file {path} is missing")
     raw, want = path.read_bytes(), meta["weights"]
     if len(raw) != want["bytes"]:
-        raise ValueError(f"the weights file {path} is truncated or corrupt: {len(raw)} bytes, "
-                         f"the metadata says {want['bytes']}")
+        raise ValueError(
+            f"the weights file {path} is truncated or corrupt: {len(raw)} bytes, the metadata says {want['bytes']}"
+        )
     if hashlib.sha256(raw).hexdigest() != want["sha256"]:
         raise ValueError(f"the weights file {path} is corrupt: its SHA-256 does not match the metadata")
     try:
         sd = load(raw)
-    except Exception as e:                                 # safetensors' own error types
+    except Exception as e:  # safetensors' own error types
         raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
     return build_model(target_config(meta["config"], meta_path or path), sd)
 
@@ -189,12 +210,16 @@ def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
     if bad:
         raise ValueError(f"the weights hold non-finite values (NaN or inf) in {', '.join(bad[:6])}")
     want = model.state_dict()
-    wrong = [f"{k} {tuple(v.shape)} (config wants {tuple(want[k].shape)})"
-             for k, v in sorted(state_dict.items()) if k in want and v.shape != want[k].shape]
+    wrong = [
+        f"{k} {tuple(v.shape)} (config wants {tuple(want[k].shape)})"
+        for k, v in sorted(state_dict.items())
+        if k in want and v.shape != want[k].shape
+    ]
     if wrong:
         more = f" and {len(wrong) - 4} more" if len(wrong) > 4 else ""
-        raise ValueError(f"the weights do not match the config: {len(wrong)} wrong-shaped tensor(s): "
-                         f"{', '.join(wrong[:4])}{more}")
+        raise ValueError(
+            f"the weights do not match the config: {len(wrong)} wrong-shaped tensor(s): {', '.join(wrong[:4])}{more}"
+        )
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in state_dict.items()}, strict=False)
     if missing or unexpected:
         raise ValueError(f"the weights do not match the config: missing {missing}, unexpected {unexpected}")

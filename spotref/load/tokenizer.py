@@ -16,13 +16,16 @@ Known quirk of the SDAR files: ``added_tokens.json`` calls id 151669 ``<MASK>`` 
 The model's vocabulary (151936) is padded past the tokenizer's (151670): ids without a token
 decode to nothing.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-QWEN2_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
-                           r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 MASK_TOKENS = ("<|MASK|>", "<MASK>", "<|mask|>")
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
@@ -31,8 +34,10 @@ def _tokenizers():
     try:
         import tokenizers
     except ImportError:
-        raise ImportError("the checkpoint tokenizer needs the 'tokenizers' package: "
-                          "pip install 'spotref[hf]' (or pip install tokenizers)") from None
+        raise ImportError(
+            "the checkpoint tokenizer needs the 'tokenizers' package: "
+            "pip install 'spotref[hf]' (or pip install tokenizers)"
+        ) from None
     return tokenizers
 
 
@@ -45,8 +50,14 @@ class QwenTokenizer:
         self.eos_id = self._id(config.get("eos_token") or "<|endoftext|>")
         self.pad_id = self._id(config.get("pad_token")) if config.get("pad_token") else self.eos_id
         mask = config.get("mask_token")
-        self.mask_id = next((i for i in ([self._id(mask)] if mask else [])
-                             + [tok.token_to_id(t) for t in MASK_TOKENS] if i is not None), None)
+        self.mask_id = next(
+            (
+                i
+                for i in ([self._id(mask)] if mask else []) + [tok.token_to_id(t) for t in MASK_TOKENS]
+                if i is not None
+            ),
+            None,
+        )
         self.im_start_id, self.im_end_id = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
         self.stop_ids = list(stop_ids) if stop_ids else [self.eos_id]
 
@@ -135,7 +146,7 @@ def load_tokenizer(path) -> QwenTokenizer:
     if (root / "tokenizer.json").is_file():
         try:
             tok = _tokenizers().Tokenizer.from_file(str(root / "tokenizer.json"))
-        except Exception as e:       # the library raises its own exception type
+        except Exception as e:  # the library raises its own exception type
             raise ValueError(f"cannot read {str(root / 'tokenizer.json')!r}: {e}") from None
     elif (root / "vocab.json").is_file() and (root / "merges.txt").is_file():
         tok = qwen2_bpe(root / "vocab.json", root / "merges.txt")
@@ -160,13 +171,23 @@ def _json(path: Path) -> dict:
 def qwen2_bpe(vocab: Path, merges: Path):
     """transformers' Qwen2Tokenizer pipeline over vocab.json + merges.txt."""
     tk = _tokenizers()
-    model = tk.models.BPE.from_file(str(vocab), str(merges), unk_token=None, continuing_subword_prefix="",
-                                    end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    model = tk.models.BPE.from_file(
+        str(vocab),
+        str(merges),
+        unk_token=None,
+        continuing_subword_prefix="",
+        end_of_word_suffix="",
+        fuse_unk=False,
+        byte_fallback=False,
+    )
     tok = tk.Tokenizer(model)
     tok.normalizer = tk.normalizers.NFC()
-    tok.pre_tokenizer = tk.pre_tokenizers.Sequence([
-        tk.pre_tokenizers.Split(tk.Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
+        [
+            tk.pre_tokenizers.Split(tk.Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = tk.decoders.ByteLevel()
     return tok
 
@@ -180,12 +201,20 @@ def add_tokens(tok, config: dict) -> None:
         if tok.token_to_id(content) == i:
             continue
         if tok.get_vocab_size(with_added_tokens=True) != i:
-            raise ValueError(f"tokenizer_config.json: added token {content!r} wants id {i}, but the "
-                             f"next free id is {tok.get_vocab_size(with_added_tokens=True)}")
-        token = tk.AddedToken(content, single_word=spec.get("single_word", False),
-                              lstrip=spec.get("lstrip", False), rstrip=spec.get("rstrip", False),
-                              normalized=spec.get("normalized", False), special=spec.get("special", True))
+            raise ValueError(
+                f"tokenizer_config.json: added token {content!r} wants id {i}, but the "
+                f"next free id is {tok.get_vocab_size(with_added_tokens=True)}"
+            )
+        token = tk.AddedToken(
+            content,
+            single_word=spec.get("single_word", False),
+            lstrip=spec.get("lstrip", False),
+            rstrip=spec.get("rstrip", False),
+            normalized=spec.get("normalized", False),
+            special=spec.get("special", True),
+        )
         tok.add_special_tokens([token]) if spec.get("special", True) else tok.add_tokens([token])
         if tok.token_to_id(content) != i:
-            raise ValueError(f"tokenizer_config.json: added token {content!r} landed at id "
-                             f"{tok.token_to_id(content)}, not {i}")
+            raise ValueError(
+                f"tokenizer_config.json: added token {content!r} landed at id {tok.token_to_id(content)}, not {i}"
+            )

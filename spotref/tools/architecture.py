@@ -15,6 +15,7 @@ inside a function); ``--png`` draws the picture of docs/architecture.md. The lay
 
 A module imports inside a function only where ``LAZY`` says why; even there, never upward.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,14 @@ from pathlib import Path
 
 from spotref.load.files import atomic_path, run_dir
 
-ROOT = Path(__file__).resolve().parents[1]          # the spotref package
+ROOT = Path(__file__).resolve().parents[1]  # the spotref package
 SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
 LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools")
 ENTRY = {"spotref.api", "spotref.names", "spotref.reference", "spotref.conformance", "spotref.audit", "spotref"}
-LAZY = {                 # the modules that import on demand, and why
+LAZY = {  # the modules that import on demand, and why
     "spotref.tools.cli": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
     "spotref.names": "a drafter's module when it is first named, the cost model when budget='auto' "
-                     "(exact decoding loads neither)",
+    "(exact decoding loads neither)",
     "spotref.load.targets": "the corpus a target's metadata names, when held-out prompts are asked for",
 }
 
@@ -101,6 +102,7 @@ def cycles(edges: dict) -> list[list]:
                 found.append(path + [dep])
             elif dep not in path and dep > path[0]:
                 visit(path + [dep])
+
     for start in sorted(edges):
         visit([start])
     return found
@@ -108,10 +110,12 @@ def cycles(edges: dict) -> list[list]:
 
 def draw(g: dict, path: Path) -> None:
     """One row per layer (bottom up), a box per module, arrows between layers counted."""
-    import matplotlib                                   # optional (the [bench] extra)
+    import matplotlib  # optional (the [bench] extra)
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    faces = {"spotref.drafters", "spotref.data", "spotref.load", "spotref.tools"}       # package faces: no code
+
+    faces = {"spotref.drafters", "spotref.data", "spotref.load", "spotref.tools"}  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]
     fig, ax = plt.subplots(figsize=(16, 8))
     where = {}
@@ -119,17 +123,29 @@ def draw(g: dict, path: Path) -> None:
         ax.text(-0.02, i, LAYERS[i], ha="right", va="center", fontsize=11, weight="bold")
         for k, m in enumerate(mods):
             x = (k + 0.5) / max(len(mods), 1)
-            where[m] = (x, i + (0.18 * (k % 2) if len(mods) > 10 else 0))     # stagger crowded rows
-            ax.text(x, where[m][1], m.removeprefix("spotref.").removeprefix("drafters.").removeprefix("data.").removeprefix("load.")
-                    .removeprefix("tools.") or "spotref", ha="center", va="center", fontsize=7,
-                    bbox=dict(boxstyle="round", fc=plt.cm.Pastel1(i), ec="grey"))
+            where[m] = (x, i + (0.18 * (k % 2) if len(mods) > 10 else 0))  # stagger crowded rows
+            ax.text(
+                x,
+                where[m][1],
+                m.removeprefix("spotref.")
+                .removeprefix("drafters.")
+                .removeprefix("data.")
+                .removeprefix("load.")
+                .removeprefix("tools.")
+                or "spotref",
+                ha="center",
+                va="center",
+                fontsize=7,
+                bbox=dict(boxstyle="round", fc=plt.cm.Pastel1(i), ec="grey"),
+            )
     for m, (top, _) in g.items():
         for dep in top - faces:
             if m in faces:
                 continue
             (x0, y0), (x1, y1) = where[m], where[dep]
-            ax.annotate("", (x1, y1 + 0.15), (x0, y0 - 0.15),
-                        arrowprops=dict(arrowstyle="->", color="grey", alpha=0.25, lw=0.6))
+            ax.annotate(
+                "", (x1, y1 + 0.15), (x0, y0 - 0.15), arrowprops=dict(arrowstyle="->", color="grey", alpha=0.25, lw=0.6)
+            )
     ax.set_xlim(-0.25, 1.02)
     ax.set_ylim(-0.6, len(LAYERS) - 0.4)
     ax.axis("off")

@@ -4,6 +4,7 @@ Each raises ``argparse.ArgumentTypeError``, so a bad value is an argparse error 
 that names the option: ``spotref audit: error: argument --batch-rows: must be an int in
 [0, 4096], got 100000``. The ranges are checked by ``spotref.checks``, the one family of checks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,7 @@ import sys
 from spotref.checks import check_int, check_real
 from spotref.load.files import shipped_writes
 
-SEED_MAX = 2 ** 64 - 1          # the noise generator's key is 64 bits (spotref.noise)
+SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.noise)
 
 
 def _int(text: str) -> int:
@@ -32,8 +33,10 @@ def _checked(check, *args):
 
 def int_range(lo: int | None = None, hi: int | None = None, what: str = "an integer"):
     """A validator for integers in [lo, hi] (either bound may be None)."""
+
     def parse(text: str) -> int:
         return _checked(check_int, _int(text), lo, hi)
+
     parse.__name__ = what
     return parse
 
@@ -45,12 +48,14 @@ seed_int = int_range(0, SEED_MAX, "a seed (an integer)")
 
 def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool = False):
     """A validator for finite floats in [lo, hi] ((lo, hi] with ``open_lo``)."""
+
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
         return _checked(check_real, v, lo, hi, open_lo)
+
     parse.__name__ = "number"
     return parse
 
@@ -61,11 +66,13 @@ nonneg_real = real_range(0.0)
 
 def list_of(one, what: str):
     """A validator for a comma-separated list (at least one item), each item checked by ``one``."""
+
     def parse(text: str) -> list:
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"must be a comma-separated list of {what}, got {text!r}")
         return [one(t) for t in items]
+
     parse.__name__ = "list"
     return parse
 
@@ -82,13 +89,16 @@ def real_list(lo: float = 0.0):
 
 def choice_list(choices):
     """A validator for a comma-separated list drawn from ``choices`` (at least one)."""
+
     def parse(text: str) -> list[str]:
         items = [t.strip() for t in text.split(",") if t.strip()]
         bad = [t for t in items if t not in choices]
         if bad or not items:
-            raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad)) or repr(text)}: choose from "
-                                             f"{', '.join(choices)} (comma-separated)")
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(map(repr, bad)) or repr(text)}: choose from {', '.join(choices)} (comma-separated)"
+            )
         return items
+
     parse.__name__ = "list"
     return parse
 
@@ -97,8 +107,12 @@ def add_threads(p: argparse.ArgumentParser) -> None:
     """``--threads`` (default 1) for a tool that runs torch; the tool's ``run`` calls
     ``torch.set_num_threads(args.threads)``. torch's own default is every core, so two jobs side
     by side on a small machine would run more threads than cores and slow each other several-fold."""
-    p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch CPU threads (default 1: more threads than free cores slow every pass)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="torch CPU threads (default 1: more threads than free cores slow every pass)",
+    )
 
 
 def plain(doc: str) -> str:
@@ -111,10 +125,10 @@ def guarded(prog: str, run) -> int:
     optional package or an unwritable file one line and status 1, Ctrl-C one line and 130."""
     try:
         return run()
-    except KeyboardInterrupt:          # Ctrl-C: one line, the shell's status for SIGINT
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except ValueError as e:            # bad input: one clear line, no traceback
+    except ValueError as e:  # bad input: one clear line, no traceback
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except (ImportError, OSError) as e:

@@ -2,11 +2,11 @@
 drafters), exact decoding, a drafter over every prompt (asserted identical to exact decoding),
 and the totals a table row is made of. ``spotref.tools.bench`` (one-position rule) and
 ``spotref.tools.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
+
 from __future__ import annotations
 
 import copy
 import dataclasses
-
 import sys
 from dataclasses import dataclass, field
 
@@ -14,14 +14,14 @@ import numpy as np
 import torch
 
 import spotref
+from spotref import names
 from spotref.conformance import first_divergence, oracle_drafter
+from spotref.drafters.budget import auto_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
-from spotref.drafters.budget import auto_drafter
-from spotref import names
-from spotref.names import drafter_for, resolve_drafter
 from spotref.models import SDARConfig, SDARModel
+from spotref.names import drafter_for, resolve_drafter
 from spotref.tools.prompts import prompts_for
 from spotref.tools.report import answer_blocks
 from spotref.tools.trajectories import record
@@ -37,7 +37,7 @@ class Setup:
     stops: list | None
     spot: object = None
     calibrated: object = None
-    exact: dict = field(default_factory=dict)      # T -> [exact Result per prompt]
+    exact: dict = field(default_factory=dict)  # T -> [exact Result per prompt]
 
 
 def target_setup(name: str, args) -> Setup:
@@ -64,9 +64,18 @@ def served_in(model, precision: str):
 def random_setup(args) -> Setup:
     """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
     torch.manual_seed(args.seed)
-    cfg = SDARConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, mask_token_id=96,
-                     block_size=8, initializer_range=0.5)
+    cfg = SDARConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        mask_token_id=96,
+        block_size=8,
+        initializer_range=0.5,
+    )
     model = SDARModel(cfg).eval()
     rng = np.random.default_rng(args.seed)
     prompts = [rng.integers(0, 96, 16).tolist() for _ in range(args.prompts)]
@@ -89,17 +98,22 @@ def make_drafter(name: str, setup: Setup, exact):
         return oracle_drafter(exact)
     if name in ("oracle-order", "oracle-sets"):
         return oracle_drafter(exact, stale_tokens=True)
-    if name == "spot-root":              # the same order model, one call per round
-        return None if setup.spot is None else SpotDrafter(setup.spot.model, setup.spot.header,
-                                                           strict=setup.spot.strict, calls="root")
-    return getattr(setup, name)          # "spot" / "calibrated": the target's own, or None
+    if name == "spot-root":  # the same order model, one call per round
+        return (
+            None
+            if setup.spot is None
+            else SpotDrafter(setup.spot.model, setup.spot.header, strict=setup.spot.strict, calls="root")
+        )
+    return getattr(setup, name)  # "spot" / "calibrated": the target's own, or None
 
 
 # --- running ----------------------------------------------------------------------------------
 
+
 def gen(setup: Setup, prompt, T: float, args, **kw):
-    return spotref.generate(setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed,
-                            stop_ids=setup.stops, **kw)
+    return spotref.generate(
+        setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed, stop_ids=setup.stops, **kw
+    )
 
 
 def key(T: float, threshold: float | None):
@@ -121,8 +135,10 @@ def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, t
         where = first_divergence(ex, res.tokens, setup.model.block_size, len(prompt))
         if where is not None:
             rule = "" if threshold is None else f", tau={threshold:g}"
-            raise SystemExit(f"spotref bench: {setup.name}, T={T:g}{rule}, {name}, N={N}: OUTPUT DIFFERS "
-                             f"from exact decoding at {where}")
+            raise SystemExit(
+                f"spotref bench: {setup.name}, T={T:g}{rule}, {name}, N={N}: OUTPUT DIFFERS "
+                f"from exact decoding at {where}"
+            )
         out.append(res)
     return out
 
@@ -141,8 +157,14 @@ def metrics(results: list) -> dict:
     rounds = [(k, a) for r in results for (_, k), a in zip(r.stats["starts"], r.stats["accepted"])]
     verify = [a for k, a in rounds if k > 0] or [a for _, a in rounds]
     wall = sum(r.stats["wall_s"] for r in results)
-    answer = [answer_blocks(r) for r in results]                    # (tokens, passes) each
-    return dict(tokens=tokens, passes=sum(r.passes for r in results), denoise=len(rounds),
-                answer_tokens=sum(t for t, _ in answer), answer_passes=sum(p for _, p in answer),
-                commits=float(np.mean(verify)) if verify else 0.0, wall=wall,
-                book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9))
+    answer = [answer_blocks(r) for r in results]  # (tokens, passes) each
+    return dict(
+        tokens=tokens,
+        passes=sum(r.passes for r in results),
+        denoise=len(rounds),
+        answer_tokens=sum(t for t, _ in answer),
+        answer_passes=sum(p for _, p in answer),
+        commits=float(np.mean(verify)) if verify else 0.0,
+        wall=wall,
+        book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9),
+    )

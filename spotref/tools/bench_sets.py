@@ -9,6 +9,7 @@ identical to threshold decoding. ``tokens/pass`` over threshold decoding alone i
 SPOT-Sets measure (+59%: 1.59x); the held-out set accuracy of each target's set head (exact-set
 match of the top proposal) comes from its drafter checkpoint, beside the confidence sets'.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,11 +18,26 @@ from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter
 from spotref.tools.report import parse_tables, pyplot, save_png, table
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
-AUTO_DRAFTERS = ("confidence", "spot")      # the ones with a budget="auto" row (its N from the one-position cost model)
-SET_COLUMNS = ["target", "T", "tau", "drafter", "N", "passes/token", "tokens/pass", "fewer passes",
-               "answer fewer passes", "commits/round", "tokens/s", "speed-up", "bookkeeping"]
-SET_GOALS = dict(over_threshold=1.59,        # SPOT-Sets tokens/pass over threshold alone, tau 0.9, N 64, T 0
-                 vs_confidence_sets=1.2)     # confidence-sets passes / SPOT-Sets passes, same N
+AUTO_DRAFTERS = ("confidence", "spot")  # the ones with a budget="auto" row (its N from the one-position cost model)
+SET_COLUMNS = [
+    "target",
+    "T",
+    "tau",
+    "drafter",
+    "N",
+    "passes/token",
+    "tokens/pass",
+    "fewer passes",
+    "answer fewer passes",
+    "commits/round",
+    "tokens/s",
+    "speed-up",
+    "bookkeeping",
+]
+SET_GOALS = dict(
+    over_threshold=1.59,  # SPOT-Sets tokens/pass over threshold alone, tau 0.9, N 64, T 0
+    vs_confidence_sets=1.2,
+)  # confidence-sets passes / SPOT-Sets passes, same N
 
 
 class SetRow(NamedTuple):
@@ -30,11 +46,11 @@ class SetRow(NamedTuple):
     target: str
     T: str
     tau: str
-    drafter: str                # "threshold" (alone), confidence, spot, oracle-sets
+    drafter: str  # "threshold" (alone), confidence, spot, oracle-sets
     N: int | str
     passes_per_token: float
     tokens_per_pass: float
-    fewer_passes: float         # threshold-alone passes / passes (= the tokens/pass ratio)
+    fewer_passes: float  # threshold-alone passes / passes (= the tokens/pass ratio)
     answer_fewer_passes: float
     commits_per_round: float
     tokens_per_s: float
@@ -44,10 +60,21 @@ class SetRow(NamedTuple):
 
 def set_row(setup, T: float, tau: float, name: str, N, m: dict, ex: dict) -> SetRow:
     per = lambda a, b: a / max(b, 1)
-    return SetRow(setup.name, f"{T:g}", f"{tau:g}", name, N, per(m["passes"], m["tokens"]),
-                  per(m["tokens"], m["passes"]), per(ex["passes"], m["passes"]),
-                  per(ex["answer_passes"], m["answer_passes"]), m["commits"],
-                  m["tokens"] / max(m["wall"], 1e-9), ex["wall"] / max(m["wall"], 1e-9), f"{100 * m['book']:.0f}%")
+    return SetRow(
+        setup.name,
+        f"{T:g}",
+        f"{tau:g}",
+        name,
+        N,
+        per(m["passes"], m["tokens"]),
+        per(m["tokens"], m["passes"]),
+        per(ex["passes"], m["passes"]),
+        per(ex["answer_passes"], m["answer_passes"]),
+        m["commits"],
+        m["tokens"] / max(m["wall"], 1e-9),
+        ex["wall"] / max(m["wall"], 1e-9),
+        f"{100 * m['book']:.0f}%",
+    )
 
 
 def configs(args) -> int:
@@ -89,7 +116,19 @@ def goal_rows(rows: list, field: str = "fewer_passes") -> list:
         R = lambda d: getattr(k[(tgt, T, tau, d, N)], field) if (tgt, T, tau, d, N) in k else float("nan")
         vs = R("spot") / R("confidence")
         oo = (R("spot") - 1) / (R("oracle-sets") - 1) if R("oracle-sets") > 1 else float("nan")
-        out.append([tgt, T, tau, N, R("spot"), R("oracle-sets"), vs, "yes" if vs >= SET_GOALS["vs_confidence_sets"] else "no", oo])
+        out.append(
+            [
+                tgt,
+                T,
+                tau,
+                N,
+                R("spot"),
+                R("oracle-sets"),
+                vs,
+                "yes" if vs >= SET_GOALS["vs_confidence_sets"] else "no",
+                oo,
+            ]
+        )
     return out
 
 
@@ -98,10 +137,15 @@ def headline(rows: list, default_target: str) -> list[str]:
     out, goal = [], SET_GOALS["over_threshold"]
     for r in rows:
         if r.drafter == "spot" and r.N == 64 and r.T == "0" and r.tau == "0.9":
-            verdict = f" (goal >= {goal:g}x: {'met' if r.fewer_passes >= goal else 'not met'})" \
-                if r.target == default_target else ""
-            out.append(f"* {r.target}, T = 0, tau = 0.9, N = 64: SPOT-Sets {r.fewer_passes:.2f}x tokens/pass "
-                       f"over threshold decoding alone{verdict}; on answer blocks alone {r.answer_fewer_passes:.2f}x")
+            verdict = (
+                f" (goal >= {goal:g}x: {'met' if r.fewer_passes >= goal else 'not met'})"
+                if r.target == default_target
+                else ""
+            )
+            out.append(
+                f"* {r.target}, T = 0, tau = 0.9, N = 64: SPOT-Sets {r.fewer_passes:.2f}x tokens/pass "
+                f"over threshold decoding alone{verdict}; on answer blocks alone {r.answer_fewer_passes:.2f}x"
+            )
     return out
 
 
@@ -123,32 +167,67 @@ def section(rows: list, setups: list, default_target: str, png: str | None) -> l
     """The report's SPOT-Sets section (markdown lines)."""
     if not rows:
         return []
-    return ["## SPOT-Sets: the threshold rule", "",
-            "Threshold decoding (commit every masked position with confidence > tau, else the most "
-            "confident) alone (`threshold`, N = -) and with drafts: `confidence` (the confidence sets), "
-            "`spot` (SPOT-Sets) and `oracle-sets` (the true next sets, stale coupled tokens: the ceiling "
-            "of a set predictor). `fewer passes` = threshold-alone passes / passes (= the tokens/pass "
-            "ratio); every row's tokens asserted identical to threshold decoding at its tau.", "",
-            table(SET_COLUMNS, rows), "", "### Goals", "",
-            *headline(rows, default_target), "",
-            "SPOT-Sets against the confidence sets at the same N (`vs confidence sets` = confidence-sets "
-            "passes / SPOT-Sets passes; `oracle-sets gain` = (R_spot - 1) / (R_oracle-sets - 1)):", "",
-            table(["target", "T", "tau", "N", "SPOT-Sets fewer passes", "oracle-sets fewer passes",
-                   "vs confidence sets", f">= {SET_GOALS['vs_confidence_sets']:g}", "oracle-sets gain"],
-                  goal_rows(rows)), "",
-            "Held-out set accuracy (the top proposal's positions are exactly the next commit set, at "
-            "the recorded states; from the drafter checkpoint, `spotref train-drafter`):", "",
-            table(["target", "T", "tau", "SPOT-Sets", "confidence sets"], accuracy_rows(setups)), "",
-            f"![SPOT-Sets: fewer passes vs budget]({png.rsplit('/', 1)[-1]})" if png else
-            "No SPOT-Sets plot: matplotlib is not installed.", ""]
+    return [
+        "## SPOT-Sets: the threshold rule",
+        "",
+        "Threshold decoding (commit every masked position with confidence > tau, else the most "
+        "confident) alone (`threshold`, N = -) and with drafts: `confidence` (the confidence sets), "
+        "`spot` (SPOT-Sets) and `oracle-sets` (the true next sets, stale coupled tokens: the ceiling "
+        "of a set predictor). `fewer passes` = threshold-alone passes / passes (= the tokens/pass "
+        "ratio); every row's tokens asserted identical to threshold decoding at its tau.",
+        "",
+        table(SET_COLUMNS, rows),
+        "",
+        "### Goals",
+        "",
+        *headline(rows, default_target),
+        "",
+        "SPOT-Sets against the confidence sets at the same N (`vs confidence sets` = confidence-sets "
+        "passes / SPOT-Sets passes; `oracle-sets gain` = (R_spot - 1) / (R_oracle-sets - 1)):",
+        "",
+        table(
+            [
+                "target",
+                "T",
+                "tau",
+                "N",
+                "SPOT-Sets fewer passes",
+                "oracle-sets fewer passes",
+                "vs confidence sets",
+                f">= {SET_GOALS['vs_confidence_sets']:g}",
+                "oracle-sets gain",
+            ],
+            goal_rows(rows),
+        ),
+        "",
+        "Held-out set accuracy (the top proposal's positions are exactly the next commit set, at "
+        "the recorded states; from the drafter checkpoint, `spotref train-drafter`):",
+        "",
+        table(["target", "T", "tau", "SPOT-Sets", "confidence sets"], accuracy_rows(setups)),
+        "",
+        f"![SPOT-Sets: fewer passes vs budget]({png.rsplit('/', 1)[-1]})"
+        if png
+        else "No SPOT-Sets plot: matplotlib is not installed.",
+        "",
+    ]
 
 
 def rows_from_report(text: str) -> list:
     """The SPOT-Sets tables of a written report (one per target), parsed back ([] without one)."""
     num = lambda c: float(c) if c else float("nan")
-    return [SetRow(c["target"], c["T"], c["tau"], c["drafter"], int(c["N"]) if c["N"].isdigit() else c["N"],
-                   *(num(c[col]) for col in SET_COLUMNS[5:-1]), c["bookkeeping"])
-            for t in parse_tables(text, SET_COLUMNS[:5]) for c in t]
+    return [
+        SetRow(
+            c["target"],
+            c["T"],
+            c["tau"],
+            c["drafter"],
+            int(c["N"]) if c["N"].isdigit() else c["N"],
+            *(num(c[col]) for col in SET_COLUMNS[5:-1]),
+            c["bookkeeping"],
+        )
+        for t in parse_tables(text, SET_COLUMNS[:5])
+        for c in t
+    ]
 
 
 def plot(rows: list, path: str) -> str | None:
@@ -164,14 +243,20 @@ def plot(rows: list, path: str) -> str | None:
         for j, tau in enumerate(taus):
             ax = axes[i][j]
             for name in SET_DRAFTERS:
-                pts = sorted((r.N, r.fewer_passes) for r in rows if (r.target, r.T, r.tau, r.drafter) == (tgt, T, tau, name)
-                             and isinstance(r.N, int))
+                pts = sorted(
+                    (r.N, r.fewer_passes)
+                    for r in rows
+                    if (r.target, r.T, r.tau, r.drafter) == (tgt, T, tau, name) and isinstance(r.N, int)
+                )
                 if pts:
                     ax.plot(*zip(*pts), marker="o", ms=3, label=name, ls="--" if name.startswith("oracle") else "-")
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.set(xlabel="node budget N", ylabel="fewer passes than threshold alone (x)",
-                   title=f"{tgt}, T = {T}, tau = {tau}")
+            ax.set(
+                xlabel="node budget N",
+                ylabel="fewer passes than threshold alone (x)",
+                title=f"{tgt}, T = {T}, tau = {tau}",
+            )
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
     return save_png(plt, fig, path)

@@ -7,6 +7,7 @@ errors naming it (exit status 2, ``spotref.tools.argtypes``); a bad input found 
 line ``spotref CMD: error: ...`` (exit status 2); Ctrl-C prints ``interrupted`` and exits with
 status 130, without a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,23 +16,50 @@ import sys
 
 from spotref.tools.argtypes import guarded, run_allowed
 
-COMMANDS = {      # name: (one-line help, module, its add-options function, its entry point)
-    "demo": ("exact vs SPOT decoding side by side, outputs checked identical",
-             "spotref.tools.demo", "add_arguments", "run"),
-    "generate": ("decode with a checkpoint directory or a bundled target",
-                 "spotref.tools.cli_models", "add_generate", "run_generate"),
-    "audit": ("exact vs speculative decoding: identical, or the first divergence",
-              "spotref.tools.cli_models", "add_audit", "run_audit"),
-    "train-target": ("train a bundled SDAR target (BD3-LM objective) in runs/NAME/",
-                     "spotref.tools.train", "add_arguments", "run"),
-    "bench": ("every drafter side by side on every bundled target; writes a report into "
-              "runs/bench-TIME/ (docs/results.md with --update-shipped)",
-              "spotref.tools.bench", "add_arguments", "run"),
-    "quality": ("quality report of a target at T = 0 on held-out prompts (exit status 1 below the bar)",
-                "spotref.tools.quality", "add_arguments", "run"),
-    "train-drafter": ("record trajectories and train a SPOT order model (into runs/drafter-TIME/ "
-                      "unless --out or --update-shipped)",
-                      "spotref.tools.train_drafter", "add_arguments", "run"),
+COMMANDS = {  # name: (one-line help, module, its add-options function, its entry point)
+    "demo": (
+        "exact vs SPOT decoding side by side, outputs checked identical",
+        "spotref.tools.demo",
+        "add_arguments",
+        "run",
+    ),
+    "generate": (
+        "decode with a checkpoint directory or a bundled target",
+        "spotref.tools.cli_models",
+        "add_generate",
+        "run_generate",
+    ),
+    "audit": (
+        "exact vs speculative decoding: identical, or the first divergence",
+        "spotref.tools.cli_models",
+        "add_audit",
+        "run_audit",
+    ),
+    "train-target": (
+        "train a bundled SDAR target (BD3-LM objective) in runs/NAME/",
+        "spotref.tools.train",
+        "add_arguments",
+        "run",
+    ),
+    "bench": (
+        "every drafter side by side on every bundled target; writes a report into "
+        "runs/bench-TIME/ (docs/results.md with --update-shipped)",
+        "spotref.tools.bench",
+        "add_arguments",
+        "run",
+    ),
+    "quality": (
+        "quality report of a target at T = 0 on held-out prompts (exit status 1 below the bar)",
+        "spotref.tools.quality",
+        "add_arguments",
+        "run",
+    ),
+    "train-drafter": (
+        "record trajectories and train a SPOT order model (into runs/drafter-TIME/ unless --out or --update-shipped)",
+        "spotref.tools.train_drafter",
+        "add_arguments",
+        "run",
+    ),
 }
 
 
@@ -63,8 +91,9 @@ def main(argv=None) -> int:
 
     def run() -> int:
         args = parser_for(command).parse_args(argv)
-        args.argv = argv[argv.index(args.command) + 1:]            # after the command name (for reports)
+        args.argv = argv[argv.index(args.command) + 1 :]  # after the command name (for reports)
         return run_allowed(entry(args.command, 3), args) or 0
+
     return guarded(f"spotref {command}" if command else "spotref", run)
 
 

@@ -4,6 +4,7 @@ command line, each bad value turned into one ``ValueError`` that names it.
 ``--model`` is a checkpoint directory (``SDARModel.from_pretrained`` + ``load_tokenizer``) or,
 when no such directory exists, the name of a bundled target (``spotref.load_target``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -16,13 +17,13 @@ import spotref
 from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
 from spotref.load.drafters import load_drafter
-from spotref.names import DRAFTERS, is_checkpoint_name, known_names
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import chat_format, load_tokenizer
 from spotref.models import SDARModel
+from spotref.names import DRAFTERS, is_checkpoint_name, known_names
 from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
 
-MAX_BATCH_ROWS = 4096           # a batched denoise of R rows holds R full activations
+MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
 
 def add_generate(p) -> None:
@@ -32,8 +33,12 @@ def add_generate(p) -> None:
 def add_audit(p) -> None:
     add_model_args(p, drafter_default="confidence")
     p.set_defaults(max_new_tokens=64)
-    p.add_argument("--batch-rows", type=int_range(0, MAX_BATCH_ROWS), default=8,
-                   help=f"batch-invariance check rows, at most {MAX_BATCH_ROWS} (0: skip the check)")
+    p.add_argument(
+        "--batch-rows",
+        type=int_range(0, MAX_BATCH_ROWS),
+        default=8,
+        help=f"batch-invariance check rows, at most {MAX_BATCH_ROWS} (0: skip the check)",
+    )
 
 
 def add_model_args(p, drafter_default: str) -> None:
@@ -42,8 +47,11 @@ def add_model_args(p, drafter_default: str) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap --prompt in the Qwen3 chat format (checkpoints with a chat tokenizer only)")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap --prompt in the Qwen3 chat format (checkpoints with a chat tokenizer only)",
+    )
     p.add_argument("--system", default=None, help="system message (needs --chat)")
     p.add_argument("--no-think", action="store_true", help="an empty <think> block (needs --chat)")
     p.add_argument("--max-new-tokens", type=nonneg_int, default=128, help="tokens to generate")
@@ -52,21 +60,34 @@ def add_model_args(p, drafter_default: str) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1]")
-    p.add_argument("--confidence", choices=("filtered", "unfiltered"), default="filtered",
-                   help="the sampled token's probability under the top-k/top-p filtered distribution "
-                        "(SDAR's generate.py, default) or under softmax(L / T) (lmdeploy, SGLang)")
+    p.add_argument(
+        "--confidence",
+        choices=("filtered", "unfiltered"),
+        default="filtered",
+        help="the sampled token's probability under the top-k/top-p filtered distribution "
+        "(SDAR's generate.py, default) or under softmax(L / T) (lmdeploy, SGLang)",
+    )
     p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
-    p.add_argument("--drafter", default=drafter_default,
-                   help="none, confidence, confidence-chain, calibrated, spot, a bundled drafter name "
-                        "or a drafter .pt path")
+    p.add_argument(
+        "--drafter",
+        default=drafter_default,
+        help="none, confidence, confidence-chain, calibrated, spot, a bundled drafter name or a drafter .pt path",
+    )
     p.add_argument("--budget", type=positive_int, default=16, help="tree node budget N (root included)")
-    p.add_argument("--width", type=positive_int, default=None,
-                   help="run every pass as one forward of this many rows, padded (>= --budget; "
-                        "default: each row alone)")
-    p.add_argument("--precision", choices=("auto", "float64", "float32", "bfloat16", "float16"),
-                   default=None, help="the dtype the rule decides in (default: the model's serving "
-                                      "precision, its config's torch_dtype, else the logits' dtype)")
+    p.add_argument(
+        "--width",
+        type=positive_int,
+        default=None,
+        help="run every pass as one forward of this many rows, padded (>= --budget; default: each row alone)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "float64", "float32", "bfloat16", "float16"),
+        default=None,
+        help="the dtype the rule decides in (default: the model's serving "
+        "precision, its config's torch_dtype, else the logits' dtype)",
+    )
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
@@ -78,8 +99,9 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
     """(model, tokenizer or None): a checkpoint directory first, then a bundled target."""
     path = Path(spec)
     if path.is_dir():
-        model = SDARModel.from_pretrained(path, block_size=block_size, mask_token_id=mask_token_id,
-                                          dtype=dtype, device=device)
+        model = SDARModel.from_pretrained(
+            path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
+        )
         return model, directory_tokenizer(path)
     if path.exists():
         raise ValueError(f"--model {spec!r} is a file, not a checkpoint directory")
@@ -88,15 +110,16 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
     try:
         target = load_target(spec)
     except (KeyError, ValueError, FileNotFoundError) as e:
-        raise ValueError(f"--model {spec!r}: no such checkpoint directory or bundled target "
-                         f"({str(e).strip(chr(39))})") from None
+        raise ValueError(
+            f"--model {spec!r}: no such checkpoint directory or bundled target ({str(e).strip(chr(39))})"
+        ) from None
     tok = getattr(target, "tokenizer", None)
     if ((getattr(target, "meta", None) or {}).get("corpus") or {}).get("name") in CHAT_CORPORA:
         tok = ChatText(tok)
     return target_model(target, block_size, mask_token_id, dtype, device), tok
 
 
-CHAT_CORPORA = ("gsm",)           # bundled corpora of chat-formatted documents
+CHAT_CORPORA = ("gsm",)  # bundled corpora of chat-formatted documents
 
 
 class ChatText:
@@ -137,8 +160,10 @@ def check_pair(model, tok) -> None:
         raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary is {V}")
     mask = getattr(tok, "mask_id", None)
     if mask is not None and mask != model.mask_id:
-        raise ValueError(f"the tokenizer's MASK token is id {mask} but the model's mask_token_id is "
-                         f"{model.mask_id} (pass --mask-id {mask}?)")
+        raise ValueError(
+            f"the tokenizer's MASK token is id {mask} but the model's mask_token_id is "
+            f"{model.mask_id} (pass --mask-id {mask}?)"
+        )
 
 
 def prompt_ids(args, tok) -> list:
@@ -150,15 +175,21 @@ def prompt_ids(args, tok) -> list:
     if tok is None:
         raise ValueError(f"--model {args.model!r} has no tokenizer files: use --prompt-ids")
     if args.chat and not hasattr(tok, "encode_chat"):
-        raise ValueError(f"--chat: --model {args.model!r} has no chat format (a bundled target is "
-                         f"trained on plain text): leave out --chat")
+        raise ValueError(
+            f"--chat: --model {args.model!r} has no chat format (a bundled target is "
+            f"trained on plain text): leave out --chat"
+        )
     if not args.chat:
         if isinstance(tok, ChatText) and "<|im_start|>" not in args.prompt:
-            print(f"note: --model {args.model} is trained on chat-formatted problems; "
-                  f"--chat wraps --prompt in that format", file=sys.stderr)
+            print(
+                f"note: --model {args.model} is trained on chat-formatted problems; "
+                f"--chat wraps --prompt in that format",
+                file=sys.stderr,
+            )
         return tok.encode(args.prompt)
-    msgs = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        [{"role": "user", "content": args.prompt}]
+    msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
+        {"role": "user", "content": args.prompt}
+    ]
     return tok.encode(chat_format(msgs, enable_thinking=False if args.no_think else None))
 
 
@@ -196,9 +227,19 @@ def setup(args):
     check_pair(model, tok)
     ids = prompt_ids(args, tok)
     stops = [] if args.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
-    kw = dict(temperature=args.temperature, seed=args.seed, threshold=args.threshold, top_k=args.top_k,
-              top_p=args.top_p, budget=args.budget, depth=args.depth, stop_ids=stops,
-              confidence=args.confidence, precision=args.precision, width=args.width)
+    kw = dict(
+        temperature=args.temperature,
+        seed=args.seed,
+        threshold=args.threshold,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        budget=args.budget,
+        depth=args.depth,
+        stop_ids=stops,
+        confidence=args.confidence,
+        precision=args.precision,
+        width=args.width,
+    )
     return model, tok, ids, drafter, kw
 
 
@@ -214,8 +255,11 @@ def run_generate(args) -> int:
     res = spotref.generate(model, ids, args.max_new_tokens, drafter=drafter, **kw)
     wall = time.perf_counter() - t
     print(show(tok, res.tokens, kw["stop_ids"]))
-    print(f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
-          f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {args.drafter})", file=sys.stderr)
+    print(
+        f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
+        f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {args.drafter})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -227,10 +271,17 @@ def run_audit(args) -> int:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
     if args.batch_rows:
         rows = args.batch_rows if args.width is None else min(args.batch_rows, args.width)
-        inv = batch_invariance(model, prefix_len=len(ids) // model.block_size * model.block_size,
-                               rows=rows, seed=args.seed, width=args.width)
-        print(f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
-              f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})")
+        inv = batch_invariance(
+            model,
+            prefix_len=len(ids) // model.block_size * model.block_size,
+            rows=rows,
+            seed=args.seed,
+            width=args.width,
+        )
+        print(
+            f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
+            f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})"
+        )
     report = audit(model, ids, args.max_new_tokens, drafter=drafter, **kw)
     print(f"audit: {report}")
     return 0 if report.identical else 1

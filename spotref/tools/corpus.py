@@ -1,6 +1,7 @@
 """The training corpus of the stdlib targets, for the tools: collected by
 ``spotref.data.stdlib_corpus`` (where ``Target.heldout`` reaches it), plus the tools' text metric.
 """
+
 from __future__ import annotations
 
 from spotref.data.stdlib_corpus import (  # noqa: F401 (re-exported for the tools)

@@ -8,6 +8,7 @@ run; the splits inside the drafter and inside build + walk are the shares ``cPro
 a second run of the same generations (its per-call overhead inflates Python-heavy parts, so the
 split is a guide, the totals are not).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,23 +22,16 @@ import torch
 import spotref
 from spotref import decode
 from spotref.drafters import order
-from spotref.drafters.budget import (
-    BUDGETS,
-    RoundBudget,
-    choose_budget,
-    draft_times,
-    expected_commits,
-    verify_times,
-)
-from spotref.names import drafter_for, resolve_drafter
+from spotref.drafters.budget import BUDGETS, RoundBudget, choose_budget, draft_times, expected_commits, verify_times
 from spotref.load.targets import DEFAULT_TARGET, load_target
+from spotref.names import drafter_for, resolve_drafter
 from spotref.tools.argtypes import int_list
 from spotref.tools.prompts import prompts_for
 from spotref.tools.report import table
 
 # --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
-H200 = dict(flops=790e12, bandwidth=4.8e12)       # dense bf16 FLOP/s, HBM bytes/s
-SDAR_8B = dict(weights=7.57e9, layers=36, kv_heads=8, head_dim=128)   # params read per forward:
+H200 = dict(flops=790e12, bandwidth=4.8e12)  # dense bf16 FLOP/s, HBM bytes/s
+SDAR_8B = dict(weights=7.57e9, layers=36, kv_heads=8, head_dim=128)  # params read per forward:
 # 36 layers x (attention 41.9M + MLP 151M) + lm_head 622M (../shared/sdar-8b-chat/config.json;
 # the embedding table is gathered, not read whole)
 PROJECT_BUDGETS = (1, 2, 4, 8, 16, 32, 64)
@@ -71,15 +65,20 @@ def fused_store_rows(model, prompts: list, new_tokens: int, drafter, budget: int
     walls, passes, tokens = {False: [], True: []}, {}, {}
     for _ in range(repeats):
         for fused in (False, True):
-            res = [spotref.generate(model, p, new_tokens, drafter=drafter, budget=budget, fused_store=fused)
-                   for p in prompts]
+            res = [
+                spotref.generate(model, p, new_tokens, drafter=drafter, budget=budget, fused_store=fused)
+                for p in prompts
+            ]
             walls[fused].append(sum(r.stats["wall_s"] for r in res))
             passes[fused], tokens[fused] = sum(r.passes for r in res), sum(len(r.tokens) for r in res)
-    return [["on" if f else "off", passes[f] / tokens[f], tokens[f] / float(np.median(walls[f]))] for f in (False, True)]
+    return [
+        ["on" if f else "off", passes[f] / tokens[f], tokens[f] / float(np.median(walls[f]))] for f in (False, True)
+    ]
 
 
-def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: int, depth: int,
-                      temperature: float, repeats: int = 3) -> list:
+def round_budget_rows(
+    model, drafter, prompts: list, new_tokens: int, budget: int, depth: int, temperature: float, repeats: int = 3
+) -> list:
     """[tree, passes/token, mean nodes drafted, tokens/s (median of ``repeats``, alternated)] for
     exact decoding, ``drafter`` at ``budget`` as is and cut per round (``RoundBudget`` at the cost model's rate
     E(N) / t(N) for this N on this machine); every output checked identical to exact decoding."""
@@ -98,25 +97,42 @@ def round_budget_rows(model, drafter, prompts: list, new_tokens: int, budget: in
             walls[name].append(sum(r.stats["wall_s"] for r in res))
             nodes = [n for r in res for n in r.stats["draft_nodes"]] or [1]
             stats[name] = (sum(r.passes for r in res), sum(len(r.tokens) for r in res), float(np.mean(nodes)))
-    return [[name, stats[name][0] / stats[name][1], stats[name][2], stats[name][1] / float(np.median(walls[name]))]
-            for name in walls]
+    return [
+        [name, stats[name][0] / stats[name][1], stats[name][2], stats[name][1] / float(np.median(walls[name]))]
+        for name in walls
+    ]
 
 
 PROFILE_BUDGETS = (2, 4, 8, 16, 64)
-DRAFTER_PARTS = {                                # (file suffix, function): its cumulative time is the part
+DRAFTER_PARTS = {  # (file suffix, function): its cumulative time is the part
     "order-model calls": [("drafters/order.py", "forward"), ("drafters/order.py", "sets")],
-    "drafter inputs": [("drafters/spot.py", "inputs"), ("drafters/inputs.py", "__init__"),
-                       ("drafters/inputs.py", "top"), ("draft.py", "of")],
+    "drafter inputs": [
+        ("drafters/spot.py", "inputs"),
+        ("drafters/inputs.py", "__init__"),
+        ("drafters/inputs.py", "top"),
+        ("draft.py", "of"),
+    ],
 }
-PROFILE_COLUMNS = ["N", "rounds", "target ms", "order-model calls ms", "drafter inputs ms", "tree growth ms",
-                   "build + walk ms", "commits/round", "drafting + bookkeeping"]
+PROFILE_COLUMNS = [
+    "N",
+    "rounds",
+    "target ms",
+    "order-model calls ms",
+    "drafter inputs ms",
+    "tree growth ms",
+    "build + walk ms",
+    "commits/round",
+    "drafting + bookkeeping",
+]
 
 
 def cumulative(stats: pstats.Stats, funcs) -> float:
     """Cumulative seconds of the functions ``funcs`` [(file suffix, name[, first line])] in a cProfile run."""
-    return sum(ct for (file, line, name), (_, _, _, ct, _) in stats.stats.items()
-               if any(name == f[1] and file.replace("\\", "/").endswith(f[0]) and f[2:] in ((), (line,))
-                      for f in funcs))
+    return sum(
+        ct
+        for (file, line, name), (_, _, _, ct, _) in stats.stats.items()
+        if any(name == f[1] and file.replace("\\", "/").endswith(f[0]) and f[2:] in ((), (line,)) for f in funcs)
+    )
 
 
 def drafter_split(run) -> dict:
@@ -125,7 +141,7 @@ def drafter_split(run) -> dict:
     prof = cProfile.Profile()
     prof.runcall(run)
     st = pstats.Stats(prof)
-    call = ("decode.py", "propose", decode.propose.__code__.co_firstlineno)     # the drafter's call
+    call = ("decode.py", "propose", decode.propose.__code__.co_firstlineno)  # the drafter's call
     total = max(cumulative(st, [call, ("draft.py", "of")]), 1e-12)
     parts = {k: cumulative(st, f) / total for k, f in DRAFTER_PARTS.items()}
     return {**parts, "tree growth": max(0.0, 1.0 - sum(parts.values()))}
@@ -136,18 +152,29 @@ def profile_rows(model, drafter, prompts: list, new_tokens: int, T: float, depth
     build + walk; commits per round; the drafting + bookkeeping share of the wall time."""
     rows = []
     for N in budgets:
-        run = lambda: [spotref.generate(model, p, new_tokens, temperature=T, seed=0, drafter=drafter, budget=N,
-                                        depth=depth) for p in prompts]
+        run = lambda: [
+            spotref.generate(model, p, new_tokens, temperature=T, seed=0, drafter=drafter, budget=N, depth=depth)
+            for p in prompts
+        ]
         st = [r.stats for r in run()]
         rounds = sum(1 for s in st for _, k in s["starts"] if k > 0)
         tot = {k: sum(s[k] for s in st) for k in ("model_s", "draft_s", "book_s", "wall_s")}
         split = drafter_split(run)
         ms = lambda x: 1e3 * x / max(rounds, 1)
         commits = sum(a for s in st for (_, k), a in zip(s["starts"], s["accepted"]) if k > 0) / max(rounds, 1)
-        rows.append([N, rounds, ms(tot["model_s"]), ms(tot["draft_s"] * split["order-model calls"]),
-                     ms(tot["draft_s"] * split["drafter inputs"]), ms(tot["draft_s"] * split["tree growth"]),
-                     ms(tot["book_s"]), commits,
-                     f"{100 * (tot['draft_s'] + tot['book_s']) / max(tot['wall_s'], 1e-12):.0f}%"])
+        rows.append(
+            [
+                N,
+                rounds,
+                ms(tot["model_s"]),
+                ms(tot["draft_s"] * split["order-model calls"]),
+                ms(tot["draft_s"] * split["drafter inputs"]),
+                ms(tot["draft_s"] * split["tree growth"]),
+                ms(tot["book_s"]),
+                commits,
+                f"{100 * (tot['draft_s'] + tot['book_s']) / max(tot['wall_s'], 1e-12):.0f}%",
+            ]
+        )
     return rows
 
 
@@ -157,21 +184,44 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default="spot")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--depth", type=int, default=32)
-    p.add_argument("--profile", action="store_true",
-                   help="where a round's time goes, per N (target, order-model calls, drafter inputs, tree growth, build + walk)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="where a round's time goes, per N (target, order-model calls, drafter inputs, tree growth, build + walk)",
+    )
     p.add_argument("--prompts", type=int, default=4, help="--profile: held-out prompts")
     p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
-    p.add_argument("--budgets", type=int_list(1), default=PROFILE_BUDGETS, metavar="N,...",
-                   help=f"--profile: one row per budget N (default {','.join(map(str, PROFILE_BUDGETS))})")
-    p.add_argument("--calls", choices=("level", "root"), default="level",
-                   help="the SPOT drafter's order-model calls: one per tree level, or one per round")
-    p.add_argument("--fused-store", action="store_true",
-                   help="exact decoding and SPOT at N = 4 with and without the fused store: passes/token and tokens/s")
-    p.add_argument("--round-budget", type=int, default=None, metavar="N",
-                   help="the drafter at N as is and cut per round (RoundBudget): passes/token, nodes, tokens/s")
+    p.add_argument(
+        "--budgets",
+        type=int_list(1),
+        default=PROFILE_BUDGETS,
+        metavar="N,...",
+        help=f"--profile: one row per budget N (default {','.join(map(str, PROFILE_BUDGETS))})",
+    )
+    p.add_argument(
+        "--calls",
+        choices=("level", "root"),
+        default="level",
+        help="the SPOT drafter's order-model calls: one per tree level, or one per round",
+    )
+    p.add_argument(
+        "--fused-store",
+        action="store_true",
+        help="exact decoding and SPOT at N = 4 with and without the fused store: passes/token and tokens/s",
+    )
+    p.add_argument(
+        "--round-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the drafter at N as is and cut per round (RoundBudget): passes/token, nodes, tokens/s",
+    )
     p.add_argument("--targets-dir", default=None, help="load the target from here (default: bundled)")
-    p.add_argument("--gpu-projection", action="store_true",
-                   help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves")
+    p.add_argument(
+        "--gpu-projection",
+        action="store_true",
+        help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves",
+    )
     return p
 
 
@@ -186,8 +236,15 @@ def main(argv=None) -> int:
     drafter = resolve_drafter(args.drafter, target.model)
     if args.drafter == "spot":
         drafter.calls = args.calls
-    mode = fused_store if args.fused_store else round_budget if args.round_budget else \
-        profile if args.profile else cost_table
+    mode = (
+        fused_store
+        if args.fused_store
+        else round_budget
+        if args.round_budget
+        else profile
+        if args.profile
+        else cost_table
+    )
     mode(args, target, drafter)
     return 0
 
@@ -196,25 +253,42 @@ def fused_store(args, target, drafter) -> None:
     prompts = prompts_for(target, args.prompts, "test", 64)
     for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
         print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
-        print(table(["fused store", "passes/token", "tokens/s"],
-                    fused_store_rows(target.model, prompts, args.new_tokens, d, N)))
+        print(
+            table(
+                ["fused store", "passes/token", "tokens/s"],
+                fused_store_rows(target.model, prompts, args.new_tokens, d, N),
+            )
+        )
 
 
 def round_budget(args, target, drafter) -> None:
     prompts = prompts_for(target, args.prompts, "test", 64)
-    print(f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
-          f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:")
-    print(table(["tree", "passes/token", "nodes drafted", "tokens/s"],
-                round_budget_rows(target.model, drafter, prompts, args.new_tokens, args.round_budget, args.depth,
-                                  args.temperature)))
+    print(
+        f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
+        f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:"
+    )
+    print(
+        table(
+            ["tree", "passes/token", "nodes drafted", "tokens/s"],
+            round_budget_rows(
+                target.model, drafter, prompts, args.new_tokens, args.round_budget, args.depth, args.temperature
+            ),
+        )
+    )
 
 
 def profile(args, target, drafter) -> None:
     prompts = prompts_for(target, args.prompts, "test", 64)
-    print(f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
-          f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:")
-    print(table(PROFILE_COLUMNS, profile_rows(target.model, drafter, prompts, args.new_tokens, args.temperature,
-                                              args.depth, args.budgets)))
+    print(
+        f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
+        f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:"
+    )
+    print(
+        table(
+            PROFILE_COLUMNS,
+            profile_rows(target.model, drafter, prompts, args.new_tokens, args.temperature, args.depth, args.budgets),
+        )
+    )
 
 
 def cost_table(args, target, drafter) -> None:
@@ -225,21 +299,29 @@ def cost_table(args, target, drafter) -> None:
     e = {N: expected_commits(drafter, N, args.temperature) for N in BUDGETS}
     rows = [[N, 1e3 * tv[N], 1e3 * td[N], e[N], e[N] / (tv[N] + td[N]), e[N] / tv[N]] for N in BUDGETS]
     print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))
-    print(f"budget='auto' picks N = {choose_budget({N: tv[N] + td[N] for N in BUDGETS}, e)}; "
-          f"exact decoding: {1 / tv[1]:.0f} commits/s (one verify of N = 1 per commit)")
+    print(
+        f"budget='auto' picks N = {choose_budget({N: tv[N] + td[N] for N in BUDGETS}, e)}; "
+        f"exact decoding: {1 / tv[1]:.0f} commits/s (one verify of N = 1 per commit)"
+    )
 
 
 def project(name: str) -> int:
     """Print the GPU projection table for a bundled target's drafter curves."""
     model = load_target(name).model
     spot, cal = drafter_for(model, "spot"), drafter_for(model, "calibrated")
-    curves = {(d, T): c.curves.get(order.temperature_key(T)) for d, c in (("spot", spot), ("calibrated", cal))
-              for T in (0.0, 1.0) if c.curves.get(order.temperature_key(T))}
+    curves = {
+        (d, T): c.curves.get(order.temperature_key(T))
+        for d, c in (("spot", spot), ("calibrated", cal))
+        for T in (0.0, 1.0)
+        if c.curves.get(order.temperature_key(T))
+    }
     head = ["N", "t(N)/t(1)"] + [f"{h} {d} T={T:g}" for d, T in curves for h in ("E(N)", "speed-up")]
-    flat = roofline_ms(1) * 1e-3 * H200["flops"] / (2 * SDAR_8B["weights"])       # tokens before compute-bound
-    print(f"SDAR-8B on one H200 (roofline: {roofline_ms(1):.2f} ms per forward, flat up to {flat:.0f} tokens "
-          f"= {flat / 32:.1f} block states), acceptance E(N) from {name}'s drafters "
-          f"(offline curves, commits per round), drafter cost left out: a projection:")
+    flat = roofline_ms(1) * 1e-3 * H200["flops"] / (2 * SDAR_8B["weights"])  # tokens before compute-bound
+    print(
+        f"SDAR-8B on one H200 (roofline: {roofline_ms(1):.2f} ms per forward, flat up to {flat:.0f} tokens "
+        f"= {flat / 32:.1f} block states), acceptance E(N) from {name}'s drafters "
+        f"(offline curves, commits per round), drafter cost left out: a projection:"
+    )
     print(table(head, projection_rows(curves)))
     return 0
 

@@ -9,6 +9,7 @@ table: passes, commits per denoise/verify pass, tokens/s and ratios, all measure
 process, and passes again on answer blocks alone (the blocks before the one holding
 end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no number.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,19 +18,17 @@ from types import SimpleNamespace
 import torch
 
 import spotref
-from spotref.names import auto_budget
+from spotref import names
+from spotref.data.gsm import final_answer
 from spotref.drafters.budget import verify_times
 from spotref.load.drafters import find_checkpoint
-from spotref import names
-from spotref.names import resolve_drafter
-from spotref.data.gsm import final_answer
 from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
+from spotref.names import auto_budget, resolve_drafter
 from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
 from spotref.tools.report import answer_blocks, progress, table
 
-
-MATH_LENGTH, TEXT_LENGTH = 256, 64             # --gen-length's defaults: room for a whole solution
+MATH_LENGTH, TEXT_LENGTH = 256, 64  # --gen-length's defaults: room for a whole solution
 
 
 def gen_length(args, env) -> int:
@@ -43,48 +42,92 @@ def gen_length(args, env) -> int:
 def add_arguments(p):
     p.add_argument("--prompts", type=positive_int, default=4, help="number of held-out prompts (>= 1)")
     add_threads(p)
-    p.add_argument("--gen-length", type=positive_int, default=None,
-                   help=f"most new tokens per prompt (default {MATH_LENGTH} on a math target, whose "
-                        f"solutions stop at end-of-text, else {TEXT_LENGTH})")
+    p.add_argument(
+        "--gen-length",
+        type=positive_int,
+        default=None,
+        help=f"most new tokens per prompt (default {MATH_LENGTH} on a math target, whose "
+        f"solutions stop at end-of-text, else {TEXT_LENGTH})",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
-    p.add_argument("--budgets", type=int_list(1), default=[16],
-                   help="comma list of node budgets N (default 16)")
-    p.add_argument("--no-auto", dest="budget_auto", action="store_false",
-                   help="skip the budget='auto' row (the cost model's N for this machine)")
+    p.add_argument("--budgets", type=int_list(1), default=[16], help="comma list of node budgets N (default 16)")
+    p.add_argument(
+        "--no-auto",
+        dest="budget_auto",
+        action="store_false",
+        help="skip the budget='auto' row (the cost model's N for this machine)",
+    )
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
-    p.add_argument("--drafter", default=None,
-                   help="drafter name (default: spot when the target ships one, else confidence)")
-    p.add_argument("--width", type=positive_int, default=None,
-                   help="run every pass, exact decoding's too, as one forward of this many rows "
-                        "(padded; >= every budget); default: each row alone")
-    p.add_argument("--fused-store", action="store_true",
-                   help="store each finished block inside the next block's first pass (one pass fewer per block)")
-    p.add_argument("--model", default="default",
-                   help="bundled target name, 'default' (the default target, else random) or 'random'")
-    p.add_argument("--show", type=nonneg_int, default=1,
-                   help="prompts shown in full with their outputs (a target's only; default 1)")
+    p.add_argument(
+        "--drafter", default=None, help="drafter name (default: spot when the target ships one, else confidence)"
+    )
+    p.add_argument(
+        "--width",
+        type=positive_int,
+        default=None,
+        help="run every pass, exact decoding's too, as one forward of this many rows "
+        "(padded; >= every budget); default: each row alone",
+    )
+    p.add_argument(
+        "--fused-store",
+        action="store_true",
+        help="store each finished block inside the next block's first pass (one pass fewer per block)",
+    )
+    p.add_argument(
+        "--model",
+        default="default",
+        help="bundled target name, 'default' (the default target, else random) or 'random'",
+    )
+    p.add_argument(
+        "--show",
+        type=nonneg_int,
+        default=1,
+        help="prompts shown in full with their outputs (a target's only; default 1)",
+    )
 
 
 def random_setup(n_prompts: int, seed: int):
     """A random SDAR (block 32) and random prompts: the demo before any target is trained."""
-    cfg = SDARConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                     mask_token_id=511, block_size=32, initializer_range=0.5)
+    cfg = SDARConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        mask_token_id=511,
+        block_size=32,
+        initializer_range=0.5,
+    )
     torch.manual_seed(seed)
     rng = random.Random(seed)
     prompts = [[rng.randrange(511) for _ in range(rng.randrange(8, 48))] for _ in range(n_prompts)]
-    return SimpleNamespace(name="random SDAR (untrained)", model=SDARModel(cfg).eval(), prompts=prompts,
-                           stops=None, texts=None, answers=None, decode=None)
+    return SimpleNamespace(
+        name="random SDAR (untrained)",
+        model=SDARModel(cfg).eval(),
+        prompts=prompts,
+        stops=None,
+        texts=None,
+        answers=None,
+        decode=None,
+    )
 
 
 def target_setup(name: str, n_prompts: int):
     """A bundled target and its own held-out prompts (``Target.heldout``, seed 0), taken whole."""
     target = names.target(name)
     held = target.heldout(n_prompts, seed=0)
-    return SimpleNamespace(name=name, model=target.model, prompts=[target.encode(t) for t, _ in held],
-                           stops=target.stop_ids, texts=[t for t, _ in held], answers=[a for _, a in held],
-                           decode=target.tokenizer.decode)
+    return SimpleNamespace(
+        name=name,
+        model=target.model,
+        prompts=[target.encode(t) for t, _ in held],
+        stops=target.stop_ids,
+        texts=[t for t, _ in held],
+        answers=[a for _, a in held],
+        decode=target.tokenizer.decode,
+    )
 
 
 def setup(args):
@@ -96,11 +139,11 @@ def setup(args):
 
 
 def best_drafter(model) -> str:
-    """"spot" when a trained order model matches this target, else "confidence"."""
+    """ "spot" when a trained order model matches this target, else "confidence"."""
     return "spot" if find_checkpoint(model) is not None else "confidence"
 
 
-SHOWN = 600                                   # characters of a prompt or output shown
+SHOWN = 600  # characters of a prompt or output shown
 
 
 def clip(text: str, n: int = SHOWN) -> str:
@@ -114,7 +157,7 @@ def show(env, i: int, runs: dict) -> None:
     text = env.decode([t for t in exact.tokens if t not in (env.stops or ())])
     print(f"\n--- held-out prompt {i + 1} ---\n{clip(env.texts[i])}")
     if env.answers[i] is not None:
-        got = final_answer(text)                                    # the number after "####"
+        got = final_answer(text)  # the number after "####"
         verdict = "no answer" if got is None else ("right" if got == env.answers[i] else "wrong")
         print(f"--- expected answer: {env.answers[i]}; the model's: {'-' if got is None else got} ({verdict})")
     print(f"--- output (exact decoding, {exact.passes} passes) ---\n{text[:SHOWN]}")
@@ -130,30 +173,34 @@ def demo(args) -> int:
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
     length = gen_length(args, env)
     drafter = args.drafter or best_drafter(model)
-    kw = dict(temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store,
-              width=args.width)
+    kw = dict(
+        temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store, width=args.width
+    )
     if args.width is not None and max(args.budgets) > args.width:
-        raise ValueError(f"--budgets {max(args.budgets)} exceeds --width {args.width} (a pass verifies at most width states)")
-    name_of, drafter = drafter, resolve_drafter(drafter, model)        # looked up once
+        raise ValueError(
+            f"--budgets {max(args.budgets)} exceeds --width {args.width} (a pass verifies at most width states)"
+        )
+    name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b) for b in args.budgets}
     if args.budget_auto:
-        cut, n = auto_budget(model, drafter, args.depth, args.temperature, args.width)   # cut per round
+        cut, n = auto_budget(model, drafter, args.depth, args.temperature, args.width)  # cut per round
         budgets[f"{name_of} auto (N={n})"] = (cut, n)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, length, **kw)
         runs["exact"].append(exact)
         for key, (d, b) in budgets.items():
-            spot = spotref.generate(model, prompt, length, drafter=d, budget=b,
-                                    depth=args.depth, **kw)
+            spot = spotref.generate(model, prompt, length, drafter=d, budget=b, depth=args.depth, **kw)
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
             runs[key].append(spot)
     for i in range(min(args.show, len(prompts)) if env.decode else 0):
         show(env, i, runs)
-    print(f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {args.temperature}, "
-          f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
-          f"every output identical to exact decoding: yes\n")
+    print(
+        f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {args.temperature}, "
+        f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
+        f"every output identical to exact decoding: yes\n"
+    )
     print(table(COLUMNS, summary_rows(runs)))
     print(why(model, args))
     return 0
@@ -161,18 +208,31 @@ def demo(args) -> int:
 
 def why(model, args) -> str:
     """Why fewer passes are or are not more tokens per second here: the measured verify curve."""
-    t = verify_times(model, width=args.width)                      # the cost model's own timings
+    t = verify_times(model, width=args.width)  # the cost model's own timings
     N = max(n for n in t if n <= max(args.budgets))
     path = "rows alone" if args.width is None else f"width {args.width}"
-    return (f"\nA verify pass of N states costs t(N) / t(1) = {t[N] / t[1]:.2f} at N = {N} on this "
-            f"machine ({path}; t(1) = {t[1] * 1e3:.1f} ms): SPOT gains tokens/s only where its pass "
-            f"reduction exceeds that ratio plus the drafter's time; budget=\"auto\" picks the N with "
-            f"the most expected commits per second from this curve (docs/gpu.md: on a GPU the curve "
-            f"is flat at a fixed width).")
+    return (
+        f"\nA verify pass of N states costs t(N) / t(1) = {t[N] / t[1]:.2f} at N = {N} on this "
+        f"machine ({path}; t(1) = {t[1] * 1e3:.1f} ms): SPOT gains tokens/s only where its pass "
+        f'reduction exceeds that ratio plus the drafter\'s time; budget="auto" picks the N with '
+        f"the most expected commits per second from this curve (docs/gpu.md: on a GPU the curve "
+        f"is flat at a fixed width)."
+    )
 
 
-COLUMNS = ["decoder", "tokens", "passes", "passes/token", "commits/pass", "tokens/s", "fewer passes",
-           "speed-up", "answer tokens", "answer passes/token", "answer fewer passes"]
+COLUMNS = [
+    "decoder",
+    "tokens",
+    "passes",
+    "passes/token",
+    "commits/pass",
+    "tokens/s",
+    "fewer passes",
+    "speed-up",
+    "answer tokens",
+    "answer passes/token",
+    "answer fewer passes",
+]
 
 
 def summary_rows(runs: dict) -> list[list]:
@@ -183,13 +243,25 @@ def summary_rows(runs: dict) -> list[list]:
         passes = sum(r.passes for r in results)
         secs = sum(r.stats["wall_s"] for r in results)
         commits = sum(sum(r.stats["committed"]) for r in results)
-        steps = sum(len(r.stats["committed"]) for r in results)      # denoise/verify passes
-        answer = [answer_blocks(r) for r in results]                  # (tokens, passes) each
-        rows.append([key, tokens, passes, passes / max(tokens, 1), commits / max(steps, 1),
-                     tokens / max(secs, 1e-9), sum(t for t, _ in answer), sum(p for _, p in answer)])
+        steps = sum(len(r.stats["committed"]) for r in results)  # denoise/verify passes
+        answer = [answer_blocks(r) for r in results]  # (tokens, passes) each
+        rows.append(
+            [
+                key,
+                tokens,
+                passes,
+                passes / max(tokens, 1),
+                commits / max(steps, 1),
+                tokens / max(secs, 1e-9),
+                sum(t for t, _ in answer),
+                sum(p for _, p in answer),
+            ]
+        )
     base = rows[0]
-    return [r[:6] + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9), r[6], r[7] / max(r[6], 1),
-                     base[7] / max(r[7], 1)] for r in rows]
+    return [
+        r[:6] + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9), r[6], r[7] / max(r[6], 1), base[7] / max(r[7], 1)]
+        for r in rows
+    ]
 
 
-run = demo          # the `spotref demo` entry point
+run = demo  # the `spotref demo` entry point

@@ -5,6 +5,7 @@ exact decoding on them (``spotref.tools.trajectories``) and caches the trajector
 ``--data-dir``, keyed by the target's weights, the split, the rule and the sizes. Read by
 ``spotref.tools.train_drafter``, ``bench_run``, ``costmodel`` and ``stability``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -32,8 +33,11 @@ def prompts_for(target, n: int, split: str, tokens: int) -> list:
         else:
             short += 1
     if short:
-        warnings.warn(f"{target.name}: {short} of {n} {split} prompts are shorter than {tokens} "
-                      f"tokens and were left out ({len(out)} used)", stacklevel=2)
+        warnings.warn(
+            f"{target.name}: {short} of {n} {split} prompts are shorter than {tokens} "
+            f"tokens and were left out ({len(out)} used)",
+            stacklevel=2,
+        )
     return out
 
 
@@ -43,16 +47,27 @@ def recorded(target, args, split: str, T: float, threshold: float | None = None)
         n, rule = (args.prompts if split == "train" else args.test_prompts), ""
     else:
         n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
-    precision = serving_precision(target.model)       # the rule the trajectories are decided by
-    path = Path(args.data_dir, f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
-                               f"-p{args.prompt_tokens}-g{args.new_tokens}-{precision}-v{tj.FORMAT}.pt")
+    precision = serving_precision(target.model)  # the rule the trajectories are decided by
+    path = Path(
+        args.data_dir,
+        f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
+        f"-p{args.prompt_tokens}-g{args.new_tokens}-{precision}-v{tj.FORMAT}.pt",
+    )
     if path.exists():
         try:
             return tj.Trajectories.load(path)
-        except ValueError as e:                      # a truncated cache is a miss, not a dead end
+        except ValueError as e:  # a truncated cache is a miss, not a dead end
             warnings.warn(f"{e}; recording it again")
     seeds = range(args.seeds) if T > 0 else (0,)
-    ds = tj.record(target.model, prompts_for(target, n, split, args.prompt_tokens), args.new_tokens, T,
-                   seeds, target.stop_ids, desc=f"record {split} T={T:g}{rule}", threshold=threshold)
-    ds.save(path)                                    # atomic, parent directories created
+    ds = tj.record(
+        target.model,
+        prompts_for(target, n, split, args.prompt_tokens),
+        args.new_tokens,
+        T,
+        seeds,
+        target.stop_ids,
+        desc=f"record {split} T={T:g}{rule}",
+        threshold=threshold,
+    )
+    ds.save(path)  # atomic, parent directories created
     return ds

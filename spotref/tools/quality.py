@@ -29,6 +29,7 @@ blocks (aligned at absolute positions; the prompt length is a multiple of every 
 The bar (``passes_bar``): at most 10% ``repeat_blocks`` and at most 10% ``one_char_blocks``, and
 whitespace within 10 points of the corpus's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ class StaleRecorder:
     """A drafter that drafts nothing (exact decoding) and records the stale argmax tokens."""
 
     def __init__(self):
-        self.stale = {}             # (block, step) -> (B,) stale tokens
+        self.stale = {}  # (block, step) -> (B,) stale tokens
 
     def __call__(self, view) -> Draft:
         z = view.stale_logits.double().clone()
@@ -78,8 +79,7 @@ def one_char(text: str) -> bool:
 
 def generate_one(target, prompt: list[int], new_tokens: int):
     rec = StaleRecorder()
-    res = spotref.generate(target.model, prompt, new_tokens, temperature=0.0, drafter=rec,
-                           stop_ids=target.stop_ids)
+    res = spotref.generate(target.model, prompt, new_tokens, temperature=0.0, drafter=rec, stop_ids=target.stop_ids)
     return res, rec
 
 
@@ -95,10 +95,18 @@ def block_stats(target, prompt, res, rec) -> list[dict]:
                 agree.setdefault(block, []).append(int(rec.stale[(block, step)][pos] == t))
     out = []
     for i in range(0, len(res.tokens), B):
-        ids = res.tokens[i:i + B]
+        ids = res.tokens[i : i + B]
         text = tok.decode(ids)
-        out.append({"ids": ids, "text": text, "repeat": len(set(ids)) == 1 and len(ids) > 1,
-                    "one_char": one_char(text), "loop": short_loop(ids), "agree": agree.get(first + i // B, [])})
+        out.append(
+            {
+                "ids": ids,
+                "text": text,
+                "repeat": len(set(ids)) == 1 and len(ids) > 1,
+                "one_char": one_char(text),
+                "loop": short_loop(ids),
+                "agree": agree.get(first + i // B, []),
+            }
+        )
     return out
 
 
@@ -120,16 +128,23 @@ def report(target, prompts_text: list[str], prompt_tokens: int, new_tokens: int)
     all_agree = [a for b in blocks for a in b["agree"]]
     good_agree = [a for b in blocks if not b["one_char"] for a in b["agree"]]
     return {
-        "target": target.name, "prompts": len(prompts_text), "prompt_tokens": prompt_tokens,
-        "new_tokens": new_tokens, "temperature": 0.0, "blocks": len(blocks), "passes": passes,
+        "target": target.name,
+        "prompts": len(prompts_text),
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "temperature": 0.0,
+        "blocks": len(blocks),
+        "passes": passes,
         "repeat_blocks": _share([b["repeat"] for b in blocks]),
         "one_char_blocks": _share([b["one_char"] for b in blocks]),
         "loop_blocks": _share([b["loop"] for b in blocks]),
         "whitespace_share": round(whitespace_share(gen), 4),
         "corpus_whitespace_share": round(corpus_ws, 4),
         "distinct_tokens": len({t for b in blocks for t in b["ids"]}),
-        "token_stability": _share(all_agree), "token_stability_nondegenerate": _share(good_agree),
-        "wall_s": round(time.perf_counter() - t0, 1), "samples": samples,
+        "token_stability": _share(all_agree),
+        "token_stability_nondegenerate": _share(good_agree),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "samples": samples,
     }
 
 
@@ -139,27 +154,35 @@ def _share(flags) -> float | None:
 
 def passes_bar(r: dict) -> bool:
     """At most 10% degenerate blocks (both criteria); whitespace within 10 points of the corpus."""
-    return (r["repeat_blocks"] <= 0.10 and r["one_char_blocks"] <= 0.10
-            and abs(r["whitespace_share"] - r["corpus_whitespace_share"]) <= 0.10)
+    return (
+        r["repeat_blocks"] <= 0.10
+        and r["one_char_blocks"] <= 0.10
+        and abs(r["whitespace_share"] - r["corpus_whitespace_share"]) <= 0.10
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``spotref quality`` / ``python -m spotref.tools.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
-    p.add_argument("--prompts", type=positive_int, default=None, help="held-out prompts (default 64; a math target: 500)")
+    p.add_argument(
+        "--prompts", type=positive_int, default=None, help="held-out prompts (default 64; a math target: 500)"
+    )
     p.add_argument("--prompt-tokens", type=positive_int, default=64, help="a multiple of the block size")
-    p.add_argument("--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; a math target: 256)")
+    p.add_argument(
+        "--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; a math target: 256)"
+    )
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     add_threads(p)
     p.add_argument("--write-meta", action="store_true", help="store the numbers in the target's NAME.json")
-    p.add_argument("--update-shipped", action="store_true",
-                   help="allow --write-meta to replace a bundled target's NAME.json")
+    p.add_argument(
+        "--update-shipped", action="store_true", help="allow --write-meta to replace a bundled target's NAME.json"
+    )
 
 
 def run(args) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
     torch.set_num_threads(args.threads)
-    if args.write_meta:                                    # refused before the work, not after
+    if args.write_meta:  # refused before the work, not after
         check_writable(meta_path(args))
     target = load_target(args.target, args.targets_dir or TARGETS_DIR)
     if (target.meta.get("corpus") or {}).get("name") == "gsm":
@@ -179,8 +202,11 @@ def run(args) -> int:
 
 def meta_path(args) -> Path:
     """The NAME.json that --write-meta writes."""
-    return Path(args.target) if args.target.endswith(".json") else \
-        Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
+    return (
+        Path(args.target)
+        if args.target.endswith(".json")
+        else Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
+    )
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, sto
 
 The bar (``meets_bar``, issue 11): answers >= 50%, equations >= 90%, ``stability_d0_text`` >= 0.90.
 """
+
 from __future__ import annotations
 
 import time
@@ -89,14 +90,23 @@ def report(target, n: int, new_tokens: int) -> dict:
     ds = stack(rows, target.model.mask_id, target.model.block_size)
     top1, _, commits = stability.rates(ds, 0)
     text_top1, _, text_commits = stability.rates(ds, 0, where=lambda o: ~np.isin(o["tok"], stops))
-    r = {"target": target.name, "problems": n, "new_tokens": new_tokens, "temperature": 0.0,
-         "answers": round(float(np.mean(right)), 4),
-         "answers_by_steps": {str(k): [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_steps.items())},
-         "equations": round(eq_right / max(eq_all, 1), 4), "equations_per_problem": round(eq_all / n, 2),
-         "equations_by_kind": {k: [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_kind.items())},
-         "equations_wrong_length": round(float(np.mean(lengths)), 4) if lengths else None,
-         "stability_d0": round(top1, 4), "stability_d0_commits": commits,
-         "stability_d0_text": round(text_top1, 4), "stability_d0_text_commits": text_commits,
-         "wall_s": round(time.perf_counter() - t0, 1), "samples": samples}
+    r = {
+        "target": target.name,
+        "problems": n,
+        "new_tokens": new_tokens,
+        "temperature": 0.0,
+        "answers": round(float(np.mean(right)), 4),
+        "answers_by_steps": {str(k): [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_steps.items())},
+        "equations": round(eq_right / max(eq_all, 1), 4),
+        "equations_per_problem": round(eq_all / n, 2),
+        "equations_by_kind": {k: [round(float(np.mean(v)), 4), len(v)] for k, v in sorted(by_kind.items())},
+        "equations_wrong_length": round(float(np.mean(lengths)), 4) if lengths else None,
+        "stability_d0": round(top1, 4),
+        "stability_d0_commits": commits,
+        "stability_d0_text": round(text_top1, 4),
+        "stability_d0_text_commits": text_commits,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "samples": samples,
+    }
     r["meets_bar"] = all(r[k] >= v for k, v in BAR.items())
     return r

@@ -1,5 +1,6 @@
 """What the tools show people: plain-text tables (markdown pipes, so they paste into docs),
 progress bars (tqdm when installed) and the answer-block pass count every table reports."""
+
 from __future__ import annotations
 
 from spotref.load.files import atomic_write
@@ -21,8 +22,9 @@ def table(header: list[str], rows: list[list]) -> str:
     cells = [header] + [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |"
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                     + [line(r) for r in cells[1:]])
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]]
+    )
 
 
 def answer_blocks(result) -> tuple[int, int]:
@@ -32,7 +34,7 @@ def answer_blocks(result) -> tuple[int, int]:
     count, this keeps the fill from carrying a headline."""
     if not result.stats["stopped"]:
         return len(result.tokens), result.passes
-    blocks = result.stats["blocks"]                     # (new tokens, passes) per decoded block
+    blocks = result.stats["blocks"]  # (new tokens, passes) per decoded block
     return sum(n for n, _ in blocks[:-1]), result.passes - blocks[-1][1]
 
 
@@ -46,10 +48,10 @@ def parse_tables(text: str, header: list) -> list[list[dict]]:
     """The rows of every table in ``text`` whose header starts with ``header``, table by table."""
     cells = lambda line: [x.strip() for x in line.strip().strip("|").split("|")]
     lines, out = text.splitlines(), []
-    starts = [i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[:len(header)] == header]
+    starts = [i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[: len(header)] == header]
     for start in starts:
         head, rows = cells(lines[start]), []
-        for line in lines[start + 2:]:
+        for line in lines[start + 2 :]:
             if not line.startswith("|"):
                 break
             rows.append(dict(zip(head, cells(line))))
@@ -61,11 +63,12 @@ def pyplot():
     """(matplotlib.pyplot, matplotlib.ticker) on the Agg backend, or None when not installed."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         import matplotlib.ticker
     except ImportError:
-        return None                                   # the report says why there is no plot
+        return None  # the report says why there is no plot
     return plt, matplotlib.ticker
 
 

@@ -8,6 +8,7 @@ decodes held-out problems every ``--adapt-every`` steps and moves on when they a
 enough). Once the schedule has moved on, a share ``--curriculum-lower`` of the rows is drawn
 from the lower levels (``row_level``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,22 +16,8 @@ import torch
 
 from spotref.api import generate
 from spotref.data import gsm
-from spotref.tools.train_data import (
-    boosted_results,
-    encode_row,
-    forced_results,
-    row_results,
-    rows_batch,
-    suffix_cuts,
-)
-from spotref.tools.train_options import (
-    DRILLS,
-    GSM_DEFAULTS,
-    TrainOptions,
-    adaptive_levels,
-    parse_curriculum,
-    row_align,
-)
+from spotref.tools.train_data import boosted_results, encode_row, forced_results, row_results, rows_batch, suffix_cuts
+from spotref.tools.train_options import DRILLS, GSM_DEFAULTS, TrainOptions, adaptive_levels, parse_curriculum, row_align
 
 
 def corpus_seed(options: TrainOptions) -> int:
@@ -68,8 +55,15 @@ def row_level(options: TrainOptions, step: int, j: int, level: int | None = None
     return top
 
 
-def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float = 0.0,
-                  drill_ops: str = gsm.DRILL_OPS, drill_from: str = "range") -> gsm.Problem:
+def fresh_problem(
+    seed: int,
+    step: int,
+    j: int,
+    difficulty,
+    drill_share: float = 0.0,
+    drill_ops: str = gsm.DRILL_OPS,
+    drill_from: str = "range",
+) -> gsm.Problem:
     """Problem ``j`` of ``step``: a pure function of (seed, step, j), never a held-out one; a
     drill (``DRILLS[drill_from]`` over the operators ``drill_ops``) with probability
     ``drill_share`` (0: the draws are unchanged)."""
@@ -82,21 +76,30 @@ def fresh_problem(seed: int, step: int, j: int, difficulty, drill_share: float =
     raise RuntimeError(f"no training problem in 100 draws at step {step}, row {j}")
 
 
-def step_rows(rows, tok, options: TrainOptions, step: int, rng: np.random.Generator,
-              level: int | None = None) -> list:
+def step_rows(rows, tok, options: TrainOptions, step: int, rng: np.random.Generator, level: int | None = None) -> list:
     """The rows of ``step``: ``--batch`` fresh problems (``level``: ``--adaptive``'s current
     one), or documents of ``rows`` drawn with ``rng``."""
     o = options
     if not o.fresh_problems:
         return [rows.rows[i] for i in rng.integers(0, len(rows), size=o.batch)]
-    docs = [fresh_problem(corpus_seed(o), step, j, gsm.LEVELS[row_level(o, step, j, level)],
-                          o.drill_share, drill_ops(o), o.drill_from or "range").document
-            for j in range(o.batch)]
+    docs = [
+        fresh_problem(
+            corpus_seed(o),
+            step,
+            j,
+            gsm.LEVELS[row_level(o, step, j, level)],
+            o.drill_share,
+            drill_ops(o),
+            o.drill_from or "range",
+        ).document
+        for j in range(o.batch)
+    ]
     align = row_align(o)
     return [encode_row(d, tok, align, o.answer_only, o.seq_len) for d in docs]
 
 
 # --- the adaptive curriculum ------------------------------------------------------------------
+
 
 @torch.no_grad()
 def answer_accuracy(model, tok, level: int, n: int, max_len: int) -> dict:
@@ -105,13 +108,17 @@ def answer_accuracy(model, tok, level: int, n: int, max_len: int) -> dict:
     right = eq_right = eq_all = 0
     for p in gsm.problems(n, 0, "heldout", gsm.LEVELS[level]):
         ids = tok.encode(p.prompt)
-        out = tok.decode(generate(model, ids, max(model.block_size, max_len - len(ids)),
-                                  stop_ids=[tok.eos_id]).tokens)
+        out = tok.decode(generate(model, ids, max(model.block_size, max_len - len(ids)), stop_ids=[tok.eos_id]).tokens)
         right += gsm.final_answer(out) == p.answer
         eqs = gsm.equations(out)
         eq_right, eq_all = eq_right + sum(e[-1] for e in eqs), eq_all + len(eqs)
-    return {"level": level, "answers": round(right / n, 4), "equations": round(eq_right / max(1, eq_all), 4),
-            "n": n, "equations_written": eq_all}
+    return {
+        "level": level,
+        "answers": round(right / n, 4),
+        "equations": round(eq_right / max(1, eq_all), 4),
+        "n": n,
+        "equations_written": eq_all,
+    }
 
 
 def adapt(model, tok, options: TrainOptions, state: dict) -> None:
@@ -123,8 +130,11 @@ def adapt(model, tok, options: TrainOptions, state: dict) -> None:
     r = answer_accuracy(model, tok, level, options.adapt_n, options.seq_len)
     model.train()
     r["step"] = state["step"]
-    moved = r["answers"] >= options.adapt_answers and r["equations"] >= options.adapt_equations \
+    moved = (
+        r["answers"] >= options.adapt_answers
+        and r["equations"] >= options.adapt_equations
         and order.index(level) + 1 < len(order)
+    )
     if moved:
         state["level"] = order[order.index(level) + 1]
         r["moved_to"] = state["level"]
@@ -139,10 +149,11 @@ def recipe_batch(rows, tok, options: TrainOptions, step: int, B: int, level: int
     Each draw has its own generator of (``--seed``, step), so a resume draws the same batch."""
     o, rng = options, np.random.default_rng([options.seed, step, B])
     batch = step_rows(rows, tok, o, step, rng, level)
-    positions = row_results(batch, tok)                    # shared: each row parsed once
+    positions = row_results(batch, tok)  # shared: each row parsed once
     forced = forced_results(batch, tok, o.mask_results, np.random.default_rng([o.seed, 17, step]), positions)
     cuts = suffix_cuts(batch, tok, o.suffix_results, B, np.random.default_rng([o.seed, 23, step]), positions)
     boost = boosted_results(batch, tok, o.result_weight)
-    x_t, x, _, w = rows_batch(batch, B, tok.mask_id, tok.eos_id, rng, o.eot_weight, forced, boost,
-                              o.result_weight, cuts)
+    x_t, x, _, w = rows_batch(
+        batch, B, tok.mask_id, tok.eos_id, rng, o.eot_weight, forced, boost, o.result_weight, cuts
+    )
     return x_t, x, w

@@ -7,6 +7,7 @@ at position 0 (``--rows-per-doc``: ``encode_row``, ``rows_batch``, which also ma
 recipe's written results: ``forced_results``, ``suffix_cuts``, ``boosted_results``). Every batch
 is a pure function of (seed, step), so a resumed run draws what it would have drawn.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,10 +20,11 @@ from spotref.data.corpora import FileCorpus, GsmCorpus, StdlibCorpus
 from spotref.tools.train_objective import bd3_loss, bd3_mask, noise_blocks, weighted_loss
 from spotref.tools.train_options import GSM_DEFAULTS, TrainOptions, row_align, stream_align
 
-ANSWER_HEADER = gsm.IM_START + "assistant\n"               # --answer-only: masked from here on
+ANSWER_HEADER = gsm.IM_START + "assistant\n"  # --answer-only: masked from here on
 
 
 # --- the corpus and one token stream ----------------------------------------------------------
+
 
 def make_corpus(options: TrainOptions):
     """The run's corpus (``--corpus`` and its options); ``ValueError`` naming an option that
@@ -45,16 +47,14 @@ def token_stream(texts, tokenizer, block: int = 1) -> np.ndarray:
     (``--pad-eot``): the EOS run goes on to the end of the document's last block, so every
     document starts at a multiple of ``block``, as SDAR pads its chat data."""
     texts = list(texts)
-    ids = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") \
-        else [tokenizer.encode(t) for t in texts]
+    ids = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
     out = []
     for seq in ids:
         out += seq + [tokenizer.eos_id] * (1 + (-len(seq) - 1) % block)
     return np.asarray(out, dtype=np.uint16)
 
 
-def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, mask_id: int,
-             align: int = 1):
+def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, mask_id: int, align: int = 1):
     """The training batch of ``step``: a pure function of (seed, step), so resuming is exact.
     ``align`` > 1: windows start at multiples of ``align`` (the blocks of a padded stream)."""
     rng = np.random.default_rng([seed, step, B])
@@ -62,10 +62,9 @@ def batch_at(stream: np.ndarray, step: int, seed: int, N: int, L: int, B: int, m
         starts = rng.integers(0, len(stream) - L, size=N)
     else:
         starts = rng.integers(0, (len(stream) - L) // align + 1, size=N) * align
-    x = np.stack([stream[s:s + L] for s in starts]).astype(np.int64)     # (N, L)
+    x = np.stack([stream[s : s + L] for s in starts]).astype(np.int64)  # (N, L)
     x_t, masked = noise_blocks(x, B, mask_id, rng)
     return torch.from_numpy(x_t), torch.from_numpy(x), torch.from_numpy(masked)
-
 
 
 def streams(corpus, train_docs, tok, options: TrainOptions) -> tuple[np.ndarray, np.ndarray]:
@@ -75,12 +74,15 @@ def streams(corpus, train_docs, tok, options: TrainOptions) -> tuple[np.ndarray,
     held = token_stream(corpus.documents("heldout"), tok, block)
     for what, s in (("training", stream), ("held-out", held)):
         if len(s) <= options.seq_len:
-            raise ValueError(f"--corpus {options.corpus}: the {what} documents make {len(s)} tokens, "
-                             f"fewer than a window (--seq-len {options.seq_len}) needs")
+            raise ValueError(
+                f"--corpus {options.corpus}: the {what} documents make {len(s)} tokens, "
+                f"fewer than a window (--seq-len {options.seq_len}) needs"
+            )
     return stream, held
 
 
 # --- one document per row (--rows-per-doc, --answer-only, --mask-results, --suffix-results) -------
+
 
 class Rows:
     """Encoded documents, one training row each: ``(ids, start, end)`` as ``encode_row`` gives."""
@@ -100,7 +102,7 @@ def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
     cut = doc.find(ANSWER_HEADER) if answer_only else -1
     if cut >= 0:
         cut += len(ANSWER_HEADER)
-        prompt, answer = tok.encode(doc[:cut]), tok.encode(doc[cut:])   # the prompt as decoding sees it
+        prompt, answer = tok.encode(doc[:cut]), tok.encode(doc[cut:])  # the prompt as decoding sees it
     else:
         prompt, answer = [], tok.encode(doc)
     ids = prompt + answer + [tok.eos_id]
@@ -109,16 +111,25 @@ def encode_row(doc: str, tok, align: int, answer_only: bool, max_len: int):
     return ids, min(len(prompt), len(ids)), min(end, len(ids))
 
 
-
-
 def encode_rows(docs, tok, options: TrainOptions) -> Rows:
     """Documents as ``Rows``, each ``encode_row``'d at the run's alignment and ``--seq-len``."""
-    return Rows([encode_row(d, tok, row_align(options), options.answer_only, options.seq_len) for d in docs],
-                tok.eos_id)
+    return Rows(
+        [encode_row(d, tok, row_align(options), options.answer_only, options.seq_len) for d in docs], tok.eos_id
+    )
 
 
-def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Generator, eot_weight: float = 1.0,
-               forced=None, boost=None, boost_weight: float = 1.0, cuts=None):
+def rows_batch(
+    rows: list,
+    B: int,
+    mask_id: int,
+    eos_id: int,
+    rng: np.random.Generator,
+    eot_weight: float = 1.0,
+    forced=None,
+    boost=None,
+    boost_weight: float = 1.0,
+    cuts=None,
+):
     """Rows ``(ids, start, end)`` -> ``x_t, x, masked, weight``, each (N, L), L the longest row
     (rows of multiples of B; shorter ones end-of-text padded, never masked). In each block,
     k ~ U{1..n} of its n candidate positions (``start`` to the row's length) are masked;
@@ -135,16 +146,16 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
     cand = np.zeros((N, L), dtype=bool)
     w = np.zeros((N, L), dtype=np.float32)
     for i, (ids, start, end) in enumerate(rows):
-        x[i, :len(ids)] = ids
-        cand[i, start:len(ids)] = True
-        w[i, :len(ids)] = 1.0
-        w[i, end:len(ids)] = eot_weight
+        x[i, : len(ids)] = ids
+        cand[i, start : len(ids)] = True
+        w[i, : len(ids)] = 1.0
+        w[i, end : len(ids)] = eot_weight
     for i, pos in enumerate(boost or []):
         if pos is not None:
             w[i, pos] *= boost_weight
     c = cand.reshape(N, L // B, B)
-    n = c.sum(-1, keepdims=True)                                           # candidates per block
-    k = np.floor(rng.random(n.shape) * n).astype(np.int64) + 1             # U{1..n}
+    n = c.sum(-1, keepdims=True)  # candidates per block
+    k = np.floor(rng.random(n.shape) * n).astype(np.int64) + 1  # U{1..n}
     rank = np.where(c, rng.random(c.shape), 2.0).argsort(-1).argsort(-1)  # candidates first, random order
     masked = (c & (rank < k)).reshape(N, L)
     for i, pos in enumerate(forced or []):
@@ -153,9 +164,13 @@ def rows_batch(rows: list, B: int, mask_id: int, eos_id: int, rng: np.random.Gen
     for i, pos in enumerate(cuts or []):
         for c in [] if pos is None else pos:
             b0 = c - c % B
-            masked[i, b0:b0 + B] = cand[i, b0:b0 + B] & (np.arange(b0, b0 + B) >= c)
-    return (torch.from_numpy(np.where(masked, mask_id, x)), torch.from_numpy(x), torch.from_numpy(masked),
-            torch.from_numpy(w * masked))
+            masked[i, b0 : b0 + B] = cand[i, b0 : b0 + B] & (np.arange(b0, b0 + B) >= c)
+    return (
+        torch.from_numpy(np.where(masked, mask_id, x)),
+        torch.from_numpy(x),
+        torch.from_numpy(masked),
+        torch.from_numpy(w * masked),
+    )
 
 
 def result_positions(ids, tok, follow: int = 0) -> np.ndarray:
@@ -163,12 +178,12 @@ def result_positions(ids, tok, follow: int = 0) -> np.ndarray:
     result) and after ``#### `` (the final answer); with ``follow``, also the ``follow`` tokens
     after each result (whose places fix how many digits it has)."""
     text = [tok.decode([i]) for i in ids]
-    out, after = [], 0                       # after: 2 behind a marker, 1 behind its space
+    out, after = [], 0  # after: 2 behind a marker, 1 behind its space
     for j, t in enumerate(text):
         if after and t.isdigit():
             out.append(j)
             continue
-        if out and out[-1] == j - 1 and text[j - 1].isdigit() and after:      # a result just ended
+        if out and out[-1] == j - 1 and text[j - 1].isdigit() and after:  # a result just ended
             out += range(j, min(j + follow, len(text)))
         after = 2 if t.strip() in ("=", "####") else 1 if after == 2 and t == " " else 0
     return np.array(sorted(set(out)), dtype=np.int64)
@@ -226,7 +241,6 @@ def suffix_cuts(rows, tok, share: float, B: int, rng: np.random.Generator, posit
     return out
 
 
-
 def training_rows(corpus, train_docs, tok, options: TrainOptions) -> tuple[Rows | None, Rows]:
     """``--rows-per-doc``: the training rows (None with ``--fresh-problems``, which draws them
     afresh) and the held-out rows; ``ValueError`` if ``--seq-len`` cuts every held-out row before
@@ -234,12 +248,15 @@ def training_rows(corpus, train_docs, tok, options: TrainOptions) -> tuple[Rows 
     rows = None if options.fresh_problems else encode_rows(train_docs, tok, options)
     held = encode_rows(corpus.documents("heldout"), tok, options)
     if not any(start < len(ids) for ids, start, _ in held.rows):
-        raise ValueError(f"--seq-len {options.seq_len} cuts the held-out rows before any position that is "
-                         f"masked (--answer-only: before the answer); give a longer --seq-len")
+        raise ValueError(
+            f"--seq-len {options.seq_len} cuts the held-out rows before any position that is "
+            f"masked (--answer-only: before the answer); give a longer --seq-len"
+        )
     return rows, held
 
 
 # --- the held-out loss ---------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def heldout_loss(model, held, options: TrainOptions, mask_id, batches: int = 4, N: int = 8) -> float:
@@ -266,13 +283,16 @@ def heldout_rows_loss(model, held: Rows, options: TrainOptions, mask_id, batches
     total, count = 0.0, 0.0
     for i in range(batches):
         rows = [held.rows[(i * N + j) % len(held)] for j in range(N)]
-        x_t, x, masked, w = rows_batch(rows, options.block_size, mask_id, held.eos_id,
-                                       np.random.default_rng([12345, i]), options.eot_weight)
+        x_t, x, masked, w = rows_batch(
+            rows, options.block_size, mask_id, held.eos_id, np.random.default_rng([12345, i]), options.eot_weight
+        )
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
             logits = model.bd3_logits(x_t, x, bd3_mask(x.shape[1], options.block_size))
         total += float(weighted_loss(logits, x, w)) * float(w.sum())
         count += float(w.sum())
     if not count:
-        raise ValueError(f"--seq-len {options.seq_len} cuts the held-out rows before any position that is masked "
-                         f"(--answer-only: before the answer); give a longer --seq-len")
+        raise ValueError(
+            f"--seq-len {options.seq_len} cuts the held-out rows before any position that is masked "
+            f"(--answer-only: before the answer); give a longer --seq-len"
+        )
     return total / count

@@ -4,8 +4,10 @@
    ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
 2. Train the order model (``spotref.drafters.order``) on CPU: cross-entropy on the next commit position
    over the masked positions, teacher-forced deeper levels (from a recorded state, also the
-   states after its first d true commits, d = floor(u^2 (--tf-depth + 1)), u uniform (shallow levels more often), with the same stale
-   features and "committed in draft at depth i" marks; shallow levels drawn more often), plus a binary cross-entropy on whether
+   states after its first d true commits, d = floor(u^2 (--tf-depth + 1)), u uniform (shallow
+   levels more often), with the same stale
+   features and "committed in draft at depth i" marks; shallow levels drawn more often), plus a
+   binary cross-entropy on whether
    the coupled stale token at the true next position is the target's token.
 3. Report held-out next-commit accuracy (depth 0: argmax over masked positions == the truth)
    at T = 0 and T = 1; calibrate the ``calibrated`` baseline on the first 40 training prompts;
@@ -20,6 +22,7 @@
    width, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
    cache too) is written atomically; a corrupt cache file is a cache miss (recorded again).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,24 +38,12 @@ from spotref.drafters import order
 from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.drafters import (
-    ORDER_DIR,
-    load_order_model,
-    model_fingerprint,
-    save_order_model,
-)
+from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint, save_order_model
 from spotref.load.files import check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
-from spotref.tools.argtypes import (
-    add_threads,
-    nonneg_int,
-    positive_int,
-    positive_real,
-    seed_int,
-    tool_main,
-)
+from spotref.tools.argtypes import add_threads, nonneg_int, positive_int, positive_real, seed_int, tool_main
 from spotref.tools.prompts import recorded
 from spotref.tools.report import progress
 
@@ -62,46 +53,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
     p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
-    p.add_argument("--prompt-tokens", type=positive_int, default=64,
-                   help="tokens per prompt: a text to continue (code) is cut to this; "
-                        "a question or chat prompt is taken whole")
+    p.add_argument(
+        "--prompt-tokens",
+        type=positive_int,
+        default=64,
+        help="tokens per prompt: a text to continue (code) is cut to this; a question or chat prompt is taken whole",
+    )
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens recorded per prompt")
     p.add_argument("--steps", type=positive_int, default=1500, help="training steps")
     p.add_argument("--batch", type=positive_int, default=64, help="examples per step")
     p.add_argument("--lr", type=positive_real, default=1e-3, help="peak learning rate")
     p.add_argument("--tf-depth", type=nonneg_int, default=12, help="teacher-forced levels below a recorded state")
-    p.add_argument("--calib-prompts", type=positive_int, default=40,
-                   help="training prompts the calibrated baseline is fitted on")
+    p.add_argument(
+        "--calib-prompts", type=positive_int, default=40, help="training prompts the calibrated baseline is fitted on"
+    )
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
-    p.add_argument("--out", default=None,
-                   help="checkpoint path (default: runs/drafter-TIME/TARGET.pt; with --curves-only "
-                        "the checkpoint to re-measure, default the shipped one, which then needs "
-                        "--update-shipped)")
-    p.add_argument("--update-shipped", action="store_true",
-                   help="write the shipped spotref/load/order_models/TARGET.pt (not with --out)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="checkpoint path (default: runs/drafter-TIME/TARGET.pt; with --curves-only "
+        "the checkpoint to re-measure, default the shipped one, which then needs "
+        "--update-shipped)",
+    )
+    p.add_argument(
+        "--update-shipped",
+        action="store_true",
+        help="write the shipped spotref/load/order_models/TARGET.pt (not with --out)",
+    )
     p.add_argument("--seed", type=seed_int, default=0, help="training seed")
     p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
-    p.add_argument("--curves-only", action="store_true",
-                   help="keep the checkpoint's weights; re-measure its offline curves on the held-out prompts")
-    p.add_argument("--sets-only", action="store_true",
-                   help="keep the checkpoint's order model (--out, default the shipped one); train its set head")
+    p.add_argument(
+        "--curves-only",
+        action="store_true",
+        help="keep the checkpoint's weights; re-measure its offline curves on the held-out prompts",
+    )
+    p.add_argument(
+        "--sets-only",
+        action="store_true",
+        help="keep the checkpoint's order model (--out, default the shipped one); train its set head",
+    )
     p.add_argument("--no-sets", action="store_true", help="skip the set head (SPOT-Sets)")
-    p.add_argument("--set-prompts", type=positive_int, default=60,
-                   help="training prompts per temperature and threshold for the set head")
+    p.add_argument(
+        "--set-prompts",
+        type=positive_int,
+        default=60,
+        help="training prompts per temperature and threshold for the set head",
+    )
     add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
 
 
 # --- batches ----------------------------------------------------------------------------------
 
+
 def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     """Teacher-forced examples: row r advanced by its first d true commits.
 
     Returns x (n, B, F), masked (n, B), y (n,) next position, ok (n,) coupled token right."""
     a, n = ds.arrays, len(rows)
-    fut_pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))              # (n, B)
-    state = torch.from_numpy(a["tokens"][rows])                                   # (n, B)
+    fut_pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))  # (n, B)
+    state = torch.from_numpy(a["tokens"][rows])  # (n, B)
     marks = torch.zeros_like(state)
     d = torch.from_numpy(depths)
     for i in range(int(depths.max(initial=0))):
@@ -109,24 +121,31 @@ def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
         marks[on, fut_pos[on, i]] = i + 1
     masked = (state == ds.mask_id) & (marks == 0)
     ar = torch.arange(n)
-    y = fut_pos[ar, d]                                                            # (n,)
+    y = fut_pos[ar, d]  # (n,)
     pc = torch.from_numpy(a["pc"][rows, np.minimum(depths, a["pc"].shape[1] - 1)].astype(np.float32))
     ctok = torch.from_numpy(a["ctok"][rows, np.minimum(depths, a["ctok"].shape[1] - 1)].astype(np.int64))
     ok = (ctok[ar, y] == torch.from_numpy(a["fut_tok"][rows, depths].astype(np.int64))).float()
     step = torch.from_numpy(a["step"][rows].astype(np.int64)) + d
-    x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step,
-                       torch.from_numpy(a["temp"][rows].astype(np.float32)), torch.from_numpy(a["unseen"][rows]))
+    x = order.features(
+        torch.from_numpy(a["top"][rows].astype(np.float32)),
+        pc,
+        masked,
+        marks,
+        step,
+        torch.from_numpy(a["temp"][rows].astype(np.float32)),
+        torch.from_numpy(a["unseen"][rows]),
+    )
     return x, masked, y, ok
 
 
 def loss_fn(model, x, masked, y, ok):
-    s, t = model(x, masked)                                                       # (n, B), (n, B)
+    s, t = model(x, masked)  # (n, B), (n, B)
     ce = torch.nn.functional.cross_entropy(s, y)
     bce = torch.nn.functional.binary_cross_entropy_with_logits(t[torch.arange(len(y)), y], ok)
     return ce + 0.5 * bce, (s.argmax(-1) == y).float().mean()
 
 
-SCORED_STATES = 4000   # the recorded states an accuracy is measured over (the first ones)
+SCORED_STATES = 4000  # the recorded states an accuracy is measured over (the first ones)
 
 
 @torch.no_grad()
@@ -138,7 +157,7 @@ def accuracy(model, ds: tj.Trajectories, depth: int = 0, limit: int = SCORED_STA
         return float("nan")
     hits = 0
     for i in range(0, len(rows), 512):
-        r = rows[i:i + 512]
+        r = rows[i : i + 512]
         x, masked, y, _ = batch(ds, r, np.full(len(r), depth))
         hits += int((model.eval()(x, masked)[0].argmax(-1) == y).sum())
     return hits / len(rows)
@@ -152,11 +171,18 @@ def report_accuracy(model, train_sets: dict, test_sets: dict) -> tuple:
     key = order.temperature_key
     acc = {key(T): accuracy(model, ds) for T, ds in test_sets.items()}
     base = {key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
-    fit = {key(T): {"model": accuracy(model, ds), "stale": confidence_accuracy(ds, SCORED_STATES)} for T, ds in train_sets.items()}
-    print(f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
-          f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}")
-    print(f"on training states: T=0 {fit['0']['model']:.3f}, T=1 {fit['1']['model']:.3f}; "
-          f"stale-confidence order: T=0 {fit['0']['stale']:.3f}, T=1 {fit['1']['stale']:.3f}")
+    fit = {
+        key(T): {"model": accuracy(model, ds), "stale": confidence_accuracy(ds, SCORED_STATES)}
+        for T, ds in train_sets.items()
+    }
+    print(
+        f"held-out next-commit accuracy: T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f} (paper, SDAR-8B-b32: 0.750); "
+        f"stale-confidence order: T=0 {base['0']:.3f}, T=1 {base['1']:.3f}"
+    )
+    print(
+        f"on training states: T=0 {fit['0']['model']:.3f}, T=1 {fit['1']['model']:.3f}; "
+        f"stale-confidence order: T=0 {fit['0']['stale']:.3f}, T=1 {fit['1']['stale']:.3f}"
+    )
     return acc, base, fit
 
 
@@ -164,7 +190,7 @@ def confidence_accuracy(ds: tj.Trajectories, limit: int | None = None) -> float:
     """The training-free reference: how often the most confident stale position is next (over
     the first ``limit`` states, default all)."""
     tokens, pc, fut = (ds.arrays[k][:limit] for k in ("tokens", "pc", "fut_pos"))
-    conf = np.where(tokens == ds.mask_id, pc[:, 0].astype(np.float32), -1.0)            # (R, B)
+    conf = np.where(tokens == ds.mask_id, pc[:, 0].astype(np.float32), -1.0)  # (R, B)
     return float((conf.argmax(1) == fut[:, 0]).mean()) if len(tokens) else float("nan")
 
 
@@ -190,6 +216,7 @@ def train(model, ds: tj.Trajectories, args, log=print):
 
 
 # --- the pipeline -----------------------------------------------------------------------------
+
 
 def calibrated_tables(data: dict, n_prompts: int) -> dict:
     """The calibrated graph's prefix counts at T = 0 ("0") and T = 1 ("1") on the first prompts."""
@@ -271,8 +298,14 @@ def shipped_curves(spot, cal, test_sets: dict) -> tuple:
     """(the curves a checkpoint stores: its SPOT drafter's, per level and per round, and its
     calibrated graph's; the SPOT drafter's node calibration, from the same simulated rounds)."""
     root, log = spot.with_calls("root"), NodeLog(spot)
-    out = curves({"spot": log, "spot-root": lambda r, N, D, T: root.draft(r, N, D),
-                  "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T)}, test_sets)
+    out = curves(
+        {
+            "spot": log,
+            "spot-root": lambda r, N, D, T: root.draft(r, N, D),
+            "calibrated": lambda r, N, D, T: cal.draft(r, N, D, T),
+        },
+        test_sets,
+    )
     return out, log.tables()
 
 
@@ -302,14 +335,16 @@ def run(args) -> int:
         return remeasure(target, args)
     if args.sets_only:
         return sets_only(target, args)
-    out = out_path(args)                             # refuses --out with --update-shipped up front
+    out = out_path(args)  # refuses --out with --update-shipped up front
     print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
-    print(f"trajectories: train {sum(map(len, train_sets.values()))} states, "
-          f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)")
-    model = order.OrderModel(target.model.block_size, set_hidden=None)           # the set head comes after
-    if args.init:                                    # block-relative features; new ones start unused
+    print(
+        f"trajectories: train {sum(map(len, train_sets.values()))} states, "
+        f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)"
+    )
+    model = order.OrderModel(target.model.block_size, set_hidden=None)  # the set head comes after
+    if args.init:  # block-relative features; new ones start unused
         model.load_state_dict(order.widened(order.without_set_head(load_order_model(args.init)[0])).state_dict())
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), args)
@@ -320,15 +355,32 @@ def run(args) -> int:
     sets = {}
     if not args.no_sets:
         model, sets = set_head(model, target, args)
-    save_order_model(out, model, dict(
-        target={"name": target.name, "fingerprint": model_fingerprint(target.model),
-                "config_fingerprint": model_fingerprint(target.model, weights=False)},
-        heldout_accuracy=acc, confidence_accuracy=base, train_accuracy=train_acc, n_params=order.n_params(model), calibrated=cal.to_header(), curves=curve,
-        node_calibration=reach,
-        training=dict(command=command(args),
-                      seconds=round(time.time() - t0), train_states=sum(map(len, train_sets.values())),
-                      heldout_states=sum(map(len, test_sets.values())), date=time.strftime("%Y-%m-%d")),
-        **({"sets": sets} if sets else {})))
+    save_order_model(
+        out,
+        model,
+        dict(
+            target={
+                "name": target.name,
+                "fingerprint": model_fingerprint(target.model),
+                "config_fingerprint": model_fingerprint(target.model, weights=False),
+            },
+            heldout_accuracy=acc,
+            confidence_accuracy=base,
+            train_accuracy=train_acc,
+            n_params=order.n_params(model),
+            calibrated=cal.to_header(),
+            curves=curve,
+            node_calibration=reach,
+            training=dict(
+                command=command(args),
+                seconds=round(time.time() - t0),
+                train_states=sum(map(len, train_sets.values())),
+                heldout_states=sum(map(len, test_sets.values())),
+                date=time.strftime("%Y-%m-%d"),
+            ),
+            **({"sets": sets} if sets else {}),
+        ),
+    )
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0
 
@@ -338,20 +390,35 @@ def set_head(model, target, args) -> tuple:
     at ``train_sets.TAUS``, T = 0 and 1; held-out set accuracy against the confidence sets'."""
     t0 = time.time()
     model = order.with_set_head(model)
-    data = {(T, tau): (recorded(target, args, "train", T, tau), recorded(target, args, "test", T, tau))
-            for T in (0.0, 1.0) for tau in ts.TAUS}
-    ts.train_sets(model, tj.Trajectories.concat([tr for tr, _ in data.values()]), args.set_steps, args.batch,
-                  args.lr, args.tf_depth, args.seed)
+    data = {
+        (T, tau): (recorded(target, args, "train", T, tau), recorded(target, args, "test", T, tau))
+        for T in (0.0, 1.0)
+        for tau in ts.TAUS
+    }
+    ts.train_sets(
+        model,
+        tj.Trajectories.concat([tr for tr, _ in data.values()]),
+        args.set_steps,
+        args.batch,
+        args.lr,
+        args.tf_depth,
+        args.seed,
+    )
     acc, base = {}, {}
     for (T, tau), (_, test) in data.items():
         a, b = ts.set_accuracy(model, test)
         acc.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = a
         base.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = b
         print(f"held-out set accuracy T={T:g} tau={tau:g}: SPOT-Sets {a:.3f}, confidence sets {b:.3f}")
-    return model, dict(taus=list(ts.TAUS), heldout_accuracy=acc, confidence_accuracy=base,
-                       train_states=sum(len(tr) for tr, _ in data.values()),
-                       heldout_states=sum(len(te) for _, te in data.values()),
-                       seconds=round(time.time() - t0), command=command(args))
+    return model, dict(
+        taus=list(ts.TAUS),
+        heldout_accuracy=acc,
+        confidence_accuracy=base,
+        train_states=sum(len(tr) for tr, _ in data.values()),
+        heldout_states=sum(len(te) for _, te in data.values()),
+        seconds=round(time.time() - t0),
+        command=command(args),
+    )
 
 
 def sets_only(target, args) -> int:
@@ -360,7 +427,7 @@ def sets_only(target, args) -> int:
     src = check_writable(Path(args.out) if args.out else shipped_path(args))
     out = out_path(args)
     model, header = load_order_model(src, target.model.block_size)
-    model, header["sets"] = set_head(order.without_set_head(model), target, args)     # a fresh set head
+    model, header["sets"] = set_head(order.without_set_head(model), target, args)  # a fresh set head
     header["n_params"] = order.n_params(model)
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
@@ -377,10 +444,12 @@ def remeasure(target, args) -> int:
     model, header = load_order_model(src, target.model.block_size)
     test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
     train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
-    header["heldout_accuracy"], header["confidence_accuracy"], header["train_accuracy"] = \
-        report_accuracy(model, train_sets, test_sets)
+    header["heldout_accuracy"], header["confidence_accuracy"], header["train_accuracy"] = report_accuracy(
+        model, train_sets, test_sets
+    )
     header["curves"], header["node_calibration"] = shipped_curves(
-        SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets)
+        SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets
+    )
     header["curves_command"] = command(args)
     print("offline commits per round:", json.dumps(header["curves"]))
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))

@@ -8,6 +8,7 @@ at any block size it was trained on; ``average_run`` averages a run's weights wi
 from (``lineage``: the checkpoint, its step, the commands that trained it, and in turn what it
 started from or averaged), so an export names its whole history.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,8 @@ from spotref.tools.train_options import (
     stream_align,
 )
 
-
 # --- where weights come from (--init, averages) ----------------------------------------------
+
 
 def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
@@ -50,22 +51,26 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
         init = torch.load(spec, weights_only=False)
         weights, record = init["model"], lineage(spec, init["state"])
         run = Path(spec).parent.parent if Path(spec).parent.name == "snapshots" else Path(spec).parent
-        saved = run / "tokenizer.json"                   # a snapshot's tokenizer is its run's
+        saved = run / "tokenizer.json"  # a snapshot's tokenizer is its run's
         theirs = saved.read_text() if saved.exists() else None
     else:
         target = load_target(spec)
         weights, record = target.model.state_dict(), target_lineage(spec, target.meta)
         theirs = target.tokenizer.to_json()
     if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
-        raise ValueError(f"--init {spec} was trained with another tokenizer than this run's "
-                         f"(--tokenizer): pass the tokenizer it was trained with")
+        raise ValueError(
+            f"--init {spec} was trained with another tokenizer than this run's "
+            f"(--tokenizer): pass the tokenizer it was trained with"
+        )
     if deepen:
         weights, record["deepened_from_layers"] = deepened(model, weights, spec), layer_count(weights)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
-        raise ValueError(f"--init {spec}: its weights do not fit this run's model (--hidden, --layers, "
-                         f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}") from None
+        raise ValueError(
+            f"--init {spec}: its weights do not fit this run's model (--hidden, --layers, "
+            f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}"
+        ) from None
     return record
 
 
@@ -74,7 +79,7 @@ def layer_count(weights: dict) -> int:
     return len({k.split(".")[2] for k in weights if k.startswith("model.layers.")})
 
 
-ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")      # what writes a layer's output
+ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # what writes a layer's output
 
 
 def deepened(model: SDARModel, weights: dict, spec: str) -> dict:
@@ -83,8 +88,10 @@ def deepened(model: SDARModel, weights: dict, spec: str) -> dict:
     deeper model computes what ``weights`` did."""
     have, want = layer_count(weights), model.config.num_hidden_layers
     if have >= want:
-        raise ValueError(f"--init-deepen: --init {spec} has {have} layers, --layers asks {want}: "
-                         f"deepening needs more layers than the weights have")
+        raise ValueError(
+            f"--init-deepen: --init {spec} has {have} layers, --layers asks {want}: "
+            f"deepening needs more layers than the weights have"
+        )
     out = dict(weights)
     for k, v in model.state_dict().items():
         if k.startswith("model.layers.") and int(k.split(".")[2]) >= have:
@@ -106,21 +113,30 @@ def run_tokenizer(run_dir) -> object:
 def target_lineage(spec: str, meta: dict) -> dict:
     """The lineage of a target's weights (its metadata's training record, and their SHA-256)."""
     t = meta.get("training", {})
-    return {"checkpoint": str(spec), "sha256": meta["weights"]["sha256"], "step": t.get("steps"),
-            "train_minutes": t.get("train_minutes"), "commands": t.get("commands", []),
-            **provenance(t)}
+    return {
+        "checkpoint": str(spec),
+        "sha256": meta["weights"]["sha256"],
+        "step": t.get("steps"),
+        "train_minutes": t.get("train_minutes"),
+        "commands": t.get("commands", []),
+        **provenance(t),
+    }
 
 
 def lineage(path, init_state: dict) -> dict:
     """What ``--init`` started from: the checkpoint, its step and training time, the commands
     that trained it and, in turn, what it started from (so an export names its whole history)."""
-    return {"checkpoint": str(path), "step": init_state["step"],
-            "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
-            "commands": init_state.get("commands", []),
-            **provenance(init_state)}
+    return {
+        "checkpoint": str(path),
+        "step": init_state["step"],
+        "train_minutes": round(init_state.get("train_s", 0.0) / 60, 1),
+        "commands": init_state.get("commands", []),
+        **provenance(init_state),
+    }
 
 
 # --- exports ---------------------------------------------------------------------------------
+
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
     """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata),
@@ -130,13 +146,16 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     except ImportError:
         raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
     out_dir.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
-          if not (model.config.tie_word_embeddings and k == "lm_head.weight")}
+    sd = {
+        k: v.detach().to(torch.float16).contiguous()
+        for k, v in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
+    }
     weights = out_dir / f"{name}.safetensors"
     with atomic_path(weights) as tmp:
         save_file(sd, str(tmp))
-    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())     # the metadata last: it holds
-                                                                             # both files' SHA-256
+    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())  # the metadata last: it holds
+    # both files' SHA-256
     meta = metadata(model, tok, state, name, weights)
     atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return weights
@@ -150,11 +169,21 @@ def metadata(model: SDARModel, tok, state: dict, name: str, weights: Path) -> di
         "name": name,
         "config": model.config.to_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "weights": {"file": weights.name, "dtype": "float16", "bytes": weights.stat().st_size,
-                    "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
-        "tokenizer": {"kind": tok.kind, "file": f"{name}.tokenizer.json", "vocab_size": tok.vocab_size,
-                      "eos_id": tok.eos_id, "mask_id": tok.mask_id, "split_digits": tok.split_digits,
-                      "sha256": hashlib.sha256(tok.to_json().encode("utf-8")).hexdigest()},
+        "weights": {
+            "file": weights.name,
+            "dtype": "float16",
+            "bytes": weights.stat().st_size,
+            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        },
+        "tokenizer": {
+            "kind": tok.kind,
+            "file": f"{name}.tokenizer.json",
+            "vocab_size": tok.vocab_size,
+            "eos_id": tok.eos_id,
+            "mask_id": tok.mask_id,
+            "split_digits": tok.split_digits,
+            "sha256": hashlib.sha256(tok.to_json().encode("utf-8")).hexdigest(),
+        },
         "corpus": state["corpus"],
         "training": training_record(state),
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
@@ -166,15 +195,19 @@ def metadata(model: SDARModel, tok, state: dict, name: str, weights: Path) -> di
 def training_record(state: dict) -> dict:
     """The metadata's ``training``: the commands, steps and time, the objective, the data recipe,
     the adaptive curriculum's evaluations and the weights' provenance, and the run's arguments."""
-    return {"commands": state.get("commands", []), "steps": state["step"],
-            "train_minutes": round(state["train_s"] / 60, 1),
-            "train_tokens": state["train_tokens"], "torch": torch.__version__,
-            "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
-            "pad_eot": bool(state["args"].get("pad_eot", False)),
-            "recipe": recipe(state["args"]),
-            **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
-            **provenance(state),
-            "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")}}
+    return {
+        "commands": state.get("commands", []),
+        "steps": state["step"],
+        "train_minutes": round(state["train_s"] / 60, 1),
+        "train_tokens": state["train_tokens"],
+        "torch": torch.__version__,
+        "objective": "BD3-LM: concat(x_t, x), k ~ U{1..B} masks per block, masked CE",
+        "pad_eot": bool(state["args"].get("pad_eot", False)),
+        "recipe": recipe(state["args"]),
+        **({"adaptive_evals": state["adaptive_evals"]} if state.get("adaptive_evals") else {}),
+        **provenance(state),
+        "args": {k: v for k, v in state["args"].items() if k not in ("export", "progress")},
+    }
 
 
 def recipe(saved: dict) -> dict:
@@ -184,21 +217,33 @@ def recipe(saved: dict) -> dict:
     level = GSM_DEFAULTS["corpus_level"] if saved.get("corpus_level") is None else saved["corpus_level"]
     adaptive = [int(v) for v in str(saved["adaptive"]).split(",")] if saved.get("adaptive") else None
     levels = sorted({lvl for _, lvl in sched}) if sched else adaptive or ([level] if fresh else [])
-    return {"rows_per_doc": saved.get("rows_per_doc", False), "answer_only": saved.get("answer_only", False),
-            "answer_header": ANSWER_HEADER if saved.get("answer_only") else None,
-            "eot_weight": saved.get("eot_weight", 1.0), "fresh_problems": fresh,
-            "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
-            "curriculum_lower": saved.get("curriculum_lower", 0.4) if sched or adaptive else None,
-            "adaptive": {"levels": adaptive, "every": saved.get("adapt_every"), "n": saved.get("adapt_n"),
-                         "answers": saved.get("adapt_answers"), "equations": saved.get("adapt_equations"),
-                         "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0"}
-            if adaptive else None,
-            "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
-            "rope_theta": saved.get("rope_theta"), "drill_share": saved.get("drill_share", 0.0),
-            "drill_ops": saved.get("drill_ops") or gsm.DRILL_OPS, "drill_from": saved.get("drill_from") or "range",
-            "mask_results": saved.get("mask_results", 0.0), "result_weight": saved.get("result_weight", 1.0),
-            "suffix_results": saved.get("suffix_results", 0.0)}
-
+    return {
+        "rows_per_doc": saved.get("rows_per_doc", False),
+        "answer_only": saved.get("answer_only", False),
+        "answer_header": ANSWER_HEADER if saved.get("answer_only") else None,
+        "eot_weight": saved.get("eot_weight", 1.0),
+        "fresh_problems": fresh,
+        "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
+        "curriculum_lower": saved.get("curriculum_lower", 0.4) if sched or adaptive else None,
+        "adaptive": {
+            "levels": adaptive,
+            "every": saved.get("adapt_every"),
+            "n": saved.get("adapt_n"),
+            "answers": saved.get("adapt_answers"),
+            "equations": saved.get("adapt_equations"),
+            "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0",
+        }
+        if adaptive
+        else None,
+        "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
+        "rope_theta": saved.get("rope_theta"),
+        "drill_share": saved.get("drill_share", 0.0),
+        "drill_ops": saved.get("drill_ops") or gsm.DRILL_OPS,
+        "drill_from": saved.get("drill_from") or "range",
+        "mask_results": saved.get("mask_results", 0.0),
+        "result_weight": saved.get("result_weight", 1.0),
+        "suffix_results": saved.get("suffix_results", 0.0),
+    }
 
 
 def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
@@ -213,13 +258,15 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
     if out_dir.resolve() == run_dir.resolve():
         raise ValueError(f"average_run: out_dir {out_dir} is the run's own directory; write the average elsewhere")
     if (out_dir / "ckpt.pt").exists():
-        raise ValueError(f"average_run: out_dir {out_dir} already holds a run checkpoint (ckpt.pt); "
-                         f"write the average to a new directory")
+        raise ValueError(
+            f"average_run: out_dir {out_dir} already holds a run checkpoint (ckpt.pt); "
+            f"write the average to a new directory"
+        )
     check_writable(out_dir / "ckpt.pt")
     ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
     tok = run_tokenizer(run_dir)
     model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
-    total = {k: v.float().clone() for k, v in ck["model"].items()}      # the running sum
+    total = {k: v.float().clone() for k, v in ck["model"].items()}  # the running sum
     records = [lineage(run_dir / "ckpt.pt", ck["state"])]
     for spec in others:
         records.append(start_from(model, str(spec), tok))
@@ -227,16 +274,21 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
             total[k] += v.float()
     ck["model"] = {k: (total[k] / len(records)).to(v.dtype) for k, v in ck["model"].items()}
     ck["state"] = {**ck["state"], "average": records}
-    ck.pop("opt", None)                                                  # the run's moments, not the mean's
+    ck.pop("opt", None)  # the run's moments, not the mean's
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "tokenizer.json", tok.to_json())
     atomic_save(ck, out_dir / "ckpt.pt")
     return out_dir / "ckpt.pt"
 
 
-
-def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None = None,
-               checkpoint: Path | None = None, update_shipped: bool = False) -> Path:
+def export_run(
+    run_dir: Path,
+    out_dir: Path,
+    name: str,
+    block_size: int | None = None,
+    checkpoint: Path | None = None,
+    update_shipped: bool = False,
+) -> Path:
     """Export a run's last checkpoint (or ``checkpoint``, e.g. one of its snapshots) without
     training further, at ``block_size`` (default: the run's ``--block-size``; a ``--mix-blocks``
     run may be exported at any of its sizes). The held-out loss is measured afresh at the
@@ -246,7 +298,7 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
     state, options = ck["state"], TrainOptions.from_record(ck["state"]["args"])
     init = options.init
-    if init and "init" not in state and init.endswith(".pt") and Path(init).is_file():   # a run from before the record
+    if init and "init" not in state and init.endswith(".pt") and Path(init).is_file():  # a run from before the record
         state = {**state, "init": lineage(init, torch.load(init, weights_only=False)["state"])}
     options = dataclasses.replace(options, block_size=block_size or options.block_size)
     if options.block_size not in block_sizes(options):
@@ -256,8 +308,18 @@ def export_run(run_dir: Path, out_dir: Path, name: str, block_size: int | None =
     model.eval()
     tok = run_tokenizer(run_dir)
     loss = round(heldout_loss(model, heldout_of(state, tok, options), options, tok.mask_id), 4)
-    state = {**state, "history": state["history"] + [{"step": state["step"], "train_s": round(state["train_s"], 1),
-                                                       "heldout_loss": loss, "block_size": options.block_size}]}
+    state = {
+        **state,
+        "history": state["history"]
+        + [
+            {
+                "step": state["step"],
+                "train_s": round(state["train_s"], 1),
+                "heldout_loss": loss,
+                "block_size": options.block_size,
+            }
+        ],
+    }
     with shipped_writes(update_shipped):
         return export(model, tok, state, Path(out_dir), name)
 

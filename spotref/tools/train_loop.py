@@ -8,6 +8,7 @@ the seed and the step), and refuses one that would change its data (``check_resu
 stops after ``--steps``, ``--until`` or ``--minutes`` of training time; a checkpoint is written
 every ``--ckpt-every`` steps and at the end, each atomically.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,13 +41,14 @@ class Run:
     model: SDARModel
     opt: torch.optim.Optimizer
     tok: object
-    data: object              # the token stream; --rows-per-doc: the training Rows (None: --fresh-problems)
-    held: object              # the held-out token stream, or Rows
-    state: dict               # what the checkpoint keeps besides the weights and the optimizer
+    data: object  # the token stream; --rows-per-doc: the training Rows (None: --fresh-problems)
+    held: object  # the held-out token stream, or Rows
+    state: dict  # what the checkpoint keeps besides the weights and the optimizer
     ckpt_path: Path
 
 
 # --- setting a run up ------------------------------------------------------------------------
+
 
 def train(options: TrainOptions) -> dict:
     """Train (or resume) the run ``options.name``; returns its final state dict."""
@@ -65,13 +67,18 @@ def train(options: TrainOptions) -> dict:
     cfg = make_config(options, tok)
     torch.manual_seed(options.seed)
     model = SDARModel(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95),
-                            weight_decay=options.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
     state = start_or_resume(model, opt, ck, tok, options, ckpt_path)
-    command = shlex.join(sys.argv)                                      # as invoked (module or CLI)
-    state.update(corpus=record, corpus_limit=options.corpus_limit, config=cfg.to_dict(),
-                 args=options.record(), train_tokens=len(stream), heldout_tokens=len(held),
-                 commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}])
+    command = shlex.join(sys.argv)  # as invoked (module or CLI)
+    state.update(
+        corpus=record,
+        corpus_limit=options.corpus_limit,
+        config=cfg.to_dict(),
+        args=options.record(),
+        train_tokens=len(stream),
+        heldout_tokens=len(held),
+        commands=state.get("commands", []) + [{"from_step": state["step"], "command": command}],
+    )
     if options.rows_per_doc:
         stream, held = training_rows(corpus, train_docs, tok, options)
     _loop(Run(options, model, opt, tok, stream, held, state, ckpt_path))
@@ -100,19 +107,30 @@ def data_options(record: dict, saved: dict) -> dict:
     SHA-256), the end-of-text padding and the digit splitting. A record without a name (runs
     from before the field) is stdlib's, with the run's --no-english."""
     file_digest = record.get("sha256") if record.get("name") == "file" else None
-    return {"--corpus": record.get("name", "stdlib"), "--corpus-seed": record.get("seed"),
-            "the corpus options": record.get("options", {"english": saved.get("english", True)}),
-            "--corpus (the file's SHA-256)": file_digest, "--pad-eot": saved.get("pad_eot", False),
-            "--split-digits": saved.get("split_digits", False),
-            "--rows-per-doc": saved.get("rows_per_doc", False), "--answer-only": saved.get("answer_only", False),
-            "--eot-weight": saved.get("eot_weight", 1.0), "--fresh-problems": saved.get("fresh_problems", False),
-            "--curriculum": saved.get("curriculum"), "--curriculum-lower": saved.get("curriculum_lower", 0.4),
-            "--adaptive": saved.get("adaptive"), "--drill-share": saved.get("drill_share", 0.0),
-            "--drill-ops": saved.get("drill_ops") or gsm.DRILL_OPS, "--drill-from": saved.get("drill_from") or "range",
-            "--mask-results": saved.get("mask_results", 0.0), "--result-weight": saved.get("result_weight", 1.0),
-            "--suffix-results": saved.get("suffix_results", 0.0),
-            "the --adapt-* options": [saved.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
-            if saved.get("adaptive") else None}
+    return {
+        "--corpus": record.get("name", "stdlib"),
+        "--corpus-seed": record.get("seed"),
+        "the corpus options": record.get("options", {"english": saved.get("english", True)}),
+        "--corpus (the file's SHA-256)": file_digest,
+        "--pad-eot": saved.get("pad_eot", False),
+        "--split-digits": saved.get("split_digits", False),
+        "--rows-per-doc": saved.get("rows_per_doc", False),
+        "--answer-only": saved.get("answer_only", False),
+        "--eot-weight": saved.get("eot_weight", 1.0),
+        "--fresh-problems": saved.get("fresh_problems", False),
+        "--curriculum": saved.get("curriculum"),
+        "--curriculum-lower": saved.get("curriculum_lower", 0.4),
+        "--adaptive": saved.get("adaptive"),
+        "--drill-share": saved.get("drill_share", 0.0),
+        "--drill-ops": saved.get("drill_ops") or gsm.DRILL_OPS,
+        "--drill-from": saved.get("drill_from") or "range",
+        "--mask-results": saved.get("mask_results", 0.0),
+        "--result-weight": saved.get("result_weight", 1.0),
+        "--suffix-results": saved.get("suffix_results", 0.0),
+        "the --adapt-* options": [saved.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
+        if saved.get("adaptive")
+        else None,
+    }
 
 
 def check_resume(state: dict, corpus_record: dict, options: TrainOptions) -> None:
@@ -120,8 +138,10 @@ def check_resume(state: dict, corpus_record: dict, options: TrainOptions) -> Non
     old, new = data_options(state["corpus"], state["args"]), data_options(corpus_record, options.record())
     for name in old:
         if old[name] != new[name]:
-            raise ValueError(f"{name}: the run {options.name} was trained with {old[name]!r}, not {new[name]!r}; "
-                             f"resume with the same data options or train under a new --name")
+            raise ValueError(
+                f"{name}: the run {options.name} was trained with {old[name]!r}, not {new[name]!r}; "
+                f"resume with the same data options or train under a new --name"
+            )
 
 
 def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = False):
@@ -129,8 +149,10 @@ def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = F
     saved = run_dir / "tokenizer.json"
     is_bpe = spec.startswith("bpe") and spec[3:].isdigit()
     if split_digits and not is_bpe:
-        raise ValueError(f"--split-digits trains the BPE: it needs --tokenizer bpeN, got {spec!r} "
-                         f"(bytes already write digits singly; a tokenizer file keeps its own rules)")
+        raise ValueError(
+            f"--split-digits trains the BPE: it needs --tokenizer bpeN, got {spec!r} "
+            f"(bytes already write digits singly; a tokenizer file keeps its own rules)"
+        )
     if saved.exists():
         return tokenizer_from_json(saved.read_text())
     if spec == "bytes":
@@ -145,26 +167,34 @@ def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = F
     return tok
 
 
-
 def make_config(options: TrainOptions, tok) -> SDARConfig:
     """The model's config: the options' shape, the tokenizer's vocabulary, EOS and MASK."""
     o = options
     block_sizes(o)
-    return SDARConfig(vocab_size=tok.vocab_size, hidden_size=o.hidden,
-                      intermediate_size=o.intermediate, num_hidden_layers=o.layers,
-                      num_attention_heads=o.heads, num_key_value_heads=o.kv_heads,
-                      head_dim=o.head_dim, mask_token_id=tok.mask_id, block_size=o.block_size,
-                      tie_word_embeddings=not o.untied, eos_token_id=tok.eos_id,
-                      max_position_embeddings=4096,
-                      **({} if o.rope_theta is None else {"rope_theta": o.rope_theta}))
+    return SDARConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=o.hidden,
+        intermediate_size=o.intermediate,
+        num_hidden_layers=o.layers,
+        num_attention_heads=o.heads,
+        num_key_value_heads=o.kv_heads,
+        head_dim=o.head_dim,
+        mask_token_id=tok.mask_id,
+        block_size=o.block_size,
+        tie_word_embeddings=not o.untied,
+        eos_token_id=tok.eos_id,
+        max_position_embeddings=4096,
+        **({} if o.rope_theta is None else {"rope_theta": o.rope_theta}),
+    )
 
 
 # --- the loop --------------------------------------------------------------------------------
 
+
 def _loop(run: Run) -> None:
     """Step until ``--steps``, ``--until`` or ``--minutes``; block sizes in turn (``--mix-blocks``)."""
     o, state, model = run.options, run.state, run.model
-    sizes, mask_of = block_sizes(o), functools.cache(bd3_mask)          # mask_of(L, B): (2L, 2L)
+    sizes, mask_of = block_sizes(o), functools.cache(bd3_mask)  # mask_of(L, B): (2L, 2L)
     bar = _progress(o, state["step"])
     t0, start_s = time.perf_counter(), state["train_s"]
     while state["step"] < o.steps and not _stopped(o, state):
@@ -180,15 +210,16 @@ def _loop(run: Run) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
         _after_step(run, bar)
-    if state["step"] % o.ckpt_every:                      # the end, unless just saved
+    if state["step"] % o.ckpt_every:  # the end, unless just saved
         save_checkpoint(run)
     bar.close()
 
 
 def _stopped(options: TrainOptions, state: dict) -> bool:
     """Whether ``--minutes`` of training time have passed or ``--until`` is reached."""
-    return (options.minutes is not None and state["train_s"] >= options.minutes * 60) \
-        or (options.until is not None and state["step"] >= options.until)
+    return (options.minutes is not None and state["train_s"] >= options.minutes * 60) or (
+        options.until is not None and state["step"] >= options.until
+    )
 
 
 def step_loss(run: Run, step: int, B: int, mask_of) -> torch.Tensor:
@@ -235,8 +266,9 @@ def _evaluate(run: Run, bar) -> None:
     run.model.eval()
     loss = heldout_loss(run.model, run.held, run.options, run.tok.mask_id)
     run.model.train()
-    state["history"].append({"step": state["step"], "train_s": round(state["train_s"], 1),
-                             "heldout_loss": round(loss, 4)})
+    state["history"].append(
+        {"step": state["step"], "train_s": round(state["train_s"], 1), "heldout_loss": round(loss, 4)}
+    )
     bar.write(f"step {state['step']}  {state['train_s'] / 60:.1f} min  held-out masked CE {loss:.4f}")
 
 
@@ -246,11 +278,18 @@ def _progress(options: TrainOptions, initial: int):
         from tqdm import tqdm
     except ImportError:
         raise ImportError("training needs the 'tqdm' package: pip install 'spotref[cli]'") from None
-    return tqdm(total=options.steps, initial=initial, disable=not options.progress, mininterval=20,
-                desc=options.name, file=sys.stderr)
+    return tqdm(
+        total=options.steps,
+        initial=initial,
+        disable=not options.progress,
+        mininterval=20,
+        desc=options.name,
+        file=sys.stderr,
+    )
 
 
 # --- checkpoints and snapshots ---------------------------------------------------------------
+
 
 def save_checkpoint(run: Run) -> None:
     """``runs/NAME/ckpt.pt``: the weights, the optimizer and the state, written atomically (a kill
@@ -270,7 +309,7 @@ def keep_snapshot(model, state: dict, run_dir: Path) -> Path:
     path = run_dir / "snapshots" / f"step-{state['step']:07d}.pt"
     state["snapshot_s"] = state["train_s"]
     state["snapshots"] = state.get("snapshots", []) + [
-        {"step": state["step"], "train_s": round(state["train_s"], 1), "file": f"snapshots/{path.name}"}]
+        {"step": state["step"], "train_s": round(state["train_s"], 1), "file": f"snapshots/{path.name}"}
+    ]
     atomic_save({"model": model.state_dict(), "state": state}, path)
     return path
-

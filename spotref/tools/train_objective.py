@@ -9,6 +9,7 @@ per position (the rows of the gsm recipe, ``spotref.tools.train_data.rows_batch`
 are the model's own: ``SDARModel.bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
 under ``bd3_mask``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,20 +22,19 @@ def bd3_mask(L: int, B: int, device=None, dtype=torch.float32) -> torch.Tensor:
     noised block i (bidirectionally) and the clean blocks < i; clean block i sees the clean blocks
     <= i (the block-causal mask of decoding)."""
     assert L % B == 0, f"sequence length {L} is not a multiple of the block size {B}"
-    blk = torch.arange(2 * L, device=device) % L // B             # block index of each position
+    blk = torch.arange(2 * L, device=device) % L // B  # block index of each position
     noisy = torch.arange(2 * L, device=device) < L
     q_noisy, k_noisy = noisy[:, None], noisy[None, :]
     same, before = blk[:, None] == blk[None, :], blk[None, :] < blk[:, None]
-    visible = (q_noisy & k_noisy & same) | (q_noisy & ~k_noisy & before) \
-        | (~q_noisy & ~k_noisy & (same | before))
+    visible = (q_noisy & k_noisy & same) | (q_noisy & ~k_noisy & before) | (~q_noisy & ~k_noisy & (same | before))
     return torch.zeros((), dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
 
 
 def noise_blocks(x: np.ndarray, B: int, mask_id: int, rng: np.random.Generator):
     """x: (N, L) -> (x_t, masked), both (N, L): exactly k ~ U{1..B} masks per block."""
     N, L = x.shape
-    k = rng.integers(1, B + 1, size=(N, L // B, 1))                       # (N, L/B, 1)
-    rank = rng.random((N, L // B, B)).argsort(-1).argsort(-1)             # a random order per block
+    k = rng.integers(1, B + 1, size=(N, L // B, 1))  # (N, L/B, 1)
+    rank = rng.random((N, L // B, B)).argsort(-1).argsort(-1)  # a random order per block
     masked = (rank < k).reshape(N, L)
     return np.where(masked, mask_id, x), masked
 
@@ -46,8 +46,7 @@ def bd3_loss(logits, x, masked, B: int, weighting: str = "tokens"):
     if weighting == "tokens":
         return ce.sum() / masked.sum()
     per_block = ce.view(x.shape[0], -1, B).sum(-1) / masked.view(x.shape[0], -1, B).sum(-1)
-    return per_block.mean()                                                # weighting == "elbo"
-
+    return per_block.mean()  # weighting == "elbo"
 
 
 def weighted_loss(logits, x, weight):

@@ -9,6 +9,7 @@ options added since), and ``record`` gives back what a run saves. The checks tha
 one option (``check_recipe``, ``check_export``, ``block_sizes``) raise ``ValueError`` naming the
 option, before any training.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,24 @@ from spotref.tools.argtypes import (
 )
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
-DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}      # --drill-from
+DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
 DRILL_OP_NAMES = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 # --- the command line -----------------------------------------------------------------------
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``spotref train-target`` / ``python -m spotref.tools.train``."""
-    for group in (add_run_arguments, add_corpus_arguments, add_recipe_arguments, add_curriculum_arguments,
-                  add_model_arguments, add_optimizer_arguments, add_output_arguments):
+    for group in (
+        add_run_arguments,
+        add_corpus_arguments,
+        add_recipe_arguments,
+        add_curriculum_arguments,
+        add_model_arguments,
+        add_optimizer_arguments,
+        add_output_arguments,
+    ):
         group(p)
 
 
@@ -49,95 +58,187 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The run's name and directory, and its tokenizer."""
     p.add_argument("--name", required=True, help="run and target name, e.g. stdlib-b32")
     p.add_argument("--runs", default="runs", help="directory of run checkpoints")
-    p.add_argument("--tokenizer", default="bpe2048",
-                   help="'bytes', 'bpeN' (train an N-token BPE on the train split) or a tokenizer JSON")
-    p.add_argument("--split-digits", action="store_true",
-                   help="train the BPE (--tokenizer bpeN) with every digit its own token")
+    p.add_argument(
+        "--tokenizer",
+        default="bpe2048",
+        help="'bytes', 'bpeN' (train an N-token BPE on the train split) or a tokenizer JSON",
+    )
+    p.add_argument(
+        "--split-digits", action="store_true", help="train the BPE (--tokenizer bpeN) with every digit its own token"
+    )
 
 
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
     """What is trained on (``spotref.data.corpora``) and how documents are packed."""
-    p.add_argument("--corpus", type=corpus_arg, default="stdlib",
-                   help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
-                        "spotref.data.gsm) or the path of a text file of documents (one per line, or "
-                        "JSON lines with a \"text\" field)")
+    p.add_argument(
+        "--corpus",
+        type=corpus_arg,
+        default="stdlib",
+        help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
+        "spotref.data.gsm) or the path of a text file of documents (one per line, or "
+        'JSON lines with a "text" field)',
+    )
     p.add_argument("--corpus-seed", type=seed_int, default=None, help="gsm: the seed of the problems (default 0)")
-    p.add_argument("--corpus-size", type=positive_int, default=None,
-                   help="gsm: how many training problems (default 40000)")
-    p.add_argument("--corpus-level", type=int, choices=sorted(gsm.LEVELS), default=None,
-                   help="gsm: the difficulty level (default 3; spotref.data.gsm.LEVELS)")
-    p.add_argument("--pad-eot", action="store_true",
-                   help="follow every document with end-of-text up to the end of its block and start "
-                        "windows at block boundaries (SDAR's chat data)")
+    p.add_argument(
+        "--corpus-size", type=positive_int, default=None, help="gsm: how many training problems (default 40000)"
+    )
+    p.add_argument(
+        "--corpus-level",
+        type=int,
+        choices=sorted(gsm.LEVELS),
+        default=None,
+        help="gsm: the difficulty level (default 3; spotref.data.gsm.LEVELS)",
+    )
+    p.add_argument(
+        "--pad-eot",
+        action="store_true",
+        help="follow every document with end-of-text up to the end of its block and start "
+        "windows at block boundaries (SDAR's chat data)",
+    )
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     """The gsm recipe: one document per row, answer-only masks, fresh problems, drills, results."""
-    p.add_argument("--rows-per-doc", action="store_true",
-                   help="one document per training row at position 0, end-of-text padded to the end of its "
-                        "block and cut at --seq-len (for gsm: one problem per row)")
-    p.add_argument("--answer-only", action="store_true",
-                   help="--rows-per-doc: mask only the answer, after the assistant header "
-                        "'<|im_start|>assistant\\n' (k ~ U{1..n} of the n answer positions of each block)")
-    p.add_argument("--eot-weight", type=nonneg_real, default=1.0,
-                   help="--rows-per-doc: loss weight of the end-of-text padding after a document (recipe: 0.3)")
-    p.add_argument("--fresh-problems", action="store_true",
-                   help="--rows-per-doc --corpus gsm: draw each step's problems afresh from (--corpus-seed, step), "
-                        "deterministically, instead of from --corpus-size fixed ones")
-    p.add_argument("--drill-share", type=real_range(0.0, 1.0), default=0.0,
-                   help="--fresh-problems: share of rows that are arithmetic drills (gsm.drill), default 0")
-    p.add_argument("--drill-ops", type=drill_ops_arg, default=None, metavar="OP,...",
-                   help="--drill-share: the drills' operators (add, sub, mul, div), drawn uniformly from the "
-                        "list (repeat one to draw it more often), e.g. sub,sub,div,div,add,mul; "
-                        "default add,sub,add,sub,mul,div")
-    p.add_argument("--drill-from", choices=sorted(DRILLS), default=None,
-                   help="--drill-share: the drills' operands drawn uniformly in the level's limits (range, "
-                        "the default) or an equation of a fresh training problem (problems: the sizes "
-                        "the solutions write)")
-    p.add_argument("--mask-results", type=real_range(0.0, 1.0), default=0.0,
-                   help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
-                        "are all masked, on top of the k ~ U{1..n} masks, default 0")
-    p.add_argument("--suffix-results", type=real_range(0.0, 1.0), default=0.0,
-                   help="--rows-per-doc: share of rows in which each block holding a written result is masked "
-                        "from one of its results' first digit to the block end, and nothing before (the state "
-                        "in which the decoder places a result's length), default 0")
-    p.add_argument("--result-weight", type=positive_real, default=1.0,
-                   help="--rows-per-doc: loss weight of the written results and of the 2 tokens after each "
-                        "(their places fix the result's length; the decoder mostly commits them first), default 1")
+    p.add_argument(
+        "--rows-per-doc",
+        action="store_true",
+        help="one document per training row at position 0, end-of-text padded to the end of its "
+        "block and cut at --seq-len (for gsm: one problem per row)",
+    )
+    p.add_argument(
+        "--answer-only",
+        action="store_true",
+        help="--rows-per-doc: mask only the answer, after the assistant header "
+        "'<|im_start|>assistant\\n' (k ~ U{1..n} of the n answer positions of each block)",
+    )
+    p.add_argument(
+        "--eot-weight",
+        type=nonneg_real,
+        default=1.0,
+        help="--rows-per-doc: loss weight of the end-of-text padding after a document (recipe: 0.3)",
+    )
+    add_problem_arguments(p)
+
+
+def add_problem_arguments(p: argparse.ArgumentParser) -> None:
+    """The recipe's problems: drawn afresh, and the drills mixed in."""
+    p.add_argument(
+        "--fresh-problems",
+        action="store_true",
+        help="--rows-per-doc --corpus gsm: draw each step's problems afresh from (--corpus-seed, step), "
+        "deterministically, instead of from --corpus-size fixed ones",
+    )
+    p.add_argument(
+        "--drill-share",
+        type=real_range(0.0, 1.0),
+        default=0.0,
+        help="--fresh-problems: share of rows that are arithmetic drills (gsm.drill), default 0",
+    )
+    p.add_argument(
+        "--drill-ops",
+        type=drill_ops_arg,
+        default=None,
+        metavar="OP,...",
+        help="--drill-share: the drills' operators (add, sub, mul, div), drawn uniformly from the "
+        "list (repeat one to draw it more often), e.g. sub,sub,div,div,add,mul; "
+        "default add,sub,add,sub,mul,div",
+    )
+    p.add_argument(
+        "--drill-from",
+        choices=sorted(DRILLS),
+        default=None,
+        help="--drill-share: the drills' operands drawn uniformly in the level's limits (range, "
+        "the default) or an equation of a fresh training problem (problems: the sizes "
+        "the solutions write)",
+    )
+    p.add_argument(
+        "--mask-results",
+        type=real_range(0.0, 1.0),
+        default=0.0,
+        help="--rows-per-doc: share of rows whose written results (after '= ' and '#### ') "
+        "are all masked, on top of the k ~ U{1..n} masks, default 0",
+    )
+    p.add_argument(
+        "--suffix-results",
+        type=real_range(0.0, 1.0),
+        default=0.0,
+        help="--rows-per-doc: share of rows in which each block holding a written result is masked "
+        "from one of its results' first digit to the block end, and nothing before (the state "
+        "in which the decoder places a result's length), default 0",
+    )
+    p.add_argument(
+        "--result-weight",
+        type=positive_real,
+        default=1.0,
+        help="--rows-per-doc: loss weight of the written results and of the 2 tokens after each "
+        "(their places fix the result's length; the decoder mostly commits them first), default 1",
+    )
 
 
 def add_curriculum_arguments(p: argparse.ArgumentParser) -> None:
     """The gsm level by step (``--curriculum``) or by held-out decoding (``--adaptive``)."""
-    p.add_argument("--curriculum", type=curriculum_arg, default=None, metavar="LEVEL@STEP,...",
-                   help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 "
-                        "(spotref.data.gsm.LEVELS)")
-    p.add_argument("--adaptive", type=adaptive_arg, default=None, metavar="LEVEL,...",
-                   help="--fresh-problems: train the gsm levels in this order (e.g. 0,1,2,3), moving on when "
-                        "held-out decoding meets --adapt-answers and --adapt-equations")
+    p.add_argument(
+        "--curriculum",
+        type=curriculum_arg,
+        default=None,
+        metavar="LEVEL@STEP,...",
+        help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 (spotref.data.gsm.LEVELS)",
+    )
+    p.add_argument(
+        "--adaptive",
+        type=adaptive_arg,
+        default=None,
+        metavar="LEVEL,...",
+        help="--fresh-problems: train the gsm levels in this order (e.g. 0,1,2,3), moving on when "
+        "held-out decoding meets --adapt-answers and --adapt-equations",
+    )
     p.add_argument("--adapt-every", type=positive_int, default=500, help="--adaptive: evaluate every this many steps")
     p.add_argument("--adapt-n", type=positive_int, default=40, help="--adaptive: held-out problems per evaluation")
-    p.add_argument("--adapt-answers", type=real_range(0.0, 1.0), default=0.6,
-                   help="--adaptive: share of right answers to move on")
-    p.add_argument("--adapt-equations", type=real_range(0.0, 1.0), default=0.9,
-                   help="--adaptive: share of right equations to move on")
-    p.add_argument("--curriculum-lower", type=real_range(0.0, 1.0), default=0.4,
-                   help="--curriculum / --adaptive: share of rows from lower levels once it has moved on")
+    p.add_argument(
+        "--adapt-answers", type=real_range(0.0, 1.0), default=0.6, help="--adaptive: share of right answers to move on"
+    )
+    p.add_argument(
+        "--adapt-equations",
+        type=real_range(0.0, 1.0),
+        default=0.9,
+        help="--adaptive: share of right equations to move on",
+    )
+    p.add_argument(
+        "--curriculum-lower",
+        type=real_range(0.0, 1.0),
+        default=0.4,
+        help="--curriculum / --adaptive: share of rows from lower levels once it has moved on",
+    )
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model's shape, its block sizes, and the weights it may start from."""
-    p.add_argument("--rope-theta", type=positive_real, default=None,
-                   help="RoPE base (default: SDARConfig's, 1e6; the gsm recipe: 1e4)")
+    p.add_argument(
+        "--rope-theta",
+        type=positive_real,
+        default=None,
+        help="RoPE base (default: SDARConfig's, 1e6; the gsm recipe: 1e4)",
+    )
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
-    p.add_argument("--mix-blocks", type=int_list(1), default=None,
-                   help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all")
-    p.add_argument("--init", default=None,
-                   help="start from these weights (fine-tuning): a run checkpoint (runs/NAME/ckpt.pt), or a "
-                        "target (a bundled name such as gsm-b32, or a NAME.json); its tokenizer must be the run's")
-    p.add_argument("--init-deepen", action="store_true",
-                   help="--init weights with fewer layers than --layers: they fill the first layers, the "
-                        "added ones start as the identity (output projections zero), so the model starts "
-                        "where the weights were")
+    p.add_argument(
+        "--mix-blocks",
+        type=int_list(1),
+        default=None,
+        help="comma list of block sizes, one drawn per step (e.g. 16,32): one model for all",
+    )
+    p.add_argument(
+        "--init",
+        default=None,
+        help="start from these weights (fine-tuning): a run checkpoint (runs/NAME/ckpt.pt), or a "
+        "target (a bundled name such as gsm-b32, or a NAME.json); its tokenizer must be the run's",
+    )
+    p.add_argument(
+        "--init-deepen",
+        action="store_true",
+        help="--init weights with fewer layers than --layers: they fill the first layers, the "
+        "added ones start as the identity (output projections zero), so the model starts "
+        "where the weights were",
+    )
     p.add_argument("--seq-len", type=positive_int, default=256, help="training window L (tokens)")
     p.add_argument("--hidden", type=positive_int, default=256, help="hidden size")
     p.add_argument("--layers", type=positive_int, default=4, help="decoder layers")
@@ -157,12 +258,19 @@ def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=positive_real, default=2e-3, help="peak learning rate")
     p.add_argument("--warmup", type=nonneg_int, default=100, help="linear warm-up steps")
     p.add_argument("--weight-decay", type=nonneg_real, default=0.1, help="AdamW weight decay")
-    p.add_argument("--weighting", choices=("tokens", "elbo"), default="tokens",
-                   help="loss weighting: tokens (mean over masked tokens) or elbo (1 / t per block)")
+    p.add_argument(
+        "--weighting",
+        choices=("tokens", "elbo"),
+        default="tokens",
+        help="loss weighting: tokens (mean over masked tokens) or elbo (1 / t per block)",
+    )
     p.add_argument("--seed", type=seed_int, default=0, help="data and init seed")
     add_threads(p)
-    p.add_argument("--bf16", action="store_true",
-                   help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bf16 autocast (faster only on CPUs with native bf16; 10x slower on this one)",
+    )
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -171,18 +279,29 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     arguments is kept)."""
     p.add_argument("--eval-every", type=positive_int, default=250, help="held-out loss every this many steps")
     p.add_argument("--ckpt-every", type=positive_int, default=250, help="checkpoint every this many steps")
-    p.add_argument("--keep-snapshots", type=positive_real, default=None, metavar="MIN",
-                   help="keep the weights every MIN minutes of training in runs/NAME/snapshots/")
-    p.add_argument("--corpus-limit", type=positive_int, default=None,
-                   help="use only the first N train documents (tests)")
+    p.add_argument(
+        "--keep-snapshots",
+        type=positive_real,
+        default=None,
+        metavar="MIN",
+        help="keep the weights every MIN minutes of training in runs/NAME/snapshots/",
+    )
+    p.add_argument(
+        "--corpus-limit", type=positive_int, default=None, help="use only the first N train documents (tests)"
+    )
     p.add_argument("--no-english", dest="english", action="store_false", help="leave out the pydoc topics")
-    p.add_argument("--export", default=None,
-                   help="after training, write the target into this directory (the bundled targets "
-                        "directory only with --update-shipped)")
-    p.add_argument("--update-shipped", action="store_true",
-                   help="allow --export to replace a target shipped in spotref/load/targets/")
+    p.add_argument(
+        "--export",
+        default=None,
+        help="after training, write the target into this directory (the bundled targets "
+        "directory only with --update-shipped)",
+    )
+    p.add_argument(
+        "--update-shipped",
+        action="store_true",
+        help="allow --export to replace a target shipped in spotref/load/targets/",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-
 
 
 def corpus_arg(text: str) -> str:
@@ -196,8 +315,9 @@ def drill_ops_arg(text: str) -> str:
     """``--drill-ops add,sub,sub,...``: the drills' operators by name, as a string of + - * /."""
     names = [t.strip() for t in text.split(",")]
     if not text.strip() or any(n not in DRILL_OP_NAMES for n in names):
-        raise argparse.ArgumentTypeError(f"must be a comma-separated list of add, sub, mul, div "
-                                         f"(e.g. sub,sub,div,div,add,mul), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a comma-separated list of add, sub, mul, div (e.g. sub,sub,div,div,add,mul), got {text!r}"
+        )
     return "".join(DRILL_OP_NAMES[n] for n in names)
 
 
@@ -226,7 +346,6 @@ def parse_curriculum(text: str) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-
 def adaptive_arg(text: str) -> str:
     """``--adaptive LEVEL,...``: distinct gsm levels, in the order to train them."""
     try:
@@ -239,6 +358,7 @@ def adaptive_arg(text: str) -> str:
 
 
 # --- the options object ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -263,13 +383,13 @@ class TrainOptions:
     eot_weight: float
     fresh_problems: bool
     drill_share: float
-    drill_ops: str | None                      # + - * / as drill_ops_arg gives them; None: gsm.DRILL_OPS
-    drill_from: str | None                     # a key of DRILLS; None: "range"
+    drill_ops: str | None  # + - * / as drill_ops_arg gives them; None: gsm.DRILL_OPS
+    drill_from: str | None  # a key of DRILLS; None: "range"
     mask_results: float
     suffix_results: float
     result_weight: float
-    curriculum: str | None                     # LEVEL@STEP,... (parse_curriculum)
-    adaptive: str | None                       # LEVEL,... (adaptive_levels)
+    curriculum: str | None  # LEVEL@STEP,... (parse_curriculum)
+    adaptive: str | None  # LEVEL,... (adaptive_levels)
     adapt_every: int
     adapt_n: int
     adapt_answers: float
@@ -277,7 +397,7 @@ class TrainOptions:
     curriculum_lower: float
     rope_theta: float | None
     block_size: int
-    mix_blocks: list[int] | str | None         # a comma string in runs from before int_list
+    mix_blocks: list[int] | str | None  # a comma string in runs from before int_list
     init: str | None
     init_deepen: bool
     seq_len: int
@@ -295,7 +415,7 @@ class TrainOptions:
     lr: float
     warmup: int
     weight_decay: float
-    weighting: str                             # "tokens" or "elbo"
+    weighting: str  # "tokens" or "elbo"
     seed: int
     threads: int
     bf16: bool
@@ -331,8 +451,11 @@ class TrainOptions:
     @classmethod
     def from_values(cls, values: dict) -> TrainOptions:
         """Options by name; ``values`` must name every option (the other entries go to ``extra``)."""
-        return cls(**{k: values[k] for k in OPTIONS}, extra={k: v for k, v in values.items() if k not in OPTIONS},
-                   order=tuple(values))
+        return cls(
+            **{k: values[k] for k in OPTIONS},
+            extra={k: v for k, v in values.items() if k not in OPTIONS},
+            order=tuple(values),
+        )
 
     def record(self) -> dict:
         """What a run saves of its options (its state's ``args``): the entries of the namespace
@@ -345,11 +468,15 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions) if f.name not i
 
 # --- checks and derived values ----------------------------------------------------------------
 
+
 def check_recipe(options: TrainOptions) -> None:
     """``ValueError`` naming an option of the gsm recipe that does not apply."""
     o, rows = options, options.rows_per_doc
-    needs_rows = [("--answer-only", o.answer_only), ("--eot-weight", o.eot_weight != 1.0),
-                  ("--fresh-problems", o.fresh_problems)]
+    needs_rows = [
+        ("--answer-only", o.answer_only),
+        ("--eot-weight", o.eot_weight != 1.0),
+        ("--fresh-problems", o.fresh_problems),
+    ]
     for name, given in needs_rows:
         if given and not rows:
             raise ValueError(f"{name} applies to --rows-per-doc only")
@@ -385,8 +512,10 @@ def check_export(name: str | None, export: str | None) -> None:
     """--name is a plain name; --export's three files are writable (a shipped target only with
     --update-shipped: ``spotref.load.files.check_writable``), checked before any training."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
-        raise ValueError(f"--name {name!r} must be a plain name (letters, digits, '.', '_', '-'; "
-                         f"no path): it names runs/NAME and the exported files")
+        raise ValueError(
+            f"--name {name!r} must be a plain name (letters, digits, '.', '_', '-'; "
+            f"no path): it names runs/NAME and the exported files"
+        )
     if export:
         for suffix in (".safetensors", ".json", ".tokenizer.json"):
             check_writable(Path(export) / f"{name}{suffix}")

@@ -13,6 +13,7 @@ order model; ``--sets-only`` adds it to an existing checkpoint.
 3. Report held-out set accuracy, exact-set match of the top proposal against the true next set
    (positions), for SPOT-Sets and for the confidence sets, per T and ``tau``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,13 +26,13 @@ from spotref.drafters.sets import top_sets
 from spotref.tools import trajectories as tj
 from spotref.tools.report import progress
 
-TAUS = (0.9, 0.7, 0.5)      # thresholds the set head is trained and measured at
+TAUS = (0.9, 0.7, 0.5)  # thresholds the set head is trained and measured at
 
 
 def when_matrix(ds: tj.Trajectories, rows: np.ndarray) -> torch.Tensor:
     """(n, B) int64: the future step offset at which each position is committed (-1: never)."""
     a, B = ds.arrays, ds.block_size
-    pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))                     # (n, B), -1 padded
+    pos = torch.from_numpy(a["fut_pos"][rows].astype(np.int64))  # (n, B), -1 padded
     when = torch.from_numpy(a["fut_when"][rows].astype(np.int64))
     out = torch.full((len(rows), B + 1), -1, dtype=torch.int64)
     return out.scatter_(1, torch.where(pos >= 0, pos, B), when)[:, :B]
@@ -42,33 +43,41 @@ def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
 
     Returns x (n, B, F), masked (n, B), tau (n,), y (n, B) float: in the next set."""
     a = ds.arrays
-    when = when_matrix(ds, rows)                                                    # (n, B)
-    d = torch.from_numpy(depths)[:, None]                                           # (n, 1)
-    marks = torch.where((when >= 0) & (when < d), when + 1, 0)                      # draft depth
+    when = when_matrix(ds, rows)  # (n, B)
+    d = torch.from_numpy(depths)[:, None]  # (n, 1)
+    marks = torch.where((when >= 0) & (when < d), when + 1, 0)  # draft depth
     masked = (torch.from_numpy(a["tokens"][rows]) == ds.mask_id) & (marks == 0)
     k = np.minimum(depths, a["pc"].shape[1] - 1)
     pc = torch.from_numpy(a["pc"][rows, k].astype(np.float32))
     step = torch.from_numpy(a["step"][rows].astype(np.int64) + depths)
-    x = order.features(torch.from_numpy(a["top"][rows].astype(np.float32)), pc, masked, marks, step,
-                       torch.from_numpy(a["temp"][rows].astype(np.float32)), torch.from_numpy(a["unseen"][rows]))
+    x = order.features(
+        torch.from_numpy(a["top"][rows].astype(np.float32)),
+        pc,
+        masked,
+        marks,
+        step,
+        torch.from_numpy(a["temp"][rows].astype(np.float32)),
+        torch.from_numpy(a["unseen"][rows]),
+    )
     return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
 
 
 def set_loss(model, x, masked, tau, y):
     """Mean negative log-likelihood of the true decisions y (n, B) under the SPOT-Sets model
     (``spotref.drafters.sets``): the exceed set, or for a singleton also the fallback."""
-    z, s, _ = model.sets(x, masked, tau)                                            # (n, B) each
+    z, s, _ = model.sets(x, masked, tau)  # (n, B) each
     zero = torch.zeros_like(z)
-    log_in = torch.where(masked, -F.softplus(-z), zero)                             # log q_j
-    log_out = torch.where(masked, -F.softplus(z), zero)                             # log (1 - q_j)
-    lp = (y * log_in + (1 - y) * log_out).sum(-1)                                   # log P(E = truth)
+    log_in = torch.where(masked, -F.softplus(-z), zero)  # log q_j
+    log_out = torch.where(masked, -F.softplus(z), zero)  # log (1 - q_j)
+    lp = (y * log_in + (1 - y) * log_out).sum(-1)  # log P(E = truth)
     fallback = log_out.sum(-1) + torch.log_softmax(s, -1).gather(1, y.argmax(-1, keepdim=True))[:, 0]
     lp = torch.where(y.sum(-1) == 1, torch.logaddexp(lp, fallback), lp)
     return -lp.mean()
 
 
-def train_sets(model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: int, lr: float,
-               tf_depth: int, seed: int = 0) -> order.OrderModel:
+def train_sets(
+    model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: int, lr: float, tf_depth: int, seed: int = 0
+) -> order.OrderModel:
     """Train the set head (``set_*`` parameters) on threshold trajectories; every other weight is kept."""
     for p in model.parameters():
         p.requires_grad_(False)

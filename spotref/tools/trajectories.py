@@ -4,16 +4,19 @@
 drafts nothing (so the run is exact decoding) but saves, at every state after a block's first,
 what a drafter can read: the state, its step, what was committed since the stale pass, the
 top-32 stale probabilities, and for the next ``DEPTH + 1`` steps the coupled-noise stale tokens
-(and runner-up tokens) with their stale probabilities. The run's trajectory then gives the true commits from each state to the end of
+(and runner-up tokens) with their stale probabilities. The run's trajectory then gives the true
+commits from each state to the end of
 its block: ``fut_pos`` / ``fut_tok`` in commit order and ``fut_when``, the step offset of each
 (0, 1, 2, ... under the one-position rule; under the threshold rule, ``record(threshold=tau)``,
-one offset per commit set, members in ascending position; ``tau`` is NaN for one-position rows). Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
+one offset per commit set, members in ascending position; ``tau`` is NaN for one-position rows).
+Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
 ``Trajectories.row(i)`` reads like ``drafters.inputs.ViewInputs`` so drafters can be evaluated offline
 (``accepted``): acceptance by state equality needs only the true commits.
 
 Prompts: the target's held-out prompts (``Target.heldout``) of the ``train`` or ``test`` split
 (``spotref.tools.prompts.prompts_for``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,11 +30,25 @@ from spotref.drafters.inputs import ViewInputs
 from spotref.load.files import atomic_save
 from spotref.tools.report import progress
 
-DEPTH = 16          # future steps recorded per state (teacher forcing, calibration, offline eval)
-FORMAT = 4          # 4: decided in the target's serving precision (docs/spec.md 2.1); 3: + unseen;
-                    # 2: stale probabilities of the coupled tokens in float32 (1: float16)
-FIELDS = ("tokens", "step", "unseen", "top", "ctok", "pc", "ctok2", "pc2", "fut_pos", "fut_tok", "fut_when", "temp",
-          "tau", "prompt")
+DEPTH = 16  # future steps recorded per state (teacher forcing, calibration, offline eval)
+FORMAT = 4  # 4: decided in the target's serving precision (docs/spec.md 2.1); 3: + unseen;
+# 2: stale probabilities of the coupled tokens in float32 (1: float16)
+FIELDS = (
+    "tokens",
+    "step",
+    "unseen",
+    "top",
+    "ctok",
+    "pc",
+    "ctok2",
+    "pc2",
+    "fut_pos",
+    "fut_tok",
+    "fut_when",
+    "temp",
+    "tau",
+    "prompt",
+)
 
 
 class Recorder:
@@ -43,36 +60,60 @@ class Recorder:
     def __call__(self, view) -> Draft:
         inp = ViewInputs(view)
         n = min(DEPTH + 1, int((view.tokens == view.mask_id).sum()))
-        steps = [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 \
-            else [view.step] * (DEPTH + 1)                  # T = 0: the same tokens at every step
+        steps = (
+            [view.step + min(i, n - 1) for i in range(DEPTH + 1)] if view.temperature > 0 else [view.step] * (DEPTH + 1)
+        )  # T = 0: the same tokens at every step
         c = {m: inp.pair(m) for m in set(steps)}
-        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].float().cpu().numpy()   # float32: 1 - p matters
-        self.rows.append(dict(block=view.block, step=view.step, tokens=view.tokens.copy(), unseen=view.unseen.copy(),
-                              top=inp.top.half().numpy(),
-                              ctok=torch.stack([c[m][0] for m in steps]).cpu().numpy().astype(np.int32),
-                              pc=np.stack([prob(c[m][0]) for m in steps]),
-                              ctok2=torch.stack([c[m][1] for m in steps]).cpu().numpy().astype(np.int32),
-                              pc2=np.stack([prob(c[m][1]) for m in steps])))
+        prob = lambda x: inp.probs.gather(1, x[:, None])[:, 0].float().cpu().numpy()  # float32: 1 - p matters
+        self.rows.append(
+            dict(
+                block=view.block,
+                step=view.step,
+                tokens=view.tokens.copy(),
+                unseen=view.unseen.copy(),
+                top=inp.top.half().numpy(),
+                ctok=torch.stack([c[m][0] for m in steps]).cpu().numpy().astype(np.int32),
+                pc=np.stack([prob(c[m][0]) for m in steps]),
+                ctok2=torch.stack([c[m][1] for m in steps]).cpu().numpy().astype(np.int32),
+                pc2=np.stack([prob(c[m][1]) for m in steps]),
+            )
+        )
         return Draft.root()
 
 
-def record_one(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None,
-               threshold: float | None = None) -> list[dict]:
+def record_one(
+    model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None, threshold: float | None = None
+) -> list[dict]:
     """The rows of one exact generation, each with its true future commits, temperature and threshold."""
     return record_run(model, prompt, new_tokens, temperature, seed, stop_ids, threshold)[0]
 
 
-def record_run(model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None,
-               threshold: float | None = None) -> tuple[list[dict], object]:
+def record_run(
+    model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None, threshold: float | None = None
+) -> tuple[list[dict], object]:
     """(``record_one``'s rows, the generation's ``Result``)."""
     rec = Recorder()
-    res = spotref.generate(model, prompt, new_tokens, temperature=temperature, seed=seed, drafter=rec,
-                           budget=1, depth=0, stop_ids=stop_ids, threshold=threshold)
+    res = spotref.generate(
+        model,
+        prompt,
+        new_tokens,
+        temperature=temperature,
+        seed=seed,
+        drafter=rec,
+        budget=1,
+        depth=0,
+        stop_ids=stop_ids,
+        threshold=threshold,
+    )
     truth = {(b, k): sorted(d) for b, k, d in res.stats["trajectory"]}
     B = model.block_size
     for row in rec.rows:
-        fut = [(d, c) for d, k in enumerate(range(row["step"], B)) if (row["block"], k) in truth
-               for c in truth[(row["block"], k)]]
+        fut = [
+            (d, c)
+            for d, k in enumerate(range(row["step"], B))
+            if (row["block"], k) in truth
+            for c in truth[(row["block"], k)]
+        ]
         row["fut_pos"] = np.full(B, -1, np.int16)
         row["fut_tok"] = np.full(B, -1, np.int32)
         row["fut_when"] = np.full(B, -1, np.int16)
@@ -106,8 +147,14 @@ class Trajectories:
 
     def save(self, path) -> None:
         """Written atomically: a kill mid-write leaves no truncated cache behind."""
-        atomic_save({"arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.arrays.items()},
-                    "mask_id": self.mask_id, "block_size": self.block_size}, path)
+        atomic_save(
+            {
+                "arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in self.arrays.items()},
+                "mask_id": self.mask_id,
+                "block_size": self.block_size,
+            },
+            path,
+        )
 
     @classmethod
     def load(cls, path) -> "Trajectories":
@@ -121,19 +168,29 @@ class Trajectories:
             return cls(arrays, int(blob["mask_id"]), int(blob["block_size"]))
         except FileNotFoundError:
             raise
-        except Exception as e:                       # zip / pickle / key errors of a broken file
-            first = (str(e).strip().splitlines() or [""])[0]                      # one line
-            raise ValueError(f"the trajectory file {path} is corrupt or truncated: "
-                             f"{type(e).__name__}: {first}") from None
+        except Exception as e:  # zip / pickle / key errors of a broken file
+            first = (str(e).strip().splitlines() or [""])[0]  # one line
+            raise ValueError(
+                f"the trajectory file {path} is corrupt or truncated: {type(e).__name__}: {first}"
+            ) from None
 
     @classmethod
     def concat(cls, parts: list) -> "Trajectories":
-        return cls({k: np.concatenate([p.arrays[k] for p in parts]) for k in FIELDS},
-                   parts[0].mask_id, parts[0].block_size)
+        return cls(
+            {k: np.concatenate([p.arrays[k] for p in parts]) for k in FIELDS}, parts[0].mask_id, parts[0].block_size
+        )
 
 
-def record(model, prompts: list, new_tokens: int, temperature: float, seeds=(0,), stop_ids=None,
-           desc: str = "record", threshold: float | None = None) -> Trajectories:
+def record(
+    model,
+    prompts: list,
+    new_tokens: int,
+    temperature: float,
+    seeds=(0,),
+    stop_ids=None,
+    desc: str = "record",
+    threshold: float | None = None,
+) -> Trajectories:
     """Trajectories of exact decoding (the threshold rule at ``threshold``) on every prompt and seed."""
     rows = []
     jobs = [(i, p, s) for i, p in enumerate(prompts) for s in seeds]
@@ -147,7 +204,7 @@ def teacher_sample(ds: "Trajectories", n: int, tf_depth: int, rng) -> tuple:
     """(rows (n,), depths (n,)): ``n`` recorded states and how many true decisions to advance
     each by, d = floor(u^2 min(decisions left, tf_depth + 1)) (shallow levels more often)."""
     rows = rng.integers(len(ds), size=n)
-    left = ds.arrays["fut_when"][rows].max(1).astype(np.int64) + 1                  # decisions left
+    left = ds.arrays["fut_when"][rows].max(1).astype(np.int64) + 1  # decisions left
     return rows, (rng.random(n) ** 2 * np.minimum(left, tf_depth + 1)).astype(np.int64)
 
 
@@ -157,8 +214,8 @@ class Row:
     def __init__(self, ds: Trajectories, i: int):
         a = ds.arrays
         self.tokens, self.step, self.mask_id = a["tokens"][i], int(a["step"][i]), ds.mask_id
-        self.unseen = a["unseen"][i]                                                  # (B,) bool
-        self.top = torch.from_numpy(a["top"][i].astype(np.float32))                # (B, 32)
+        self.unseen = a["unseen"][i]  # (B,) bool
+        self.top = torch.from_numpy(a["top"][i].astype(np.float32))  # (B, 32)
         self.ctok, self.pc, self.ctok2, self.pc2 = a["ctok"][i], a["pc"][i], a["ctok2"][i], a["pc2"][i]
         n = int((a["fut_pos"][i] >= 0).sum())
         self.fut_pos, self.fut_tok = a["fut_pos"][i][:n].astype(np.int64), a["fut_tok"][i][:n]
