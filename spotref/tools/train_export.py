@@ -12,8 +12,6 @@ started from or averaged), so an export names its whole history.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,8 +20,8 @@ import torch
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.files import atomic_path, atomic_save, atomic_write_text, check_writable, shipped_writes
-from spotref.load.targets import load_target
+from spotref.load.files import atomic_save, atomic_write_text, check_writable, shipped_writes
+from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
 from spotref.tools.train_options import (
@@ -139,51 +137,22 @@ def lineage(path, init_state: dict) -> dict:
 
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
-    """Write ``NAME.safetensors`` (float16), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata),
-    each atomically; the metadata (which load_target reads first) last."""
-    try:
-        from safetensors.torch import save_file
-    except ImportError:
-        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sd = {
-        k: v.detach().to(torch.float16).contiguous()
-        for k, v in model.state_dict().items()
-        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
-    }
-    weights = out_dir / f"{name}.safetensors"
-    with atomic_path(weights) as tmp:
-        save_file(sd, str(tmp))
-    atomic_write_text(out_dir / f"{name}.tokenizer.json", tok.to_json())  # the metadata last: it holds
-    # both files' SHA-256
-    meta = metadata(model, tok, state, name, weights)
-    atomic_write_text(out_dir / f"{name}.json", json.dumps(meta, indent=1) + "\n")
-    return weights
+    """The run as a target ``NAME`` in ``out_dir`` (``spotref.load.targets.save_target``), with
+    its training record in the metadata."""
+    return save_target(model, tok, metadata(model, state, name), Path(out_dir), name)
 
 
-def metadata(model: SDARModel, tok, state: dict, name: str, weights: Path) -> dict:
-    """A target's ``NAME.json``: its config, weights, tokenizer, corpus, training record and
-    held-out losses (``state``: the run's, its last held-out loss the target's)."""
+def metadata(model: SDARModel, state: dict, name: str) -> dict:
+    """A target's ``NAME.json`` but for its files (``save_target`` fills "weights" and
+    "tokenizer"): its config, corpus, training record and held-out losses (``state``: the run's,
+    its last held-out loss the target's)."""
     hist = state["history"]
     return {
         "name": name,
         "config": model.config.to_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "weights": {
-            "file": weights.name,
-            "dtype": "float16",
-            "bytes": weights.stat().st_size,
-            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-        },
-        "tokenizer": {
-            "kind": tok.kind,
-            "file": f"{name}.tokenizer.json",
-            "vocab_size": tok.vocab_size,
-            "eos_id": tok.eos_id,
-            "mask_id": tok.mask_id,
-            "split_digits": tok.split_digits,
-            "sha256": hashlib.sha256(tok.to_json().encode("utf-8")).hexdigest(),
-        },
+        "weights": None,
+        "tokenizer": None,
         "corpus": state["corpus"],
         "training": training_record(state),
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
