@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
+from spotref.checks import check_path
+
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
     "float32": torch.float32,
@@ -88,7 +90,7 @@ def build_on_meta(cls, cfg):
 
 
 def checkpoint_dir(path) -> Path:
-    root = Path(path)
+    root = Path(check_path("the checkpoint directory", path))
     if not root.exists():
         raise ValueError(f"checkpoint directory {str(root)!r} does not exist")
     if not root.is_dir():

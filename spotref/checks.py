@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -36,6 +37,14 @@ def check_real(name, value, lo=None, hi=None, open_lo=False, open_hi=False) -> f
         lb, rb = "(" if open_lo else "[", ")" if open_hi else "]"
         raise ValueError(f"{name} must be in {lb}{_bound(lo, '-inf')}, {_bound(hi, 'inf')}{rb}, got {value}")
     return float(value)
+
+
+def check_path(name, value):
+    """``value`` as a path: a str or an ``os.PathLike`` naming a str (not bytes, not a number)."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{name} must be a path (a non-empty str or os.PathLike), got {value!r}")
+    return path
 
 
 def _bound(b, none: str) -> str:

@@ -9,7 +9,7 @@ from helpers import tiny_model
 
 import spotref
 from spotref.api import Speculator
-from spotref.models import SDARConfig
+from spotref.models import SDARConfig, SDARModel
 
 
 def spec(**kw):
@@ -201,3 +201,14 @@ def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
 def test_heldout_refuses_an_unbounded_or_odd_count(n):
     with pytest.raises(ValueError, match="heldout: n must be an int"):
         spotref.load_target("gsm-b32").heldout(n)
+
+
+@pytest.mark.parametrize("path", [123, None, b"/tmp/ck", ""])
+def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_name(path, tmp_path):
+    pytest.importorskip("safetensors")
+    from spotref.load.export import save_pretrained
+
+    with pytest.raises(ValueError, match="the checkpoint directory must be a path"):
+        SDARModel.from_pretrained(path)
+    with pytest.raises(ValueError, match="save_pretrained: path must be a path"):
+        save_pretrained(tiny_model(V=10, B=4), path)

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from spotref.checkpoint import CONFIG, INDEX, SINGLE, resolve_dtype
+from spotref.checks import check_path
 from spotref.load.files import atomic_dir, atomic_path, atomic_write_text, shipped_writes
 
 
@@ -28,6 +29,7 @@ def save_pretrained(
     """
     from safetensors.torch import save_file
 
+    check_path("save_pretrained: path", path)
     dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
     with shipped_writes(update_shipped), atomic_dir(path, keep=not_checkpoint) as root:
         write(model, root, dtype, max_shard_bytes, shard_of, save_file)
