@@ -1,12 +1,17 @@
-"""Write an SDAR checkpoint directory that ``SDARModel.from_pretrained`` (and transformers) can
-read: config.json, safetensors shards with the Hugging Face names, and the shard index; every
-file written atomically."""
+"""The writers of the two model formats spotref reads, every file written atomically:
+``save_pretrained``, an SDAR checkpoint directory that ``SDARModel.from_pretrained`` (and
+transformers) reads (config.json, safetensors shards with the Hugging Face names, the shard
+index; read by ``spotref.checkpoint``), and ``save_target``, a bundled target's three files
+(read by ``spotref.load.targets.load_target``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
+
+import torch
 
 from spotref.checkpoint import CONFIG, INDEX, SINGLE, resolve_dtype
 from spotref.checks import check_path
@@ -86,3 +91,44 @@ def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:
         groups[-1].append(n)
         size += b
     return groups
+
+
+def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Path:
+    """Write a target as ``load_target`` reads it: ``NAME.safetensors`` (float16, the tied head
+    left out), ``NAME.tokenizer.json`` and ``NAME.json`` (``meta`` with its "weights" and
+    "tokenizer" entries filled in, the SHA-256 of both files among them), each atomically and the
+    metadata last, so a kill leaves the old target or one refused by name. Returns the weights."""
+    try:
+        from safetensors.torch import save_file  # optional dependency (the [cli] extra)
+    except ImportError:
+        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
+    directory.mkdir(parents=True, exist_ok=True)
+    sd = {
+        k: v.detach().to(torch.float16).contiguous()
+        for k, v in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
+    }
+    weights, text = directory / f"{name}.safetensors", tokenizer.to_json()
+    with atomic_path(weights) as tmp:
+        save_file(sd, str(tmp))
+    atomic_write_text(directory / f"{name}.tokenizer.json", text)
+    meta = {
+        **meta,
+        "weights": {
+            "file": weights.name,
+            "dtype": "float16",
+            "bytes": weights.stat().st_size,
+            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        },
+        "tokenizer": {
+            "kind": tokenizer.kind,
+            "file": f"{name}.tokenizer.json",
+            "vocab_size": tokenizer.vocab_size,
+            "eos_id": tokenizer.eos_id,
+            "mask_id": tokenizer.mask_id,
+            "split_digits": tokenizer.split_digits,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        },
+    }
+    atomic_write_text(directory / f"{name}.json", json.dumps(meta, indent=1) + "\n")
+    return weights

@@ -17,7 +17,6 @@ True
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ import torch
 from spotref.checkpoint import check_field_types, read_json
 from spotref.checks import check_int
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.files import atomic_path, atomic_write_text
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -102,47 +100,6 @@ def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str 
     model = _load_model(inside(meta_path, meta["weights"]["file"], "weights.file"), meta, meta_path)
     check_pair(model.config, tokenizer, meta_path)
     return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
-
-
-def save_target(model: SDARModel, tokenizer, meta: dict, directory: Path, name: str) -> Path:
-    """Write a target as ``load_target`` reads it: ``NAME.safetensors`` (float16, the tied head
-    left out), ``NAME.tokenizer.json`` and ``NAME.json`` (``meta`` with its "weights" and
-    "tokenizer" entries filled in, the SHA-256 of both files among them), each atomically and the
-    metadata last, so a kill leaves the old target or one refused by name. Returns the weights."""
-    try:
-        from safetensors.torch import save_file  # optional dependency (the [cli] extra)
-    except ImportError:
-        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
-    directory.mkdir(parents=True, exist_ok=True)
-    sd = {
-        k: v.detach().to(torch.float16).contiguous()
-        for k, v in model.state_dict().items()
-        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
-    }
-    weights, text = directory / f"{name}.safetensors", tokenizer.to_json()
-    with atomic_path(weights) as tmp:
-        save_file(sd, str(tmp))
-    atomic_write_text(directory / f"{name}.tokenizer.json", text)
-    meta = {
-        **meta,
-        "weights": {
-            "file": weights.name,
-            "dtype": "float16",
-            "bytes": weights.stat().st_size,
-            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-        },
-        "tokenizer": {
-            "kind": tokenizer.kind,
-            "file": f"{name}.tokenizer.json",
-            "vocab_size": tokenizer.vocab_size,
-            "eos_id": tokenizer.eos_id,
-            "mask_id": tokenizer.mask_id,
-            "split_digits": tokenizer.split_digits,
-            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        },
-    }
-    atomic_write_text(directory / f"{name}.json", json.dumps(meta, indent=1) + "\n")
-    return weights
 
 
 def inside(meta_path: Path, name: str, field: str) -> Path:
