@@ -8,13 +8,16 @@ full-recompute oracle written after SDAR's generate.py.
 import os
 from functools import partial
 
+import numpy as np
 import pytest
-from hypothesis import Phase, given, settings
+import torch
+from hypothesis import Phase, assume, given, settings
 
 import spotref
 from spotref import core as pure_core
 from spotref import reference
 from spotref.conformance import Case, cases, first_divergence, run_conformance
+from spotref.rules import DecisionRule
 
 CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
@@ -126,7 +129,43 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
         vocab_size=case.config.vocab_size,
         **kw,
     )
-    assert first_divergence(exact, naive, case.config.block_size, len(case.prompt)) is None
+    where = first_divergence(exact, naive, case.config.block_size, len(case.prompt))
+    assume(where is None or not tied_to_the_last_bit(model, case, exact, naive, kw))
+    assert where is None, where
+
+
+def tied_to_the_last_bit(model, case: Case, exact, naive: list, kw: dict) -> bool:
+    """Whether the first step where the oracle differs was a tie of the most confident positions
+    within 1e-12: at a low T these models' confidences round to exactly 1.0 at several positions,
+    and spotref's float64 rule (exp(z - logsumexp z)) and SDAR's softmax, which the oracle
+    transcribes, differ there in the last bit, so the tie order is rounding's. Spotref-vs-spotref
+    tests keep such cases."""
+    B, P, M = case.config.block_size, len(case.prompt), case.config.mask_token_id
+    rule = DecisionRule(
+        M,
+        case.config.vocab_size,
+        B,
+        float(kw.get("temperature", 0.0)),
+        int(kw.get("seed", 0)),
+        kw.get("top_k"),
+        kw.get("top_p"),
+        kw.get("threshold"),
+        kw.get("confidence", "filtered"),
+        "auto",
+    )
+    seq, state = list(case.prompt) + list(exact.tokens), None
+    for block, step, commits in exact.stats["trajectory"]:
+        if step == 0:  # the block's start: the prompt's tail in a partial prompt block, MASK after it
+            state = np.array([seq[block * B + j] if block * B + j < P else M for j in range(B)])
+        differs = [block * B + pos - P for pos, tok in commits]
+        if any(i >= len(naive) or naive[i] != seq[P + i] for i in differs if 0 <= i < len(exact.tokens)):
+            rows = np.flatnonzero(state == M)
+            logits = model(torch.tensor(seq[: block * B] + state.tolist())[None])[0, block * B :]  # (B, V)
+            _, c = rule.drawn(logits[torch.as_tensor(rows)], rows, block, step)
+            return int((c >= c.max() - 1e-12).sum()) >= 2
+        for pos, tok in commits:
+            state[pos] = tok
+    return False
 
 
 @settings(max_examples=max(EXAMPLES // 3, 10))
