@@ -61,11 +61,6 @@ SUBS = {
         ("--block-length 32", "--block-length 4"),  # 32 passes a block
         ("--device cuda", "--device cpu --max-new-tokens 8"),
     ],
-    ("docs/results.md", 0): [
-        ("test_prompts=10", "test_prompts=1"),  # minutes -> seconds
-        ("new_tokens=128", "new_tokens=32"),
-        ("limit=300", "limit=10"),
-    ],
 }
 
 # Blocks marked <!-- not run: ... --> in the docs (the reason is in the doc).
