@@ -1,0 +1,41 @@
+"""The decision step's cost at SDAR-8B's vocabulary on this CPU: ``DecisionRule.drawn`` (tokens
+and confidences from one filter and one softmax, what ``decide`` runs) against ``tokens()`` then
+``confidences()`` (two of each), asserted identical; best of 7, one thread, 32 masked rows.
+
+    python benchmarks/rule_cost.py
+"""
+
+import time
+
+import torch
+
+from spotref.rules import DecisionRule
+
+V, B = 151936, 32
+CASES = [("bfloat16", 0.0, None), ("bfloat16", 1.0, None), ("bfloat16", 1.0, 50), ("float64", 1.0, None),
+         ("float64", 1.0, 50)]  # fmt: skip
+
+
+def best_ms(f, n: int = 7) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return 1e3 * min(times)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)  # (B, V)
+    print("| precision | T | top-k | two passes (ms) | one pass (ms) |\n|---|---|---|---|---|")
+    for precision, T, top_k in CASES:
+        rule = DecisionRule(V - 1, V, B, T, 0, top_k, None, None, "filtered", precision)
+        two = lambda: (lambda x: (x, rule.confidences(logits, x)))(rule.tokens(logits, range(B), 0, 0))
+        one = lambda: rule.drawn(logits, range(B), 0, 0)
+        assert all(torch.equal(a, b) for a, b in zip(two(), one()))
+        print(f"| {precision} | {T:g} | {top_k or '-'} | {best_ms(two):.0f} | {best_ms(one):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
