@@ -81,13 +81,13 @@ def test_demo_shows_a_held_out_prompt_and_its_output(capsys):
 
 
 def test_demo_show_grades_a_math_answer(capsys):
+    from dataclasses import replace
     from types import SimpleNamespace as NS
 
     from spotref.tools import demo
 
-    env = NS(
-        texts=["Q: 2 + 3?"], answers=[5], stops=[0], decode=lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids))
-    )
+    decode = lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids))
+    env = demo.Setup("math", None, [[1]], stops=[0], texts=["Q: 2 + 3?"], answers=[5], decode=decode)
     runs = {
         "exact": [NS(tokens=[5, 0], passes=9)],
         "spot N=4": [NS(tokens=[5, 0], passes=4)],
@@ -97,22 +97,25 @@ def test_demo_show_grades_a_math_answer(capsys):
     out = capsys.readouterr().out
     assert "expected answer: 5; the model's: 5 (right)" in out and "exact decoding, 9 passes" in out
     assert "spot N=4: identical, 4 passes" in out and "bad: DIFFERENT" in out
-    env.answers = [7]
-    demo.show(env, 0, runs)
+    demo.show(replace(env, answers=[7]), 0, runs)
     assert "the model's: 5 (wrong)" in capsys.readouterr().out
 
 
 def test_demo_gen_length_default_leaves_a_math_solution_room():
     """Without --gen-length a math target (held-out answers) gets 256 new tokens, room for a
     whole solution and its '#### N' line; other targets and the random model get 64."""
-    from types import SimpleNamespace as NS
+    from dataclasses import replace
 
     from spotref.tools import demo
 
-    assert demo.gen_length(NS(gen_length=None), NS(answers=[12, 7])) == demo.MATH_LENGTH == 256
-    assert demo.gen_length(NS(gen_length=None), NS(answers=[None])) == demo.TEXT_LENGTH == 64
-    assert demo.gen_length(NS(gen_length=None), NS(answers=None)) == 64
-    assert demo.gen_length(NS(gen_length=40), NS(answers=[12])) == 40
+    def length(argv, answers):
+        env = replace(demo.random_setup(1, 0), answers=answers)
+        return demo.gen_length(demo.DemoOptions.parse(demo.add_arguments, argv), env)
+
+    assert length([], [12, 7]) == demo.MATH_LENGTH == 256
+    assert length([], [None]) == demo.TEXT_LENGTH == 64
+    assert length([], None) == 64
+    assert length(["--gen-length", "40"], [12]) == 40
 
 
 def test_demo_on_a_math_target_finishes_its_answer(capsys):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,7 +26,8 @@ from spotref.drafters import order
 from spotref.drafters.budget import BUDGETS, RoundBudget, choose_budget, draft_times, expected_commits, verify_times
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.names import drafter_for, resolve_drafter
-from spotref.tools.argtypes import int_list
+from spotref.tools.argtypes import guarded, int_list, nonneg_int, positive_int
+from spotref.tools.options import Options
 from spotref.tools.prompts import prompts_for
 from spotref.tools.report import table
 
@@ -180,17 +182,22 @@ def profile_rows(model, drafter, prompts: list, new_tokens: int, T: float, depth
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spotref.tools.costmodel", description=main.__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", nargs="?", default=DEFAULT_TARGET)
     p.add_argument("--drafter", default="spot")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--depth", type=int, default=32)
+    p.add_argument("--depth", type=nonneg_int, default=32)
     p.add_argument(
         "--profile",
         action="store_true",
         help="where a round's time goes, per N (target, order-model calls, drafter inputs, tree growth, build + walk)",
     )
-    p.add_argument("--prompts", type=int, default=4, help="--profile: held-out prompts")
-    p.add_argument("--new-tokens", type=int, default=64, help="--profile: new tokens per prompt")
+    p.add_argument("--prompts", type=positive_int, default=4, help="--profile: held-out prompts")
+    p.add_argument("--new-tokens", type=positive_int, default=64, help="--profile: new tokens per prompt")
     p.add_argument(
         "--budgets",
         type=int_list(1),
@@ -211,7 +218,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--round-budget",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="the drafter at N as is and cut per round (RoundBudget): passes/token, nodes, tokens/s",
@@ -222,81 +229,96 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="project SDAR-8B on one H200 from the roofline and this target's offline acceptance curves",
     )
-    return p
+
+
+@dataclass(frozen=True)
+class CostOptions(Options):
+    """The options of ``python -m spotref.tools.costmodel`` (``add_arguments``), built once by ``run``."""
+
+    target: str  # a bundled target's name
+    drafter: str
+    temperature: float
+    depth: int  # tree depth cap D
+    profile: bool
+    prompts: int  # --profile, --fused-store, --round-budget: held-out prompts
+    new_tokens: int
+    budgets: list[int]  # --profile's rows
+    calls: str  # "level" or "root"
+    fused_store: bool
+    round_budget: int | None
+    targets_dir: str | None  # None: the bundled targets
+    gpu_projection: bool
 
 
 def main(argv=None) -> int:
     """``python -m spotref.tools.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
     the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    return guarded(p.prog, lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The options built once, then the table (or the report) they ask for."""
+    o = CostOptions.from_namespace(args)
     torch.set_num_threads(1)
-    if args.gpu_projection:
-        return project(args.target)
-    target = load_target(args.target, *([args.targets_dir] if args.targets_dir else []))
-    drafter = resolve_drafter(args.drafter, target.model)
-    if args.drafter == "spot":
-        drafter.calls = args.calls
-    mode = (
-        fused_store
-        if args.fused_store
-        else round_budget
-        if args.round_budget
-        else profile
-        if args.profile
-        else cost_table
-    )
-    mode(args, target, drafter)
+    if o.gpu_projection:
+        return project(o.target)
+    target = load_target(o.target, *([o.targets_dir] if o.targets_dir else []))
+    drafter = resolve_drafter(o.drafter, target.model)
+    if o.drafter == "spot":
+        drafter.calls = o.calls
+    mode = fused_store if o.fused_store else round_budget if o.round_budget else profile if o.profile else cost_table
+    mode(o, target, drafter)
     return 0
 
 
-def fused_store(args, target, drafter) -> None:
-    prompts = prompts_for(target, args.prompts, "test", 64)
-    for name, d, N in (("exact", None, 1), (f"{args.drafter} N=4", drafter, 4)):
-        print(f"{args.target}, {name}, {len(prompts)} prompts x {args.new_tokens} new tokens, T = 0:")
+def fused_store(o: CostOptions, target, drafter) -> None:
+    prompts = prompts_for(target, o.prompts, "test", 64)
+    for name, d, N in (("exact", None, 1), (f"{o.drafter} N=4", drafter, 4)):
+        print(f"{o.target}, {name}, {len(prompts)} prompts x {o.new_tokens} new tokens, T = 0:")
         print(
             table(
                 ["fused store", "passes/token", "tokens/s"],
-                fused_store_rows(target.model, prompts, args.new_tokens, d, N),
+                fused_store_rows(target.model, prompts, o.new_tokens, d, N),
             )
         )
 
 
-def round_budget(args, target, drafter) -> None:
-    prompts = prompts_for(target, args.prompts, "test", 64)
+def round_budget(o: CostOptions, target, drafter) -> None:
+    prompts = prompts_for(target, o.prompts, "test", 64)
     print(
-        f"{args.target}, {args.drafter} drafter, N = {args.round_budget}, T = {args.temperature:g}, "
-        f"D = {args.depth}, {len(prompts)} prompts x {args.new_tokens} new tokens:"
+        f"{o.target}, {o.drafter} drafter, N = {o.round_budget}, T = {o.temperature:g}, "
+        f"D = {o.depth}, {len(prompts)} prompts x {o.new_tokens} new tokens:"
     )
     print(
         table(
             ["tree", "passes/token", "nodes drafted", "tokens/s"],
-            round_budget_rows(
-                target.model, drafter, prompts, args.new_tokens, args.round_budget, args.depth, args.temperature
-            ),
+            round_budget_rows(target.model, drafter, prompts, o.new_tokens, o.round_budget, o.depth, o.temperature),
         )
     )
 
 
-def profile(args, target, drafter) -> None:
-    prompts = prompts_for(target, args.prompts, "test", 64)
+def profile(o: CostOptions, target, drafter) -> None:
+    prompts = prompts_for(target, o.prompts, "test", 64)
     print(
-        f"{args.target}, {args.drafter} drafter ({args.calls} calls), T = {args.temperature:g}, D = {args.depth}, "
-        f"{len(prompts)} prompts x {args.new_tokens} new tokens, per verify round:"
+        f"{o.target}, {o.drafter} drafter ({o.calls} calls), T = {o.temperature:g}, D = {o.depth}, "
+        f"{len(prompts)} prompts x {o.new_tokens} new tokens, per verify round:"
     )
     print(
         table(
             PROFILE_COLUMNS,
-            profile_rows(target.model, drafter, prompts, args.new_tokens, args.temperature, args.depth, args.budgets),
+            profile_rows(target.model, drafter, prompts, o.new_tokens, o.temperature, o.depth, o.budgets),
         )
     )
 
 
-def cost_table(args, target, drafter) -> None:
+def cost_table(o: CostOptions, target, drafter) -> None:
     """Verify and draft times per N on this machine, E(N), and the N budget="auto" picks."""
     model = target.model
     tv = verify_times(model, repeats=5)
-    td = draft_times(drafter, model, depth=args.depth, temperature=args.temperature)
-    e = {N: expected_commits(drafter, N, args.temperature) for N in BUDGETS}
+    td = draft_times(drafter, model, depth=o.depth, temperature=o.temperature)
+    e = {N: expected_commits(drafter, N, o.temperature) for N in BUDGETS}
     rows = [[N, 1e3 * tv[N], 1e3 * td[N], e[N], e[N] / (tv[N] + td[N]), e[N] / tv[N]] for N in BUDGETS]
     print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))
     print(

@@ -13,7 +13,8 @@ end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no numb
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -26,16 +27,17 @@ from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import auto_budget, resolve_drafter
 from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
+from spotref.tools.options import Options
 from spotref.tools.report import answer_blocks, progress, table
 
 MATH_LENGTH, TEXT_LENGTH = 256, 64  # --gen-length's defaults: room for a whole solution
 
 
-def gen_length(args, env) -> int:
+def gen_length(options: DemoOptions, env: Setup) -> int:
     """``--gen-length``, or its default for this target: a math target (one whose held-out
     prompts have answers) gets room for a whole solution and its ``#### N`` line."""
-    if args.gen_length is not None:
-        return args.gen_length
+    if options.gen_length is not None:
+        return options.gen_length
     return MATH_LENGTH if env.answers and env.answers[0] is not None else TEXT_LENGTH
 
 
@@ -87,7 +89,40 @@ def add_arguments(p):
     )
 
 
-def random_setup(n_prompts: int, seed: int):
+@dataclass(frozen=True)
+class DemoOptions(Options):
+    """The options of ``spotref demo`` (``add_arguments``), built once by ``run``."""
+
+    prompts: int  # held-out prompts
+    threads: int
+    gen_length: int | None  # None: gen_length() picks by target
+    temperature: float
+    budgets: list[int]  # node budgets N, one SPOT row each
+    budget_auto: bool  # False with --no-auto
+    depth: int  # tree depth cap D
+    seed: int
+    drafter: str | None  # None: best_drafter()
+    width: int | None  # rows of every pass; None: each row alone
+    fused_store: bool
+    model: str  # a bundled target, "default" or "random"
+    show: int  # prompts shown in full
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the demo runs on: a model, its prompts (token ids) and, for a target, their texts,
+    expected answers (None where the domain has none), stop ids and detokenizer."""
+
+    name: str
+    model: SDARModel
+    prompts: list[list[int]]
+    stops: list[int] | None
+    texts: list[str] | None
+    answers: list | None
+    decode: Callable | None
+
+
+def random_setup(n_prompts: int, seed: int) -> Setup:
     """A random SDAR (block 32) and random prompts: the demo before any target is trained."""
     cfg = SDARConfig(
         vocab_size=512,
@@ -104,7 +139,7 @@ def random_setup(n_prompts: int, seed: int):
     torch.manual_seed(seed)
     rng = random.Random(seed)
     prompts = [[rng.randrange(511) for _ in range(rng.randrange(8, 48))] for _ in range(n_prompts)]
-    return SimpleNamespace(
+    return Setup(
         name="random SDAR (untrained)",
         model=SDARModel(cfg).eval(),
         prompts=prompts,
@@ -115,11 +150,11 @@ def random_setup(n_prompts: int, seed: int):
     )
 
 
-def target_setup(name: str, n_prompts: int):
+def target_setup(name: str, n_prompts: int) -> Setup:
     """A bundled target and its own held-out prompts (``Target.heldout``, seed 0), taken whole."""
     target = names.target(name)
     held = target.heldout(n_prompts, seed=0)
-    return SimpleNamespace(
+    return Setup(
         name=name,
         model=target.model,
         prompts=[target.encode(t) for t, _ in held],
@@ -130,12 +165,13 @@ def target_setup(name: str, n_prompts: int):
     )
 
 
-def setup(args):
-    if args.model == "default" and DEFAULT_TARGET in list_targets():
-        return target_setup(DEFAULT_TARGET, args.prompts)
-    if args.model not in ("default", "random"):
-        return target_setup(args.model, args.prompts)
-    return random_setup(args.prompts, args.seed)
+def setup(options: DemoOptions) -> Setup:
+    """``--model``'s target (the default one when it ships) or the random model."""
+    if options.model == "default" and DEFAULT_TARGET in list_targets():
+        return target_setup(DEFAULT_TARGET, options.prompts)
+    if options.model not in ("default", "random"):
+        return target_setup(options.model, options.prompts)
+    return random_setup(options.prompts, options.seed)
 
 
 def best_drafter(model) -> str:
@@ -151,7 +187,7 @@ def clip(text: str, n: int = SHOWN) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def show(env, i: int, runs: dict) -> None:
+def show(env: Setup, i: int, runs: dict) -> None:
     """Prompt ``i``: its text, the expected answer, the output and every SPOT run's verdict."""
     exact = runs["exact"][i]
     text = env.decode([t for t in exact.tokens if t not in (env.stops or ())])
@@ -167,50 +203,52 @@ def show(env, i: int, runs: dict) -> None:
             print(f"--- {key}: {same}, {results[i].passes} passes")
 
 
-def demo(args) -> int:
-    torch.set_num_threads(args.threads)
-    env = setup(args)
+def run(args) -> int:
+    """The ``spotref demo`` entry point: its options built once, then ``demo``."""
+    return demo(DemoOptions.from_namespace(args))
+
+
+def demo(o: DemoOptions) -> int:
+    """Exact decoding and every SPOT budget on each prompt, checked identical; then the table."""
+    torch.set_num_threads(o.threads)
+    env = setup(o)
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
-    length = gen_length(args, env)
-    drafter = args.drafter or best_drafter(model)
-    kw = dict(
-        temperature=args.temperature, seed=args.seed, stop_ids=stops, fused_store=args.fused_store, width=args.width
-    )
-    if args.width is not None and max(args.budgets) > args.width:
-        raise ValueError(
-            f"--budgets {max(args.budgets)} exceeds --width {args.width} (a pass verifies at most width states)"
-        )
+    length = gen_length(o, env)
+    drafter = o.drafter or best_drafter(model)
+    kw = dict(temperature=o.temperature, seed=o.seed, stop_ids=stops, fused_store=o.fused_store, width=o.width)
+    if o.width is not None and max(o.budgets) > o.width:
+        raise ValueError(f"--budgets {max(o.budgets)} exceeds --width {o.width} (a pass verifies at most width states)")
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
-    budgets = {f"{name_of} N={b}": (drafter, b) for b in args.budgets}
-    if args.budget_auto:
-        cut, n = auto_budget(model, drafter, args.depth, args.temperature, args.width)  # cut per round
+    budgets = {f"{name_of} N={b}": (drafter, b) for b in o.budgets}
+    if o.budget_auto:
+        cut, n = auto_budget(model, drafter, o.depth, o.temperature, o.width)  # cut per round
         budgets[f"{name_of} auto (N={n})"] = (cut, n)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, length, **kw)
         runs["exact"].append(exact)
         for key, (d, b) in budgets.items():
-            spot = spotref.generate(model, prompt, length, drafter=d, budget=b, depth=args.depth, **kw)
+            spot = spotref.generate(model, prompt, length, drafter=d, budget=b, depth=o.depth, **kw)
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
             runs[key].append(spot)
-    for i in range(min(args.show, len(prompts)) if env.decode else 0):
+    for i in range(min(o.show, len(prompts)) if env.decode else 0):
         show(env, i, runs)
     print(
-        f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {args.temperature}, "
-        f"depth cap {args.depth}{', fused store' if args.fused_store else ''}; "
+        f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {o.temperature}, "
+        f"depth cap {o.depth}{', fused store' if o.fused_store else ''}; "
         f"every output identical to exact decoding: yes\n"
     )
     print(table(COLUMNS, summary_rows(runs)))
-    print(why(model, args))
+    print(why(model, o))
     return 0
 
 
-def why(model, args) -> str:
+def why(model, options: DemoOptions) -> str:
     """Why fewer passes are or are not more tokens per second here: the measured verify curve."""
-    t = verify_times(model, width=args.width)  # the cost model's own timings
-    N = max(n for n in t if n <= max(args.budgets))
-    path = "rows alone" if args.width is None else f"width {args.width}"
+    t = verify_times(model, width=options.width)  # the cost model's own timings
+    N = max(n for n in t if n <= max(options.budgets))
+    path = "rows alone" if options.width is None else f"width {options.width}"
     return (
         f"\nA verify pass of N states costs t(N) / t(1) = {t[N] / t[1]:.2f} at N = {N} on this "
         f"machine ({path}; t(1) = {t[1] * 1e3:.1f} ms): SPOT gains tokens/s only where its pass "
@@ -262,6 +300,3 @@ def summary_rows(runs: dict) -> list[list]:
         r[:6] + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9), r[6], r[7] / max(r[6], 1), base[7] / max(r[7], 1)]
         for r in rows
     ]
-
-
-run = demo  # the `spotref demo` entry point

@@ -23,7 +23,7 @@ class Options:
     """The base of the commands' options. ``argv``: the command line after the command's name,
     as reports quote it (empty when the options were built in code)."""
 
-    argv: tuple = field(default=(), repr=False, kw_only=True)
+    argv: tuple = field(default=(), repr=False, compare=False, kw_only=True)
 
     @classmethod
     def names(cls) -> tuple:
