@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 import spotref  # noqa: E402
-from spotref.load.files import atomic_write_text, check_writable  # noqa: E402
+from spotref.files import atomic_write_text, check_writable  # noqa: E402
 
 
 def parse(argv):

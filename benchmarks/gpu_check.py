@@ -44,7 +44,7 @@ import torch  # noqa: E402
 import spotref  # noqa: E402
 from spotref.audit import audit, batch_invariance  # noqa: E402
 from spotref.checkpoint import build_on_meta  # noqa: E402
-from spotref.load.files import atomic_write_text  # noqa: E402
+from spotref.files import atomic_write_text  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.models import SDARConfig, SDARModel  # noqa: E402
 from spotref.noise import gumbel  # noqa: E402

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from spotref.checkpoint import load_pretrained
+from spotref.checkpoint import load_pretrained, save_pretrained
 from spotref.checks import check_int
 
 INT_MAX = 2 ** 31 - 1        # every int field of the config fits an int32
@@ -284,6 +284,10 @@ class SDARModel(nn.Module):
         """Load a local SDAR checkpoint directory (config.json + safetensors)."""
         return load_pretrained(cls, path, block_size=block_size, mask_token_id=mask_token_id,
                                dtype=dtype, device=device)
+
+    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
+        """Write a checkpoint directory that ``from_pretrained`` reads back bit for bit."""
+        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped)
 
     @property
     def block_size(self) -> int:

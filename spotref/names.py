@@ -3,9 +3,10 @@ its drafter and a core's name its module.
 
 Every cache here is keyed by value (a name with the modification times of its files, a checkpoint
 path and its modification time), so the same name finds the same object and a rewritten file is
-loaded again. A drafter's module is imported when a drafter is first named: exact decoding
-(``drafter=None``) loads none of them, and the cost model behind ``budget="auto"`` loads when
-that budget is asked for (docs/architecture.md lists the few places that import on demand).
+loaded again. The targets' loader is imported when a target is first named and a drafter's
+module when a drafter is first named: exact decoding with a model object loads neither, and
+the cost model behind ``budget="auto"`` loads when that budget is asked for
+(docs/architecture.md lists the few places that import on demand).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import os
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import spotref
-from spotref.load.targets import TARGETS_DIR, Target, load_target
+
+if TYPE_CHECKING:
+    from spotref.load.targets import Target
 
 # --- targets ----------------------------------------------------------------------------------
 
@@ -25,6 +29,8 @@ _TARGETS: dict = {}  # (metadata path, mtimes of metadata and weights) -> Target
 def target(name: str, directory: Path | str | None = None) -> Target:
     """``load_target(name, directory)``, loaded once per process while its files are unchanged.
     The Target is shared: take ``load_target`` for a copy of your own to change."""
+    from spotref.load.targets import TARGETS_DIR, load_target  # a model object needs no loader
+
     meta = Path(name) if name.endswith(".json") else Path(directory or TARGETS_DIR, f"{name}.json")
     key = (str(meta.resolve()), _mtime(meta), _mtime(meta.with_suffix(".safetensors")))
     if key not in _TARGETS:

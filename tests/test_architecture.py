@@ -68,10 +68,12 @@ def imported(extra: str = "") -> tuple[int, list[str]]:
     return int(out[0]), out[1].split()
 
 
-def test_import_api_loads_the_spec_and_the_loaders_only():
+def test_import_api_loads_the_spec_only():
+    """``import spotref.api`` loads the decoding spec; the model, its checkpoint format and the
+    loaders load when a model or a name is given (1,566 lines at the time of writing)."""
     lines, mods = imported()
-    assert lines <= 3000, f"import spotref.api loads {lines} lines of spotref"
-    assert not [m for m in mods if m.startswith(("spotref.tools", "spotref.data", "spotref.drafters."))], mods
+    assert lines <= 2000, f"import spotref.api loads {lines} lines of spotref"
+    assert not [m for m in mods if m.startswith(("spotref.tools", "spotref.data", "spotref.drafters.", "spotref.load"))]
 
 
 def test_exact_decoding_loads_no_drafter_and_a_named_drafter_loads_its_module():

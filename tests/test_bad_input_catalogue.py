@@ -206,7 +206,7 @@ def test_heldout_refuses_an_unbounded_or_odd_count(n):
 @pytest.mark.parametrize("path", [123, None, b"/tmp/ck", ""])
 def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_name(path, tmp_path):
     pytest.importorskip("safetensors")
-    from spotref.load.export import save_pretrained
+    from spotref.checkpoint import save_pretrained
 
     with pytest.raises(ValueError, match="the checkpoint directory must be a path"):
         SDARModel.from_pretrained(path)

@@ -269,7 +269,7 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
     path = train_drafter.out_path(args)
     assert path.parent.parent == Path("runs") and path.parent.name.startswith("drafter-") and path.name == "t.pt"
     assert train_drafter.out_path(Namespace(target="t", out="x/y.pt", update_shipped=False)) == Path("x/y.pt")
-    from spotref.load.files import shipped_writes
+    from spotref.files import shipped_writes
 
     with shipped_writes():  # as the tool runs it with --update-shipped
         assert train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True)) == ORDER_DIR / "t.pt"

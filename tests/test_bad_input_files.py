@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import spotref
+from spotref.checkpoint import save_pretrained
 from spotref.load.drafters import ORDER_DIR
-from spotref.load.export import save_pretrained
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
 from spotref.models import SDARConfig, SDARModel
 

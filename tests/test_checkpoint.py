@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import SDAR_FILES
 
-from spotref.load.export import save_pretrained
+from spotref.checkpoint import save_pretrained
 from spotref.models import SDARConfig, SDARModel
 
 pytest.importorskip("safetensors")
@@ -49,6 +49,18 @@ def test_round_trip_is_bit_identical(tmp_path, tie, shard):
     assert (m2.lm_head.weight is m2.model.embed_tokens.weight) == tie
     x = torch.randint(0, 299, (2, 20))
     assert torch.equal(m(x), m2(x))
+
+
+def test_the_model_saves_itself_beside_from_pretrained(tmp_path):
+    """``model.save_pretrained`` is the checkpoint module's writer: same files, read back equal."""
+    m = tiny()
+    assert m.save_pretrained(tmp_path / "a", dtype="bf16", max_shard_bytes=30_000) == tmp_path / "a"
+    save_pretrained(m, tmp_path / "b", dtype="bf16", max_shard_bytes=30_000)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir()) and "model.safetensors.index.json" in files
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    m2 = SDARModel.from_pretrained(tmp_path / "a")
+    assert m2.lm_head.weight.dtype == torch.bfloat16 and torch.equal(m2.lm_head.weight, m.lm_head.weight.bfloat16())
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import spotref
+from spotref.checkpoint import save_pretrained
 from spotref.load import targets
-from spotref.load.export import save_pretrained
 from spotref.load.tokenizer import load_tokenizer
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.cli import main

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing overwritten: atomic writes (``spotref.load.files``), a corrupt trajectory
+"""Nothing lost, nothing overwritten: atomic writes (``spotref.files``), a corrupt trajectory
 cache treated as a cache miss, and the conformance suite's Hypothesis extra and database."""
 
 import os
@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import tiny_model
 
+from spotref import files
 from spotref.drafters import order
-from spotref.load import files
 from spotref.load.drafters import load_order_model, save_order_model
 from spotref.tools import prompts
 from spotref.tools import trajectories as tj
@@ -99,7 +99,7 @@ def test_run_dirs_are_new_each_time(tmp_path):
 
 def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     """order.save and save_pretrained die half-way: the files already there survive."""
-    from spotref.load.export import save_pretrained
+    from spotref.checkpoint import save_pretrained
 
     path = tmp_path / "d.pt"
     save_order_model(path, order.OrderModel(8), {"note": "old"})

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import spotref
-from spotref.load.export import save_pretrained
+from spotref.checkpoint import save_pretrained
 from spotref.models import SDARConfig, SDARModel
 
 pytest.importorskip(

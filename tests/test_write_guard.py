@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import spotref
-from spotref.load import files
-from spotref.load.files import atomic_write_text, check_writable, shipped_writes
+from spotref import files
+from spotref.files import atomic_write_text, check_writable, shipped_writes
 from spotref.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_a_save_over_a_sharded_save_leaves_none_of_its_files(tmp_path):
     pytest.importorskip("safetensors")
     import torch
 
-    from spotref.load.export import save_pretrained
+    from spotref.checkpoint import save_pretrained
     from spotref.models import SDARModel
 
     a, b = tiny(0), tiny(1)
@@ -180,20 +180,20 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_whole(tmp_path, monkeypat
     pytest.importorskip("safetensors")
     import torch
 
-    from spotref.load import export
+    from spotref import checkpoint
     from spotref.models import SDARModel
 
     a = tiny(0)
-    export.save_pretrained(a, tmp_path / "ck")
-    real = export.write
+    checkpoint.save_pretrained(a, tmp_path / "ck")
+    real = checkpoint.write_files
 
     def interrupted(model, root, *args):
         real(model, root, *args)
         raise KeyboardInterrupt  # Ctrl-C after every file
 
-    monkeypatch.setattr(export, "write", interrupted)
+    monkeypatch.setattr(checkpoint, "write_files", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        export.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
+        checkpoint.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
     loaded = SDARModel.from_pretrained(tmp_path / "ck")
     assert loaded.config.vocab_size == 40 and torch.equal(loaded.lm_head.weight, a.lm_head.weight)
     assert not list(tmp_path.glob(".ck.*"))

@@ -5,6 +5,7 @@ Each target is three files in ``spotref/load/targets/``: ``NAME.safetensors`` (f
 the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,
 tokenizer, corpus, training command and time, held-out loss, quality numbers, and the SHA-256
 of the weights, checked at load time so a corrupt or truncated file fails loudly).
+``save_target`` writes the three files (the trainer's export calls it), the metadata last.
 
 >>> import spotref
 >>> "stdlib-b32" in spotref.list_targets()
@@ -17,6 +18,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ import torch
 
 from spotref.checkpoint import check_field_types, read_json
 from spotref.checks import check_int
+from spotref.files import atomic_path, atomic_write_text
 from spotref.load.bpe import tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
 
@@ -224,3 +227,44 @@ def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
     if missing or unexpected:
         raise ValueError(f"the weights do not match the config: missing {missing}, unexpected {unexpected}")
     return model.float().eval()
+
+
+def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Path:
+    """Write a target as ``load_target`` reads it: ``NAME.safetensors`` (float16, the tied head
+    left out), ``NAME.tokenizer.json`` and ``NAME.json`` (``meta`` with its "weights" and
+    "tokenizer" entries filled in, the SHA-256 of both files among them), each atomically and the
+    metadata last, so a kill leaves the old target or one refused by name. Returns the weights."""
+    try:
+        from safetensors.torch import save_file  # optional dependency (the [cli] extra)
+    except ImportError:
+        raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
+    directory.mkdir(parents=True, exist_ok=True)
+    sd = {
+        k: v.detach().to(torch.float16).contiguous()
+        for k, v in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
+    }
+    weights, text = directory / f"{name}.safetensors", tokenizer.to_json()
+    with atomic_path(weights) as tmp:
+        save_file(sd, str(tmp))
+    atomic_write_text(directory / f"{name}.tokenizer.json", text)
+    meta = {
+        **meta,
+        "weights": {
+            "file": weights.name,
+            "dtype": "float16",
+            "bytes": weights.stat().st_size,
+            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        },
+        "tokenizer": {
+            "kind": tokenizer.kind,
+            "file": f"{name}.tokenizer.json",
+            "vocab_size": tokenizer.vocab_size,
+            "eos_id": tokenizer.eos_id,
+            "mask_id": tokenizer.mask_id,
+            "split_digits": tokenizer.split_digits,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        },
+    }
+    atomic_write_text(directory / f"{name}.json", json.dumps(meta, indent=1) + "\n")
+    return weights

@@ -4,8 +4,9 @@
 any import that breaks the layering (a cycle, an import of a higher layer, a ``spotref`` import
 inside a function); ``--png`` draws the picture of docs/architecture.md. The layers, bottom up:
 
-1. ``spec core``: noise, rules, draft, core, decode, models, checkpoint, checks: the algorithm,
-   the model and its file format. They import nothing above them;
+1. ``spec core``: noise, rules, draft, core, decode, models, checkpoint, checks, files: the
+   algorithm, the model, its file format (read and written), and the checks and atomic writes
+   they share. They import nothing above them;
 2. ``drafters``: every drafter, reading only the view the spec hands it;
 3. ``data``: the training corpora and the held-out problem generators;
 4. ``load``: bundled targets and drafters beside their data, tokenizers, atomic files;
@@ -22,7 +23,7 @@ import argparse
 import ast
 from pathlib import Path
 
-from spotref.load.files import atomic_path, run_dir
+from spotref.files import atomic_path, run_dir
 
 ROOT = Path(__file__).resolve().parents[1]  # the spotref package
 SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
@@ -30,8 +31,8 @@ LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools")
 ENTRY = {"spotref.api", "spotref.names", "spotref.reference", "spotref.conformance", "spotref.audit", "spotref"}
 LAZY = {  # the modules that import on demand, and why
     "spotref.tools.cli": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
-    "spotref.names": "a drafter's module when it is first named, the cost model when budget='auto' "
-    "(exact decoding loads neither)",
+    "spotref.names": "the targets' loader when a target is first named, a drafter's module when it is first "
+    "named, the cost model when budget='auto' (exact decoding with a model object loads none of them)",
     "spotref.load.targets": "the corpus a target's metadata names, when held-out prompts are asked for",
 }
 

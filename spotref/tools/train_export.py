@@ -20,9 +20,8 @@ import torch
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.export import save_target
 from spotref.load.files import atomic_save, atomic_write_text, check_writable, shipped_writes
-from spotref.load.targets import load_target
+from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
 from spotref.tools.train_options import (
@@ -138,7 +137,7 @@ def lineage(path, init_state: dict) -> dict:
 
 
 def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path:
-    """The run as a target ``NAME`` in ``out_dir`` (``spotref.load.export.save_target``), with
+    """The run as a target ``NAME`` in ``out_dir`` (``spotref.load.targets.save_target``), with
     its training record in the metadata."""
     return save_target(model, tok, metadata(model, state, name), Path(out_dir), name)
 

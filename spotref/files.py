@@ -1,0 +1,200 @@
+"""Writing files so that nothing is lost or half-written: atomic writes and run directories.
+
+Every file spotref writes goes through ``atomic_write``: the bytes go to a temporary file in
+the destination's own directory, which is flushed, fsynced and then renamed over the
+destination (``os.replace``, atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves
+the old file intact and no temporary file behind; a reader never sees half a file.
+
+A kill (SIGKILL) cannot run the cleanup: it leaves ``.NAME.PID.XXXX.tmp`` beside the
+destination. The next write to the same destination removes such files whose process is gone.
+
+**The write guard** (``check_writable``, called by every writer here before any byte is written):
+nothing inside the installed ``spotref`` package (the bundled targets and drafters) or a
+checkout's ``docs/`` is written unless the caller is inside ``shipped_writes()`` (the tools enter
+it for ``--update-shipped``, functions for ``update_shipped=True``), whatever the spelling of the
+path (relative, ``..``, symbolic links: the resolved path is what counts). Tools write into a
+fresh run directory (``run_dir``, under the git-ignored ``runs/``) unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+RUNS = Path("runs")
+PACKAGE = Path(__file__).resolve().parent  # the installed spotref package
+CHECKOUT_DOCS = PACKAGE.parent / "docs"  # a source checkout's docs/
+_SHIPPED_OK = [False]  # inside shipped_writes()
+
+
+@contextlib.contextmanager
+def shipped_writes(allowed: bool = True):
+    """Within the block (when ``allowed``), writers may replace shipped files."""
+    before, _SHIPPED_OK[0] = _SHIPPED_OK[0], bool(allowed) or _SHIPPED_OK[0]
+    try:
+        yield
+    finally:
+        _SHIPPED_OK[0] = before
+
+
+def shipped(path) -> bool:
+    """Whether ``path`` (resolved) lies inside the package or a checkout's docs/."""
+    p = Path(os.path.realpath(os.fspath(path)))
+    roots = [PACKAGE] + ([CHECKOUT_DOCS] if (PACKAGE.parent / "pyproject.toml").exists() else [])
+    return any(p == r or r in p.parents for r in roots)
+
+
+def check_writable(path) -> Path:
+    """``path`` as a ``Path``, or ``ValueError`` naming it: not a str or path, a shipped file
+    outside ``shipped_writes()``, or a directory that cannot be created or written. Tools call it
+    on their outputs before any work; every writer here calls it before writing."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
+    path = Path(path)
+    if shipped(path) and not _SHIPPED_OK[0]:
+        raise ValueError(
+            f"{path} is a shipped file (inside the spotref package or docs/): pass "
+            f"--update-shipped (update_shipped=True) to replace it, or write elsewhere"
+        )
+    parent = next((d for d in [path.parent, *path.parent.parents] if d.exists()), Path("."))
+    if path.exists() and path.is_dir():
+        raise ValueError(f"{path} is a directory, not a file to write")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{path} cannot be written: {parent} is not a writable directory")
+    return path
+
+
+def clean_stale(path: Path) -> None:
+    """Remove ``.NAME.PID.XXXX.tmp`` files (and directories) beside ``path`` left by a process
+    that is gone."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.[^/]+\.tmp$")
+    for f in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        m = pattern.match(f.name)
+        if m and not _alive(int(m.group(1))):
+            shutil.rmtree(f, ignore_errors=True) if f.is_dir() else f.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends
+    without an error (for writers that want a file name, as ``safetensors.save_file``).
+
+    The parent directory is created. On any error (KeyboardInterrupt included) the temporary
+    file is removed and ``path`` is left as it was. ``check_writable`` first.
+    """
+    path = check_writable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:  # on disk before the rename
+            os.fsync(f.fileno())
+        os.chmod(tmp, _mode(path))  # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path, keep=lambda name: True):
+    """A fresh temporary directory beside ``path`` to write a whole directory into. On success
+    the entries of the old ``path`` that ``keep(name)`` and the new one lacks are copied in (files
+    the writer does not own, such as a tokenizer beside a checkpoint), then the new directory is
+    swapped in (two renames) and the old one removed: no file of an earlier save survives that
+    this save did not write or keep. On any error the temporary directory is removed and ``path``
+    is left as it was; a kill between the two renames leaves ``path`` absent, never mixed (the old
+    one stays beside it as ``.NAME.PID.old`` until the next save removes it)."""
+    path = Path(path)
+    check_writable(path / "x")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"))
+    try:
+        yield tmp
+        if path.exists():
+            for entry in path.iterdir():
+                if keep(entry.name) and not (tmp / entry.name).exists():
+                    (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
+            old = path.parent / f".{path.name}.{os.getpid()}.old.tmp"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+        path.chmod(0o777 & ~_umask())  # mkdtemp makes 0700 directories
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path, write_fn, binary: bool = True) -> Path:
+    """Call ``write_fn(f)`` on a temporary file beside ``path``, then rename it onto ``path``."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write_fn(f)
+    return Path(path)
+
+
+def _mode(path: Path) -> int:
+    """The existing file's permissions, else what a plain ``open`` would give (umask applied)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """``Path(path).write_text(text)`` (UTF-8), atomically."""
+    return atomic_write(path, lambda f: f.write(text), binary=False)
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_save(obj, path) -> Path:
+    """``torch.save(obj, path)``, atomically."""
+    import torch
+
+    return atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def run_dir(tool: str, root=RUNS) -> Path:
+    """A new directory ``root/TOOL-YYYYmmdd-HHMMSS[-k]`` for one run's outputs (created)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for k in range(1000):
+        d = Path(root, f"{tool}-{stamp}" + (f"-{k}" if k else ""))
+        try:
+            d.mkdir(parents=True)
+            return d
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run directory under {root}")
