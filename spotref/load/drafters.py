@@ -20,7 +20,7 @@ import torch
 
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.files import atomic_save
+from spotref.files import atomic_save
 
 ORDER_DIR = Path(__file__).parent / "order_models"
 
