@@ -49,3 +49,61 @@ def test_costmodel_options_match_its_parser():
     assert o.target == "stdlib-b32" and o.profile and o.budgets == [2, 4]
     for f in (costmodel.fused_store, costmodel.round_budget, costmodel.profile, costmodel.cost_table):
         assert "CostOptions" in str(inspect.signature(f)), f
+
+
+# ---- spotref generate, spotref audit (spotref.tools.cli_models) -------------------------------
+
+CLI_MODELS_ARGV = ["--model", "stdlib-b16", "--prompt-ids", "1, 2,3", "--seed", "5"]
+
+
+class ReachedSetup(Exception):
+    """Raised by a stand-in ``setup``: what ``run_generate``/``run_audit`` passed it, seen, the run stops."""
+
+
+def cli_models_setup_sees(monkeypatch, run, command: str):
+    """What ``run`` (``run_generate`` or ``run_audit``) gives ``setup``, parsed by the ``spotref`` parser."""
+    from spotref.tools import cli, cli_models
+
+    seen = []
+
+    def setup(options):
+        seen.append(options)
+        raise ReachedSetup
+
+    monkeypatch.setattr(cli_models, "setup", setup)
+    args = cli.parser_for(command).parse_args([command, *CLI_MODELS_ARGV])
+    args.argv = CLI_MODELS_ARGV
+    with pytest.raises(ReachedSetup):
+        run(args)
+    return seen[0]
+
+
+def cli_models_parser_dests(add_arguments) -> list:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return [a.dest for a in p._actions if a.dest != "help"]
+
+
+def test_generate_options_match_its_parser(monkeypatch):
+    from spotref.tools.cli_models import GenerateOptions, add_generate, check_chat_args, prompt_ids, run_generate
+
+    o = GenerateOptions.parse(add_generate, CLI_MODELS_ARGV)
+    assert type(o) is GenerateOptions and list(o.names()) == cli_models_parser_dests(add_generate)
+    assert (o.max_new_tokens, o.drafter, o.seed, o.argv) == (128, "confidence", 5, ())
+    assert prompt_ids(o, None) == [1, 2, 3]
+    with pytest.raises(ValueError, match="--system needs --chat"):
+        check_chat_args(GenerateOptions.parse(add_generate, CLI_MODELS_ARGV + ["--system", "s"]))
+    seen = cli_models_setup_sees(monkeypatch, run_generate, "generate")
+    assert type(seen) is GenerateOptions and seen.argv == tuple(CLI_MODELS_ARGV) and seen.seed == 5
+
+
+def test_audit_options_match_its_parser(monkeypatch):
+    from spotref.tools.cli_models import AuditOptions, add_audit, add_generate, run_audit
+
+    o = AuditOptions.parse(add_audit, CLI_MODELS_ARGV + ["--batch-rows", "3"])
+    assert type(o) is AuditOptions and list(o.names()) == cli_models_parser_dests(add_audit)
+    assert (o.batch_rows, o.max_new_tokens) == (3, 64)
+    with pytest.raises(TypeError, match=r"fields without an option \['batch_rows'\]"):
+        AuditOptions.parse(add_generate, CLI_MODELS_ARGV)
+    seen = cli_models_setup_sees(monkeypatch, run_audit, "audit")
+    assert type(seen) is AuditOptions and seen.batch_rows == 8 and seen.argv == tuple(CLI_MODELS_ARGV)

@@ -1,6 +1,9 @@
 """``spotref generate`` and ``spotref audit``: model, tokenizer, prompt and drafter from the
 command line, each bad value turned into one ``ValueError`` that names it.
 
+Each command's ``run_*`` builds its options once (``GenerateOptions``, ``AuditOptions``); the
+functions below it take that object, never the parsed namespace.
+
 ``--model`` is a checkpoint directory (``SDARModel.from_pretrained`` + ``load_tokenizer``) or,
 when no such directory exists, the name of a bundled target (``spotref.load_target``).
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +26,7 @@ from spotref.load.tokenizer import chat_format, load_tokenizer
 from spotref.models import SDARModel
 from spotref.names import DRAFTERS, is_checkpoint_name, known_names
 from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
+from spotref.tools.options import Options
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
@@ -95,6 +100,44 @@ def add_model_args(p, drafter_default: str) -> None:
     p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
 
 
+@dataclass(frozen=True)
+class GenerateOptions(Options):
+    """The options of ``spotref generate`` (``add_generate``), built once by ``run_generate``."""
+
+    model: str  # --model, a checkpoint directory or a bundled target's name
+    prompt: str | None  # --prompt text; None: --prompt-ids
+    prompt_ids: str | None  # --prompt-ids as given, comma-separated (``prompt_ids`` parses it)
+    chat: bool
+    system: str | None  # --system message (needs --chat)
+    no_think: bool
+    max_new_tokens: int
+    block_length: int | None  # block size B; None: the config's
+    mask_id: int | None  # MASK token id; None: the config's
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    confidence: str  # "filtered" or "unfiltered"
+    threshold: float | None  # threshold rule tau; None: one position a step
+    seed: int
+    drafter: str  # as given: none, a drafter name, a bundled drafter or a .pt path (``drafter_arg``)
+    budget: int  # tree node budget N
+    width: int | None  # rows of every pass, padded; None: each row alone
+    precision: str | None  # the dtype the rule decides in; None: the model's serving precision
+    depth: int  # tree depth cap D
+    no_stop: bool
+    device: str
+    threads: int
+    dtype: str | None  # the model's dtype; None: the checkpoint's
+
+
+@dataclass(frozen=True)
+class AuditOptions(GenerateOptions):
+    """The options of ``spotref audit`` (``add_audit``): generate's and ``--batch-rows``, built
+    once by ``run_audit``."""
+
+    batch_rows: int  # batch-invariance check rows; 0: skip the check
+
+
 def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, device=None):
     """(model, tokenizer or None): a checkpoint directory first, then a bundled target."""
     path = Path(spec)
@@ -166,31 +209,30 @@ def check_pair(model, tok) -> None:
         )
 
 
-def prompt_ids(args, tok) -> list:
-    if args.prompt_ids is not None:
+def prompt_ids(options: GenerateOptions, tok) -> list:
+    """The prompt's token ids: --prompt-ids as given, else --prompt encoded (in the chat format with --chat)."""
+    o = options
+    if o.prompt_ids is not None:
         try:
-            return [int(t) for t in args.prompt_ids.replace(",", " ").split()]
+            return [int(t) for t in o.prompt_ids.replace(",", " ").split()]
         except ValueError:
-            raise ValueError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
+            raise ValueError(f"--prompt-ids must be comma-separated integers, got {o.prompt_ids!r}") from None
     if tok is None:
-        raise ValueError(f"--model {args.model!r} has no tokenizer files: use --prompt-ids")
-    if args.chat and not hasattr(tok, "encode_chat"):
+        raise ValueError(f"--model {o.model!r} has no tokenizer files: use --prompt-ids")
+    if o.chat and not hasattr(tok, "encode_chat"):
         raise ValueError(
-            f"--chat: --model {args.model!r} has no chat format (a bundled target is "
+            f"--chat: --model {o.model!r} has no chat format (a bundled target is "
             f"trained on plain text): leave out --chat"
         )
-    if not args.chat:
-        if isinstance(tok, ChatText) and "<|im_start|>" not in args.prompt:
+    if not o.chat:
+        if isinstance(tok, ChatText) and "<|im_start|>" not in o.prompt:
             print(
-                f"note: --model {args.model} is trained on chat-formatted problems; "
-                f"--chat wraps --prompt in that format",
+                f"note: --model {o.model} is trained on chat-formatted problems; --chat wraps --prompt in that format",
                 file=sys.stderr,
             )
-        return tok.encode(args.prompt)
-    msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
-        {"role": "user", "content": args.prompt}
-    ]
-    return tok.encode(chat_format(msgs, enable_thinking=False if args.no_think else None))
+        return tok.encode(o.prompt)
+    msgs = ([{"role": "system", "content": o.system}] if o.system else []) + [{"role": "user", "content": o.prompt}]
+    return tok.encode(chat_format(msgs, enable_thinking=False if o.no_think else None))
 
 
 def drafter_arg(name: str):
@@ -208,37 +250,39 @@ def drafter_arg(name: str):
     raise ValueError(f"--drafter {name!r} is unknown; known: none, {known_names()}")
 
 
-def check_chat_args(args) -> None:
+def check_chat_args(options: GenerateOptions) -> None:
     """--system and --no-think only mean something with --chat, and --chat only with --prompt."""
-    if not args.chat:
-        for flag, given in (("--system", args.system is not None), ("--no-think", args.no_think)):
+    o = options
+    if not o.chat:
+        for flag, given in (("--system", o.system is not None), ("--no-think", o.no_think)):
             if given:
                 raise ValueError(f"{flag} needs --chat (it only changes the chat format)")
-    elif args.prompt is None:
+    elif o.prompt is None:
         raise ValueError("--chat wraps --prompt text: it does not apply to --prompt-ids")
 
 
-def setup(args):
-    """(model, tokenizer, prompt ids, generate kwargs) from the parsed arguments."""
-    check_chat_args(args)
-    torch.set_num_threads(args.threads)
-    drafter = drafter_arg(args.drafter)
-    model, tok = resolve_model(args.model, args.block_length, args.mask_id, args.dtype, args.device)
+def setup(options: GenerateOptions):
+    """(model, tokenizer, prompt ids, drafter, generate kwargs) from the options."""
+    o = options
+    check_chat_args(o)
+    torch.set_num_threads(o.threads)
+    drafter = drafter_arg(o.drafter)
+    model, tok = resolve_model(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
-    ids = prompt_ids(args, tok)
-    stops = [] if args.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
+    ids = prompt_ids(o, tok)
+    stops = [] if o.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
     kw = dict(
-        temperature=args.temperature,
-        seed=args.seed,
-        threshold=args.threshold,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        budget=args.budget,
-        depth=args.depth,
+        temperature=o.temperature,
+        seed=o.seed,
+        threshold=o.threshold,
+        top_k=o.top_k,
+        top_p=o.top_p,
+        budget=o.budget,
+        depth=o.depth,
         stop_ids=stops,
-        confidence=args.confidence,
-        precision=args.precision,
-        width=args.width,
+        confidence=o.confidence,
+        precision=o.precision,
+        width=o.width,
     )
     return model, tok, ids, drafter, kw
 
@@ -250,14 +294,15 @@ def show(tok, tokens, stops) -> str:
 
 
 def run_generate(args) -> int:
-    model, tok, ids, drafter, kw = setup(args)
+    options = GenerateOptions.from_namespace(args)
+    model, tok, ids, drafter, kw = setup(options)
     t = time.perf_counter()
-    res = spotref.generate(model, ids, args.max_new_tokens, drafter=drafter, **kw)
+    res = spotref.generate(model, ids, options.max_new_tokens, drafter=drafter, **kw)
     wall = time.perf_counter() - t
     print(show(tok, res.tokens, kw["stop_ids"]))
     print(
         f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
-        f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {args.drafter})",
+        f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {options.drafter})",
         file=sys.stderr,
     )
     return 0
@@ -265,23 +310,30 @@ def run_generate(args) -> int:
 
 def run_audit(args) -> int:
     """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
-    model, tok, ids, drafter, kw = setup(args)
+    options = AuditOptions.from_namespace(args)
+    model, tok, ids, drafter, kw = setup(options)
     print(f"kernels: {kernel_path(model.lm_head.weight.device)}")
     if drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
-    if args.batch_rows:
-        rows = args.batch_rows if args.width is None else min(args.batch_rows, args.width)
-        inv = batch_invariance(
-            model,
-            prefix_len=len(ids) // model.block_size * model.block_size,
-            rows=rows,
-            seed=args.seed,
-            width=args.width,
-        )
-        print(
-            f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
-            f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})"
-        )
-    report = audit(model, ids, args.max_new_tokens, drafter=drafter, **kw)
+    if options.batch_rows:
+        print_batch_invariance(model, ids, options)
+    report = audit(model, ids, options.max_new_tokens, drafter=drafter, **kw)
     print(f"audit: {report}")
     return 0 if report.identical else 1
+
+
+def print_batch_invariance(model, ids: list, options: AuditOptions) -> None:
+    """How many rows of a batched denoise (``--batch-rows``, at most ``--width``) are
+    bit-identical to the row alone."""
+    o = options
+    inv = batch_invariance(
+        model,
+        prefix_len=len(ids) // model.block_size * model.block_size,
+        rows=o.batch_rows if o.width is None else min(o.batch_rows, o.width),
+        seed=o.seed,
+        width=o.width,
+    )
+    print(
+        f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
+        f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})"
+    )
