@@ -281,9 +281,8 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
 
 def test_bench_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    a = Namespace(update_shipped=False, replot=False, out=None, plot=None, also=[])
-    bench.outputs(a)
-    assert Path(a.out).parent.name.startswith("bench-") and a.plot == str(Path(a.out).with_suffix(".png"))
-    s = Namespace(update_shipped=True, replot=False, out=None, plot=None, also=[])
-    bench.outputs(s)
-    assert (s.out, s.plot) == ("docs/results.md", "docs/results.png")
+    paths = bench.outputs(bench.BenchOptions.parse(bench.add_arguments, []))
+    assert Path(paths.report).parent.name.startswith("bench-")
+    assert paths.plot == str(Path(paths.report).with_suffix(".png"))
+    shipped = bench.outputs(bench.BenchOptions.parse(bench.add_arguments, ["--update-shipped"]))
+    assert shipped == ("docs/results.md", "docs/results.png")

@@ -68,8 +68,8 @@ def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
     """A decoder whose output differs from exact decoding stops the benchmark loudly."""
     real = bench_run.gen
 
-    def lossy(setup, prompt, T, args, **kw):
-        res = real(setup, prompt, T, args, **kw)
+    def lossy(setup, prompt, T, options, **kw):
+        res = real(setup, prompt, T, options, **kw)
         if kw.get("drafter") is not None and res.tokens:
             res.tokens[-1] = (res.tokens[-1] + 1) % 90
         return res
@@ -139,10 +139,8 @@ def test_goal_rows_on_answer_blocks_read_the_answer_column():
             ("oracle-order", 5.0, 3.0),
         )
     ]
-    assert bench_report.goal_rows(rows, None) == [["t", "0", 8, 4.0, 2.0, "yes", 2.0, "yes", 0.75, "yes"]]
-    assert bench_report.goal_rows(rows, None, "answer_fewer_passes") == [
-        ["t", "0", 8, 2.0, 1.0, "no", 2.0, "yes", 0.5, "no"]
-    ]
+    assert bench_report.goal_rows(rows) == [["t", "0", 8, 4.0, 2.0, "yes", 2.0, "yes", 0.75, "yes"]]
+    assert bench_report.goal_rows(rows, "answer_fewer_passes") == [["t", "0", 8, 2.0, 1.0, "no", 2.0, "yes", 0.5, "no"]]
 
 
 def test_rows_have_a_field_per_column():

@@ -107,3 +107,26 @@ def test_audit_options_match_its_parser(monkeypatch):
         AuditOptions.parse(add_generate, CLI_MODELS_ARGV)
     seen = cli_models_setup_sees(monkeypatch, run_audit, "audit")
     assert type(seen) is AuditOptions and seen.batch_rows == 8 and seen.argv == tuple(CLI_MODELS_ARGV)
+
+
+def test_bench_options_match_its_parser(tmp_path, monkeypatch):
+    import argparse
+    import dataclasses
+    import typing
+
+    from spotref.tools import bench, bench_report, bench_run, bench_sets
+    from spotref.tools.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    dests = [a.dest for a in p._actions if a.dest != "help"]
+    options = BenchOptions.from_namespace(p.parse_args(["--quick", "--targets", "random"]))
+    assert isinstance(options, BenchOptions) and list(BenchOptions.names()) == dests
+    assert BenchOptions.parse(add_arguments, ["--with", "a.md", "b.md"]).also == ["a.md", "b.md"]
+    for f in (bench.bench_target, bench.outputs, bench_run.gen, bench_run.run_drafter, bench_sets.bench_sets):
+        assert typing.get_type_hints(f)["options"] is BenchOptions, f.__name__
+    assert typing.get_type_hints(bench_report.header)["options"] is BenchOptions
+    g = grid(options)  # --quick's grid where an option was left out; the depth capped
+    assert g == Grid((0.0, 1.0), (1, 4), 2, 24, 4, (0.9,), DRAFTERS, True)
+    monkeypatch.chdir(tmp_path)
+    assert bench.outputs(dataclasses.replace(options, out="r.md")) == ("r.md", "r.png")

@@ -22,6 +22,7 @@ from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import drafter_for, resolve_drafter
+from spotref.tools.bench_options import BenchOptions, grid
 from spotref.tools.prompts import prompts_for
 from spotref.tools.report import answer_blocks
 from spotref.tools.trajectories import record
@@ -40,16 +41,17 @@ class Setup:
     exact: dict = field(default_factory=dict)  # T -> [exact Result per prompt]
 
 
-def target_setup(name: str, args) -> Setup:
-    t = names.target(name, args.targets_dir)
-    s = Setup(name, t.model, prompts_for(t, args.prompts, "test", args.prompt_tokens), t.stop_ids)
+def target_setup(name: str, options: BenchOptions) -> Setup:
+    o = options
+    t = names.target(name, o.targets_dir)
+    s = Setup(name, t.model, prompts_for(t, grid(o).prompts, "test", o.prompt_tokens), t.stop_ids)
     try:
-        s.spot = drafter_for(t.model, "spot", args.drafters_dir)
-        s.calibrated = drafter_for(t.model, "calibrated", args.drafters_dir)
+        s.spot = drafter_for(t.model, "spot", o.drafters_dir)
+        s.calibrated = drafter_for(t.model, "calibrated", o.drafters_dir)
     except ValueError as e:
         print(f"bench: {name}: {e}", file=sys.stderr)
-    if getattr(args, "precision", None):
-        s.model = served_in(t.model, args.precision)
+    if o.precision:
+        s.model = served_in(t.model, o.precision)
     return s
 
 
@@ -61,9 +63,10 @@ def served_in(model, precision: str):
     return out
 
 
-def random_setup(args) -> Setup:
+def random_setup(options: BenchOptions) -> Setup:
     """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
-    torch.manual_seed(args.seed)
+    g = grid(options)
+    torch.manual_seed(options.seed)
     cfg = SDARConfig(
         vocab_size=97,
         hidden_size=32,
@@ -77,11 +80,11 @@ def random_setup(args) -> Setup:
         initializer_range=0.5,
     )
     model = SDARModel(cfg).eval()
-    rng = np.random.default_rng(args.seed)
-    prompts = [rng.integers(0, 96, 16).tolist() for _ in range(args.prompts)]
+    rng = np.random.default_rng(options.seed)
+    prompts = [rng.integers(0, 96, 16).tolist() for _ in range(g.prompts)]
     tables = {}
     for T in (0.0, 1.0):
-        ds = record(model, prompts[:3], args.new_tokens, T, desc="calibrate")
+        ds = record(model, prompts[:3], g.new_tokens, T, desc="calibrate")
         tables[temperature_key(T)] = calibrate([ds.row(i) for i in range(len(ds))])
     return Setup("random (untrained)", model, prompts, None, SpotDrafter(OrderModel(8)), CalibratedDrafter(tables))
 
@@ -110,9 +113,9 @@ def make_drafter(name: str, setup: Setup, exact):
 # --- running ----------------------------------------------------------------------------------
 
 
-def gen(setup: Setup, prompt, T: float, args, **kw):
+def gen(setup: Setup, prompt, T: float, options: BenchOptions, **kw):
     return spotref.generate(
-        setup.model, prompt, args.new_tokens, temperature=T, seed=args.seed, stop_ids=setup.stops, **kw
+        setup.model, prompt, grid(options).new_tokens, temperature=T, seed=options.seed, stop_ids=setup.stops, **kw
     )
 
 
@@ -121,17 +124,19 @@ def key(T: float, threshold: float | None):
     return T if threshold is None else (T, threshold)
 
 
-def run_exact(setup: Setup, T: float, args, threshold: float | None = None) -> list:
-    setup.exact[key(T, threshold)] = [gen(setup, p, T, args, threshold=threshold) for p in setup.prompts]
+def run_exact(setup: Setup, T: float, options: BenchOptions, threshold: float | None = None) -> list:
+    setup.exact[key(T, threshold)] = [gen(setup, p, T, options, threshold=threshold) for p in setup.prompts]
     return setup.exact[key(T, threshold)]
 
 
-def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, threshold: float | None = None) -> list:
+def run_drafter(
+    setup: Setup, T: float, name: str, N: int, options: BenchOptions, drafter=None, threshold: float | None = None
+) -> list:
     """One configuration over all prompts; exits if any output differs from exact decoding."""
-    out = []
+    out, depth = [], grid(options).depth
     for prompt, ex in zip(setup.prompts, setup.exact[key(T, threshold)]):
         d = drafter if drafter is not None else make_drafter(name, setup, ex)
-        res = gen(setup, prompt, T, args, drafter=d, budget=N, depth=args.depth, threshold=threshold)
+        res = gen(setup, prompt, T, options, drafter=d, budget=N, depth=depth, threshold=threshold)
         where = first_divergence(ex, res.tokens, setup.model.block_size, len(prompt))
         if where is not None:
             rule = "" if threshold is None else f", tau={threshold:g}"
@@ -143,12 +148,13 @@ def run_drafter(setup: Setup, T: float, name: str, N: int, args, drafter=None, t
     return out
 
 
-def run_auto(setup: Setup, T: float, name: str, args, threshold: float | None = None) -> tuple:
+def run_auto(setup: Setup, T: float, name: str, options: BenchOptions, threshold: float | None = None) -> tuple:
     """budget="auto" for drafter ``name``: (the N the cost model picks, its metrics, exact
     decoding's wall time re-measured right before it: the machine is shared and drifts)."""
-    d, N = auto_drafter(setup.model, resolve_drafter(make_drafter(name, setup, None), setup.model), args.depth, T)
-    fresh = metrics([gen(setup, p, T, args, threshold=threshold) for p in setup.prompts])
-    return N, metrics(run_drafter(setup, T, name, N, args, drafter=d, threshold=threshold)), fresh["wall"]
+    drafter = resolve_drafter(make_drafter(name, setup, None), setup.model)
+    d, N = auto_drafter(setup.model, drafter, grid(options).depth, T)
+    fresh = metrics([gen(setup, p, T, options, threshold=threshold) for p in setup.prompts])
+    return N, metrics(run_drafter(setup, T, name, N, options, drafter=d, threshold=threshold)), fresh["wall"]
 
 
 def metrics(results: list) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from spotref.tools.bench_options import BenchOptions, grid
 from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact
 from spotref.tools.report import parse_tables, pyplot, save_png, table
 
@@ -77,31 +78,33 @@ def set_row(setup, T: float, tau: float, name: str, N, m: dict, ex: dict) -> Set
     )
 
 
-def configs(args) -> int:
+def configs(options: BenchOptions) -> int:
     """How many drafted rows one target adds (for the progress bar)."""
-    autos = sum(1 for d in SET_DRAFTERS if d in AUTO_DRAFTERS) if args.auto else 0
-    return len(args.T) * len(args.taus) * (len(SET_DRAFTERS) * len(args.N) + autos)
+    g = grid(options)
+    autos = sum(1 for d in SET_DRAFTERS if d in AUTO_DRAFTERS) if g.auto else 0
+    return len(g.temperatures) * len(g.taus) * (len(SET_DRAFTERS) * len(g.budgets) + autos)
 
 
-def bench_sets(setup, args, rows: list, bar) -> None:
-    for T in args.T:
-        for tau in args.taus:
-            ex = metrics(run_exact(setup, T, args, tau))
+def bench_sets(setup, options: BenchOptions, rows: list, bar) -> None:
+    g = grid(options)
+    for T in g.temperatures:
+        for tau in g.taus:
+            ex = metrics(run_exact(setup, T, options, tau))
             rows.append(set_row(setup, T, tau, "threshold", "-", ex, ex))
             for name in SET_DRAFTERS:
                 if make_drafter(name, setup, setup.exact[(T, tau)][0]) is None:
                     continue
-                for N in args.N:
-                    m = metrics(run_drafter(setup, T, name, N, args, threshold=tau))
+                for N in g.budgets:
+                    m = metrics(run_drafter(setup, T, name, N, options, threshold=tau))
                     rows.append(set_row(setup, T, tau, name, N, m, ex))
                     bar.update(1)
-                if args.auto and name in AUTO_DRAFTERS:
-                    rows.append(auto_set_row(setup, T, tau, name, args, ex))
+                if g.auto and name in AUTO_DRAFTERS:
+                    rows.append(auto_set_row(setup, T, tau, name, options, ex))
                     bar.update(1)
 
 
-def auto_set_row(setup, T: float, tau: float, name: str, args, ex: dict) -> SetRow:
-    N, m, wall = run_auto(setup, T, name, args, threshold=tau)
+def auto_set_row(setup, T: float, tau: float, name: str, options: BenchOptions, ex: dict) -> SetRow:
+    N, m, wall = run_auto(setup, T, name, options, threshold=tau)
     return set_row(setup, T, tau, name, f"auto={N}", m, {**ex, "wall": wall})
 
 
