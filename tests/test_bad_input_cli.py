@@ -8,7 +8,6 @@ one line ``... interrupted`` and status 130. Never a traceback.
 import argparse
 import subprocess
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -265,18 +264,21 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
     from spotref.load.drafters import ORDER_DIR
 
     monkeypatch.chdir(tmp_path)
-    args = Namespace(target="t", out=None, update_shipped=False)
-    path = train_drafter.out_path(args)
+
+    def out_path(*argv):
+        return train_drafter.out_path(train_drafter.DrafterOptions.parse(train_drafter.add_arguments, ["t", *argv]))
+
+    path = out_path()
     assert path.parent.parent == Path("runs") and path.parent.name.startswith("drafter-") and path.name == "t.pt"
-    assert train_drafter.out_path(Namespace(target="t", out="x/y.pt", update_shipped=False)) == Path("x/y.pt")
+    assert out_path("--out", "x/y.pt") == Path("x/y.pt")
     from spotref.files import shipped_writes
 
     with shipped_writes():  # as the tool runs it with --update-shipped
-        assert train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True)) == ORDER_DIR / "t.pt"
+        assert out_path("--update-shipped") == ORDER_DIR / "t.pt"
     with pytest.raises(ValueError, match="is a shipped file"):
-        train_drafter.out_path(Namespace(target="t", out=None, update_shipped=True))
+        out_path("--update-shipped")
     with pytest.raises(ValueError, match="--update-shipped"):
-        train_drafter.out_path(Namespace(target="t", out="x.pt", update_shipped=True))
+        out_path("--out", "x.pt", "--update-shipped")
 
 
 def test_bench_outputs(tmp_path, monkeypatch):

@@ -5,7 +5,6 @@ import os
 import stat
 import sys
 import warnings
-from argparse import Namespace
 from pathlib import Path
 
 import numpy as np
@@ -151,17 +150,19 @@ def test_a_corrupt_cache_is_a_cache_miss(tmp_path, monkeypatch, damage):
     monkeypatch.setattr(tj, "record", record)
     monkeypatch.setattr(prompts, "prompts_for", lambda *a: [[1, 2, 3]])
     target = SimpleNamespace(name="tiny", model=tiny_model(V=20, B=4), stop_ids=None)
-    args = Namespace(prompts=1, test_prompts=1, prompt_tokens=3, new_tokens=8, seeds=1, data_dir=str(tmp_path))
-    prompts.recorded(target, args, "test", 0.0)
+    spec = prompts.TrajectorySpec(
+        data_dir=str(tmp_path), prompts=1, test_prompts=1, set_prompts=1, prompt_tokens=3, new_tokens=8, seeds=1
+    )
+    prompts.recorded(target, spec, "test", 0.0)
     (cache,) = tmp_path.glob("tiny-*.pt")
     data = cache.read_bytes()
     cache.write_bytes({"truncate": data[: len(data) // 3], "empty": b"", "garbage": b"\x00" * 64}[damage])
     with pytest.warns(UserWarning, match="corrupt or truncated.*recording it again"):
-        got = prompts.recorded(target, args, "test", 0.0)
+        got = prompts.recorded(target, spec, "test", 0.0)
     assert len(calls) == 2 and len(got) == len(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = prompts.recorded(target, args, "test", 0.0)  # repaired: a plain hit
+        again = prompts.recorded(target, spec, "test", 0.0)  # repaired: a plain hit
     assert len(calls) == 2 and np.array_equal(again.arrays["tokens"], ds.arrays["tokens"])
 
 

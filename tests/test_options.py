@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,83 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
     assert g == Grid((0.0, 1.0), (1, 4), 2, 24, 4, (0.9,), DRAFTERS, True)
     monkeypatch.chdir(tmp_path)
     assert bench.outputs(dataclasses.replace(options, out="r.md")) == ("r.md", "r.png")
+
+
+# ---- spotref train-drafter, spotref quality, python -m spotref.tools.stability -----------------
+
+
+def drafter_tools_parser_dests(add_arguments) -> list:
+    """The dests of the parser ``add_arguments`` builds, in its order (``--help`` left out)."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return [a.dest for a in p._actions if a.dest != "help"]
+
+
+def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
+    from spotref.tools import train_drafter
+    from spotref.tools.train_drafter import DrafterOptions, add_arguments
+
+    o = DrafterOptions.parse(add_arguments, ["t", "--out", str(tmp_path / "d.pt"), "--seeds", "3"])
+    assert type(o) is DrafterOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert (o.target, o.prompts, o.test_prompts, o.lr, o.init, o.no_sets, o.argv) == (
+        "t",
+        120,
+        24,
+        1e-3,
+        None,
+        False,
+        (),
+    )
+    assert train_drafter.out_path(o) == tmp_path / "d.pt"
+    spec = train_drafter.trajectory_spec(o)
+    assert (spec.prompts, spec.test_prompts, spec.set_prompts, spec.seeds) == (120, 24, 60, 3)
+    assert train_drafter.command(o) == "python -m spotref.tools.train_drafter"
+
+    seen = []
+    monkeypatch.setattr(train_drafter, "load_target", lambda name, directory: name)
+    monkeypatch.setattr(train_drafter, "remeasure", lambda target, options: seen.append((target, options)) or 0)
+    assert train_drafter.main(["t", "--curves-only"]) == 0
+    ((target, options),) = seen
+    assert target == "t" and type(options) is DrafterOptions and options.curves_only
+    assert options.argv == ("t", "--curves-only")
+    assert train_drafter.command(options) == "python -m spotref.tools.train_drafter t --curves-only"
+
+
+def test_quality_options_match_its_parser(monkeypatch, capsys):
+    from spotref.load.targets import TARGETS_DIR
+    from spotref.tools import quality
+    from spotref.tools.quality import QualityOptions, add_arguments
+
+    o = QualityOptions.parse(add_arguments, ["t"])
+    assert type(o) is QualityOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert (o.prompts, o.prompt_tokens, o.new_tokens, o.write_meta) == (None, 64, None, False)
+    assert quality.meta_path(o) == Path(TARGETS_DIR) / "t.json"
+    assert quality.meta_path(QualityOptions.parse(add_arguments, ["x/t.json"])) == Path("x/t.json")
+
+    seen = []
+    monkeypatch.setattr(quality, "load_target", lambda name, directory: name)
+    monkeypatch.setattr(quality, "target_report", lambda target, options: seen.append(options) or {"meets_bar": False})
+    assert quality.main(["t", "--prompts", "3"]) == 1  # below the bar
+    (options,) = seen
+    assert type(options) is QualityOptions and options.prompts == 3 and options.argv == ("t", "--prompts", "3")
+    assert '"meets_bar": false' in capsys.readouterr().out
+
+
+def test_stability_options_match_its_parser(monkeypatch, tmp_path):
+    from spotref.tools import stability
+    from spotref.tools.stability import StabilityOptions, add_arguments
+
+    o = StabilityOptions.parse(add_arguments, [])
+    assert type(o) is StabilityOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert (o.targets, o.test_prompts, o.new_tokens, o.out, o.update_shipped) == ([], 10, 128, None, False)
+    spec = stability.trajectory_spec(o)
+    assert (spec.prompts, spec.test_prompts, spec.seeds, spec.data_dir) == (0, 10, 1, "runs/drafter-data")
+    assert "10 held-out prompts x 128 new tokens" in stability.report(o, [], [], [])
+
+    seen, out = [], tmp_path / "s.md"
+    monkeypatch.setattr(stability, "list_targets", lambda directory: [])  # no target: nothing recorded
+    monkeypatch.setattr(stability, "report", lambda options, *tables: seen.append(options) or "the report")
+    assert stability.main(["--out", str(out), "--test-prompts", "2"]) == 0
+    (options,) = seen
+    assert type(options) is StabilityOptions and options.test_prompts == 2 and options.out == str(out)
+    assert out.read_text() == "the report"

@@ -2,7 +2,6 @@
 
 import dataclasses
 import itertools
-from argparse import Namespace
 from types import SimpleNamespace
 
 import numpy as np
@@ -150,23 +149,13 @@ def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
         heldout=lambda n, seed, split: [(f"{seed}{i}" * 9, None) for i in range(n)],
         encode=lambda text: [1 + (ord(c) % 50) for c in text],
     )
-    args = Namespace(
-        out=str(ck),
-        update_shipped=False,
-        data_dir=str(tmp_path / "data"),
-        set_prompts=2,
-        test_prompts=2,
-        prompt_tokens=8,
-        new_tokens=16,
-        seeds=1,
-        set_steps=20,
-        batch=16,
-        lr=3e-3,
-        tf_depth=3,
-        seed=0,
-        argv=["tiny", "--sets-only"],
+    options = train_drafter.DrafterOptions.parse(
+        train_drafter.add_arguments,
+        ["tiny", "--sets-only", "--out", str(ck), "--data-dir", str(tmp_path / "data")]
+        + ["--set-prompts", "2", "--test-prompts", "2", "--prompt-tokens", "8", "--new-tokens", "16", "--seeds", "1"]
+        + ["--set-steps", "20", "--batch", "16", "--lr", "3e-3", "--tf-depth", "3", "--seed", "0"],
     )
-    assert train_drafter.sets_only(target, args) == 0
+    assert train_drafter.sets_only(target, options) == 0
     om, header = loaded.load_order_model(ck)
     assert om.has_sets and header["note"] == "kept" and header["curves"] == {"spot": {}}
     acc = header["sets"]["heldout_accuracy"]

@@ -2,7 +2,6 @@
 checkpoints by name / path / target fingerprint, offline acceptance, the cost model."""
 
 import dataclasses
-from argparse import Namespace
 
 import numpy as np
 import pytest
@@ -87,9 +86,12 @@ def trained(tmp_path_factory):
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8]
     data = {T: record(model, prompts, 24, T, seeds=(0, 1)) for T in (0.0, 1.0)}
-    args = Namespace(lr=3e-3, steps=30, batch=16, tf_depth=4, seed=0)
+    options = train_drafter.DrafterOptions.parse(
+        train_drafter.add_arguments,
+        ["tiny", "--lr", "3e-3", "--steps", "30", "--batch", "16", "--tf-depth", "4", "--seed", "0"],
+    )
     om = train_drafter.train(
-        OrderModel(8), train_drafter.tj.Trajectories.concat(list(data.values())), args, log=lambda *a: None
+        OrderModel(8), train_drafter.tj.Trajectories.concat(list(data.values())), options, log=lambda *a: None
     )
     cal = CalibratedDrafter(train_drafter.calibrated_tables(data, 2))
     sd = SpotDrafter(om)
@@ -287,10 +289,12 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
             ds.save(
                 tmp_path / f"tiny-{loaded.model_fingerprint(model)}-{split}-T{T:g}-n3-p64-g128-auto-v{tj.FORMAT}.pt"
             )
-    args = Namespace(
-        out=str(ck), data_dir=str(tmp_path), test_prompts=3, prompts=3, prompt_tokens=64, new_tokens=128, seeds=1
+    options = train_drafter.DrafterOptions.parse(
+        train_drafter.add_arguments,
+        ["tiny", "--curves-only", "--out", str(ck), "--data-dir", str(tmp_path)]
+        + ["--test-prompts", "3", "--prompts", "3", "--prompt-tokens", "64", "--new-tokens", "128", "--seeds", "1"],
     )
-    assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), args) == 0
+    assert train_drafter.remeasure(SimpleNamespace(name="tiny", model=model, stop_ids=None), options) == 0
     before, after = torch.load(path, weights_only=True), torch.load(ck, weights_only=True)
     assert before["state_dict"].keys() == after["state_dict"].keys()
     assert all(torch.equal(before["state_dict"][k], after["state_dict"][k]) for k in before["state_dict"])

@@ -2,13 +2,15 @@
 
 ``prompts_for`` turns a target's held-out texts into prompts (token ids); ``recorded`` records
 exact decoding on them (``spotref.tools.trajectories``) and caches the trajectories under
-``--data-dir``, keyed by the target's weights, the split, the rule and the sizes. Read by
+``--data-dir``, keyed by the target's weights, the split, the rule and the sizes; what it records
+is a ``TrajectorySpec``, which each command builds from its options. Read by
 ``spotref.tools.train_drafter``, ``bench_run``, ``costmodel`` and ``stability``.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from spotref.api import serving_precision
@@ -41,28 +43,42 @@ def prompts_for(target, n: int, split: str, tokens: int) -> list:
     return out
 
 
-def recorded(target, args, split: str, T: float, threshold: float | None = None) -> tj.Trajectories:
+@dataclass(frozen=True)
+class TrajectorySpec:
+    """What ``recorded`` records and where it caches it, from a command's options
+    (``train_drafter.trajectory_spec``, ``stability.trajectory_spec``)."""
+
+    data_dir: str  # --data-dir, the trajectory cache
+    prompts: int  # training prompts per temperature
+    test_prompts: int  # held-out prompts per temperature (and threshold)
+    set_prompts: int  # training prompts per temperature and threshold (the set head's)
+    prompt_tokens: int  # tokens per prompt (a text to continue is cut to this)
+    new_tokens: int  # new tokens recorded per prompt
+    seeds: int  # noise seeds per prompt at T > 0
+
+
+def recorded(target, spec: TrajectorySpec, split: str, T: float, threshold: float | None = None) -> tj.Trajectories:
     """Trajectories of ``split`` at temperature T (threshold rule at ``threshold``), cached under --data-dir."""
     if threshold is None:
-        n, rule = (args.prompts if split == "train" else args.test_prompts), ""
+        n, rule = (spec.prompts if split == "train" else spec.test_prompts), ""
     else:
-        n, rule = (args.set_prompts if split == "train" else args.test_prompts), f"-tau{threshold:g}"
+        n, rule = (spec.set_prompts if split == "train" else spec.test_prompts), f"-tau{threshold:g}"
     precision = serving_precision(target.model)  # the rule the trajectories are decided by
     path = Path(
-        args.data_dir,
+        spec.data_dir,
         f"{target.name}-{model_fingerprint(target.model)}-{split}-T{T:g}{rule}-n{n}"
-        f"-p{args.prompt_tokens}-g{args.new_tokens}-{precision}-v{tj.FORMAT}.pt",
+        f"-p{spec.prompt_tokens}-g{spec.new_tokens}-{precision}-v{tj.FORMAT}.pt",
     )
     if path.exists():
         try:
             return tj.Trajectories.load(path)
         except ValueError as e:  # a truncated cache is a miss, not a dead end
             warnings.warn(f"{e}; recording it again")
-    seeds = range(args.seeds) if T > 0 else (0,)
+    seeds = range(spec.seeds) if T > 0 else (0,)
     ds = tj.record(
         target.model,
-        prompts_for(target, n, split, args.prompt_tokens),
-        args.new_tokens,
+        prompts_for(target, n, split, spec.prompt_tokens),
+        spec.new_tokens,
         T,
         seeds,
         target.stop_ids,

@@ -37,6 +37,7 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -48,6 +49,7 @@ from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import quality_math
 from spotref.tools.argtypes import add_threads, positive_int, tool_main
 from spotref.tools.corpus import build_corpus, heldout_code, whitespace_share
+from spotref.tools.options import Options
 
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:
@@ -179,34 +181,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args) -> int:
+@dataclass(frozen=True)
+class QualityOptions(Options):
+    """The options of ``spotref quality`` / ``python -m spotref.tools.quality``."""
+
+    target: str  # a bundled target name, or the path of a target's NAME.json
+    prompts: int | None  # --prompts (None: 64; a math target: 500)
+    prompt_tokens: int  # a multiple of the block size
+    new_tokens: int | None  # --new-tokens (None: 128; a math target: 256)
+    targets_dir: str | None  # None: the bundled targets
+    threads: int  # torch CPU threads
+    write_meta: bool  # store the numbers in the target's NAME.json
+    update_shipped: bool  # allow --write-meta to replace a bundled target's NAME.json
+
+
+def run(args: argparse.Namespace) -> int:
     """Print the report as JSON; exit status 0 when the target meets the bar, else 1."""
-    torch.set_num_threads(args.threads)
-    if args.write_meta:  # refused before the work, not after
-        check_writable(meta_path(args))
-    target = load_target(args.target, args.targets_dir or TARGETS_DIR)
-    if (target.meta.get("corpus") or {}).get("name") == "gsm":
-        r = quality_math.report(target, args.prompts or 500, args.new_tokens or 256)
-    else:
-        r = report(target, heldout_prompts(args.prompts or 64), args.prompt_tokens, args.new_tokens or 128)
-        r["meets_bar"] = passes_bar(r)
+    options = QualityOptions.from_namespace(args)
+    torch.set_num_threads(options.threads)
+    if options.write_meta:  # refused before the work, not after
+        check_writable(meta_path(options))
+    target = load_target(options.target, options.targets_dir or TARGETS_DIR)
+    r = target_report(target, options)
     print(json.dumps(r, indent=1))
-    if args.write_meta:
-        path = meta_path(args)
-        meta = json.loads(path.read_text())
-        meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
-        meta["quality_samples"] = r["samples"]
-        atomic_write_text(path, json.dumps(meta, indent=1) + "\n")
+    if options.write_meta:
+        write_meta(meta_path(options), r)
     return 0 if r["meets_bar"] else 1
 
 
-def meta_path(args) -> Path:
+def target_report(target, options: QualityOptions) -> dict:
+    """The math report for a math target (its corpus is gsm), else the code report; with ``meets_bar``."""
+    o = options
+    if (target.meta.get("corpus") or {}).get("name") == "gsm":
+        return quality_math.report(target, o.prompts or 500, o.new_tokens or 256)
+    r = report(target, heldout_prompts(o.prompts or 64), o.prompt_tokens, o.new_tokens or 128)
+    r["meets_bar"] = passes_bar(r)
+    return r
+
+
+def write_meta(path: Path, r: dict) -> None:
+    """The report stored in the target's NAME.json at ``path``: its numbers and its samples."""
+    meta = json.loads(path.read_text())
+    meta["quality"] = {k: v for k, v in r.items() if k != "samples"}
+    meta["quality_samples"] = r["samples"]
+    atomic_write_text(path, json.dumps(meta, indent=1) + "\n")
+
+
+def meta_path(options: QualityOptions) -> Path:
     """The NAME.json that --write-meta writes."""
-    return (
-        Path(args.target)
-        if args.target.endswith(".json")
-        else Path(args.targets_dir or TARGETS_DIR) / f"{args.target}.json"
-    )
+    o = options
+    return Path(o.target) if o.target.endswith(".json") else Path(o.targets_dir or TARGETS_DIR) / f"{o.target}.json"
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,8 @@ from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import add_threads, nonneg_int, positive_int, positive_real, seed_int, tool_main
-from spotref.tools.prompts import recorded
+from spotref.tools.options import Options
+from spotref.tools.prompts import TrajectorySpec, recorded
 from spotref.tools.report import progress
 
 
@@ -102,6 +104,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
+
+
+@dataclass(frozen=True)
+class DrafterOptions(Options):
+    """The options of ``spotref train-drafter`` / ``python -m spotref.tools.train_drafter``."""
+
+    target: str  # bundled target name
+    prompts: int  # training prompts per temperature
+    test_prompts: int  # held-out prompts per temperature
+    seeds: int  # noise seeds per prompt at T = 1
+    prompt_tokens: int  # tokens per prompt (a text to continue is cut to this)
+    new_tokens: int  # new tokens recorded per prompt
+    steps: int  # order-model training steps
+    batch: int  # examples per step
+    lr: float  # peak learning rate
+    tf_depth: int  # teacher-forced levels below a recorded state
+    calib_prompts: int  # training prompts the calibrated baseline is fitted on
+    data_dir: str  # the trajectory cache
+    out: str | None  # --out, the checkpoint path (None: see out_path)
+    update_shipped: bool  # write the shipped checkpoint
+    seed: int  # training seed
+    init: str | None  # --init, start from this checkpoint's weights
+    targets_dir: str | None  # None: the bundled targets
+    curves_only: bool
+    sets_only: bool
+    no_sets: bool  # skip the set head
+    set_prompts: int  # training prompts per temperature and threshold for the set head
+    threads: int  # torch CPU threads
+    set_steps: int  # set-head training steps
+
+
+def trajectory_spec(options: DrafterOptions) -> TrajectorySpec:
+    """What the trainer records (``prompts.recorded``): its prompts, sizes and cache."""
+    o = options
+    return TrajectorySpec(
+        data_dir=o.data_dir,
+        prompts=o.prompts,
+        test_prompts=o.test_prompts,
+        set_prompts=o.set_prompts,
+        prompt_tokens=o.prompt_tokens,
+        new_tokens=o.new_tokens,
+        seeds=o.seeds,
+    )
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -194,16 +239,17 @@ def confidence_accuracy(ds: tj.Trajectories, limit: int | None = None) -> float:
     return float((conf.argmax(1) == fut[:, 0]).mean()) if len(tokens) else float("nan")
 
 
-def train(model, ds: tj.Trajectories, args, log=print):
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    rng = np.random.default_rng(args.seed)
-    bar = progress(range(args.steps), "train order model")
+def train(model, ds: tj.Trajectories, options: DrafterOptions, log=print):
+    o = options
+    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=0.01)
+    rng = np.random.default_rng(o.seed)
+    bar = progress(range(o.steps), "train order model")
     for step in bar:
-        lr = args.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / args.steps))
+        lr = o.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / o.steps))
         for g in opt.param_groups:
             g["lr"] = lr
         model.train()
-        loss, acc = loss_fn(model, *batch(ds, *tj.teacher_sample(ds, args.batch, args.tf_depth, rng)))
+        loss, acc = loss_fn(model, *batch(ds, *tj.teacher_sample(ds, o.batch, o.tf_depth, rng)))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -309,61 +355,71 @@ def shipped_curves(spot, cal, test_sets: dict) -> tuple:
     return out, log.tables()
 
 
-def command(args) -> str:
-    return " ".join(["python -m spotref.tools.train_drafter"] + getattr(args, "argv", sys.argv[1:]))
+def command(options: DrafterOptions) -> str:
+    """The command line the checkpoint's header quotes."""
+    return " ".join(["python -m spotref.tools.train_drafter", *options.argv])
 
 
-def shipped_path(args) -> Path:
-    return ORDER_DIR / f"{args.target}.pt"
+def shipped_path(options: DrafterOptions) -> Path:
+    return ORDER_DIR / f"{options.target}.pt"
 
 
-def out_path(args) -> Path:
+def source_path(options: DrafterOptions) -> Path:
+    """The checkpoint ``--curves-only`` and ``--sets-only`` start from: --out, else the shipped one."""
+    return check_writable(Path(options.out) if options.out else shipped_path(options))
+
+
+def out_path(options: DrafterOptions) -> Path:
     """Where the checkpoint goes: --out, the shipped file (--update-shipped), else a new run dir."""
-    if getattr(args, "update_shipped", False):
-        if args.out:
+    o = options
+    if o.update_shipped:
+        if o.out:
             raise ValueError("--update-shipped writes the shipped checkpoint: leave out --out")
-        return check_writable(shipped_path(args))
-    return check_writable(Path(args.out) if args.out else run_dir("drafter") / f"{args.target}.pt")
+        return check_writable(shipped_path(o))
+    return check_writable(Path(o.out) if o.out else run_dir("drafter") / f"{o.target}.pt")
 
 
-def run(args) -> int:
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+def run(args: argparse.Namespace) -> int:
+    options = DrafterOptions.from_namespace(args)
+    torch.set_num_threads(options.threads)
+    torch.manual_seed(options.seed)
     t0 = time.time()
-    target = load_target(args.target, args.targets_dir or TARGETS_DIR)
-    if args.curves_only:
-        return remeasure(target, args)
-    if args.sets_only:
-        return sets_only(target, args)
-    out = out_path(args)  # refuses --out with --update-shipped up front
+    target = load_target(options.target, options.targets_dir or TARGETS_DIR)
+    if options.curves_only:
+        return remeasure(target, options)
+    if options.sets_only:
+        return sets_only(target, options)
+    return train_and_save(target, options, t0)
+
+
+def train_and_save(target, options: DrafterOptions, t0: float) -> int:
+    """Steps 1 to 5 of the module's docstring: record, train, measure, save (``t0``: when the
+    command started, for the timings it prints and saves)."""
+    o = options
+    out = out_path(o)  # refuses --out with --update-shipped up front
     print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
-    train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
-    test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
+    spec = trajectory_spec(o)
+    train_sets = {T: recorded(target, spec, "train", T) for T in (0.0, 1.0)}
+    test_sets = {T: recorded(target, spec, "test", T) for T in (0.0, 1.0)}
     print(
         f"trajectories: train {sum(map(len, train_sets.values()))} states, "
         f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)"
     )
-    model = order.OrderModel(target.model.block_size, set_hidden=None)  # the set head comes after
-    if args.init:  # block-relative features; new ones start unused
-        model.load_state_dict(order.widened(order.without_set_head(load_order_model(args.init)[0])).state_dict())
+    model = initial_model(target, o)
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
-    train(model, tj.Trajectories.concat(list(train_sets.values())), args)
+    train(model, tj.Trajectories.concat(list(train_sets.values())), o)
     acc, base, train_acc = report_accuracy(model, train_sets, test_sets)
-    cal = CalibratedDrafter(calibrated_tables(train_sets, args.calib_prompts))
+    cal = CalibratedDrafter(calibrated_tables(train_sets, o.calib_prompts))
     curve, reach = shipped_curves(SpotDrafter(model), cal, test_sets)
     print("offline commits per round:", json.dumps(curve))
     sets = {}
-    if not args.no_sets:
-        model, sets = set_head(model, target, args)
+    if not o.no_sets:
+        model, sets = set_head(model, target, o)
     save_order_model(
         out,
         model,
         dict(
-            target={
-                "name": target.name,
-                "fingerprint": model_fingerprint(target.model),
-                "config_fingerprint": model_fingerprint(target.model, weights=False),
-            },
+            target=target_record(target),
             heldout_accuracy=acc,
             confidence_accuracy=base,
             train_accuracy=train_acc,
@@ -372,7 +428,7 @@ def run(args) -> int:
             curves=curve,
             node_calibration=reach,
             training=dict(
-                command=command(args),
+                command=command(o),
                 seconds=round(time.time() - t0),
                 train_states=sum(map(len, train_sets.values())),
                 heldout_states=sum(map(len, test_sets.values())),
@@ -385,24 +441,41 @@ def run(args) -> int:
     return 0
 
 
-def set_head(model, target, args) -> tuple:
+def initial_model(target, options: DrafterOptions) -> order.OrderModel:
+    """The order model to train, without a set head (it comes after): fresh, or --init's weights."""
+    model = order.OrderModel(target.model.block_size, set_hidden=None)
+    if options.init:  # block-relative features; new ones start unused
+        model.load_state_dict(order.widened(order.without_set_head(load_order_model(options.init)[0])).state_dict())
+    return model
+
+
+def target_record(target) -> dict:
+    """The header's ``target`` entry: its name and fingerprints (weights, configuration)."""
+    return {
+        "name": target.name,
+        "fingerprint": model_fingerprint(target.model),
+        "config_fingerprint": model_fingerprint(target.model, weights=False),
+    }
+
+
+def set_head(model, target, options: DrafterOptions) -> tuple:
     """(the model with a trained set head, the header's ``sets`` entry): threshold trajectories
     at ``train_sets.TAUS``, T = 0 and 1; held-out set accuracy against the confidence sets'."""
-    t0 = time.time()
+    o, t0, spec = options, time.time(), trajectory_spec(options)
     model = order.with_set_head(model)
     data = {
-        (T, tau): (recorded(target, args, "train", T, tau), recorded(target, args, "test", T, tau))
+        (T, tau): (recorded(target, spec, "train", T, tau), recorded(target, spec, "test", T, tau))
         for T in (0.0, 1.0)
         for tau in ts.TAUS
     }
     ts.train_sets(
         model,
         tj.Trajectories.concat([tr for tr, _ in data.values()]),
-        args.set_steps,
-        args.batch,
-        args.lr,
-        args.tf_depth,
-        args.seed,
+        o.set_steps,
+        o.batch,
+        o.lr,
+        o.tf_depth,
+        o.seed,
     )
     acc, base = {}, {}
     for (T, tau), (_, test) in data.items():
@@ -417,40 +490,41 @@ def set_head(model, target, args) -> tuple:
         train_states=sum(len(tr) for tr, _ in data.values()),
         heldout_states=sum(len(te) for _, te in data.values()),
         seconds=round(time.time() - t0),
-        command=command(args),
+        command=command(o),
     )
 
 
-def sets_only(target, args) -> int:
+def sets_only(target, options: DrafterOptions) -> int:
     """``--sets-only``: the checkpoint (--out, default the shipped one) with a trained set head,
     written where ``out_path`` says; its order model, calibration and curves are kept."""
-    src = check_writable(Path(args.out) if args.out else shipped_path(args))
-    out = out_path(args)
+    src = source_path(options)
+    out = out_path(options)
     model, header = load_order_model(src, target.model.block_size)
-    model, header["sets"] = set_head(order.without_set_head(model), target, args)  # a fresh set head
+    model, header["sets"] = set_head(order.without_set_head(model), target, options)  # a fresh set head
     header["n_params"] = order.n_params(model)
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
     return 0
 
 
-def remeasure(target, args) -> int:
+def remeasure(target, options: DrafterOptions) -> int:
     """``--curves-only``: the checkpoint's curves (and its next-commit accuracy on training and
     held-out states) re-measured, everything else kept (the set head's ``sets`` accuracies too:
     they come from threshold trajectories, which only training records). Reads --out
     (default: the shipped checkpoint) and writes it back where ``out_path`` says."""
-    src = check_writable(Path(args.out) if args.out else shipped_path(args))
-    out = out_path(args)
+    src = source_path(options)
+    out = out_path(options)
     model, header = load_order_model(src, target.model.block_size)
-    test_sets = {T: recorded(target, args, "test", T) for T in (0.0, 1.0)}
-    train_sets = {T: recorded(target, args, "train", T) for T in (0.0, 1.0)}
+    spec = trajectory_spec(options)
+    test_sets = {T: recorded(target, spec, "test", T) for T in (0.0, 1.0)}
+    train_sets = {T: recorded(target, spec, "train", T) for T in (0.0, 1.0)}
     header["heldout_accuracy"], header["confidence_accuracy"], header["train_accuracy"] = report_accuracy(
         model, train_sets, test_sets
     )
     header["curves"], header["node_calibration"] = shipped_curves(
         SpotDrafter(model, header), CalibratedDrafter.from_header(header, src), test_sets
     )
-    header["curves_command"] = command(args)
+    header["curves_command"] = command(options)
     print("offline commits per round:", json.dumps(header["curves"]))
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
