@@ -211,3 +211,29 @@ def test_stability_options_match_its_parser(monkeypatch, tmp_path):
     (options,) = seen
     assert type(options) is StabilityOptions and options.test_prompts == 2 and options.out == str(out)
     assert out.read_text() == "the report"
+
+
+def test_every_spotref_command_has_one_options_class_matching_its_parser():
+    """A command added to ``spotref`` without its typed options fails here."""
+    import importlib
+
+    from spotref.tools import cli
+    from spotref.tools.train_options import OPTIONS as TRAIN_OPTIONS
+
+    classes = {
+        "demo": "DemoOptions",
+        "generate": "GenerateOptions",
+        "audit": "AuditOptions",
+        "train-target": None,  # TrainOptions: its own record of a run's options (train_options)
+        "bench": "BenchOptions",
+        "quality": "QualityOptions",
+        "train-drafter": "DrafterOptions",
+    }
+    assert set(classes) == set(cli.COMMANDS)
+    for command, (_, module, add, _) in cli.COMMANDS.items():
+        add_arguments = getattr(importlib.import_module(module), add)
+        if classes[command] is None:
+            assert set(TRAIN_OPTIONS) == dests(add_arguments)
+            continue
+        options = getattr(importlib.import_module(module), classes[command])
+        assert issubclass(options, Options) and set(options.names()) == dests(add_arguments), command

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from spotref.checks import check_int, check_real
-from spotref.load.files import shipped_writes
+from spotref.files import shipped_writes
 
 SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.noise)
 
@@ -105,7 +105,7 @@ def choice_list(choices):
 
 def add_threads(p: argparse.ArgumentParser) -> None:
     """``--threads`` (default 1) for a tool that runs torch; the tool's ``run`` calls
-    ``torch.set_num_threads(args.threads)``. torch's own default is every core, so two jobs side
+    ``torch.set_num_threads(options.threads)``. torch's own default is every core, so two jobs side
     by side on a small machine would run more threads than cores and slow each other several-fold."""
     p.add_argument(
         "--threads",
@@ -147,6 +147,6 @@ def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
 
 
 def run_allowed(run, args):
-    """``run(args)``, shipped files writable only with ``--update-shipped`` (``spotref.load.files``)."""
+    """``run(args)``, shipped files writable only with ``--update-shipped`` (``spotref.files``)."""
     with shipped_writes(getattr(args, "update_shipped", False)):
         return run(args)

@@ -24,7 +24,7 @@ two plots (passes vs budget, ``results.png``; gain against stability, ``results-
 beside it; skipped, with a note, when matplotlib is not installed) into a new run directory
 ``runs/bench-TIME/`` (or ``--out``); only ``--update-shipped`` replaces the committed
 ``docs/results.md`` and its PNGs. ``--replot`` redraws both from a report's tables. Every file is
-written atomically (``spotref.load.files``). ``--quick`` is a CI smoke test.
+written atomically (``spotref.files``). ``--quick`` is a CI smoke test.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from spotref.drafters.spot import SpotDrafter
-from spotref.load.files import atomic_write_text, check_writable, run_dir
+from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
 from spotref.tools import bench_sets, stability
 from spotref.tools.argtypes import tool_main

@@ -44,7 +44,7 @@ import torch
 
 import spotref
 from spotref.draft import Draft
-from spotref.load.files import atomic_write_text, check_writable
+from spotref.files import atomic_write_text, check_writable
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import quality_math
 from spotref.tools.argtypes import add_threads, positive_int, tool_main

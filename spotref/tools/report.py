@@ -3,7 +3,7 @@ progress bars (tqdm when installed) and the answer-block pass count every table 
 
 from __future__ import annotations
 
-from spotref.load.files import atomic_write
+from spotref.files import atomic_write
 
 
 def progress(iterable, desc: str, total: int | None = None):

@@ -27,7 +27,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from spotref.load.files import atomic_write_text, check_writable, run_dir
+from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
 from spotref.tools.argtypes import add_threads, positive_int, tool_main

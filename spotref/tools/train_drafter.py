@@ -39,8 +39,8 @@ from spotref.drafters import order
 from spotref.drafters.budget import calibration_table
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.spot import SpotDrafter
+from spotref.files import check_writable, run_dir
 from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint, save_order_model
-from spotref.load.files import check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj

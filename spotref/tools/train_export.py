@@ -19,8 +19,8 @@ import torch
 
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
+from spotref.files import atomic_save, atomic_write_text, check_writable, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.files import atomic_save, atomic_write_text, check_writable, shipped_writes
 from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream

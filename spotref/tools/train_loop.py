@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from spotref.data import gsm
+from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
-from spotref.load.files import atomic_save, atomic_write_text
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_curriculum import adapt, recipe_batch
 from spotref.tools.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spotref.data import gsm
-from spotref.load.files import check_writable
+from spotref.files import check_writable
 from spotref.tools.argtypes import (
     add_threads,
     int_list,
@@ -510,7 +510,7 @@ def check_recipe(options: TrainOptions) -> None:
 
 def check_export(name: str | None, export: str | None) -> None:
     """--name is a plain name; --export's three files are writable (a shipped target only with
-    --update-shipped: ``spotref.load.files.check_writable``), checked before any training."""
+    --update-shipped: ``spotref.files.check_writable``), checked before any training."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
         raise ValueError(
             f"--name {name!r} must be a plain name (letters, digits, '.', '_', '-'; "

@@ -27,7 +27,7 @@ import torch
 import spotref
 from spotref.draft import Draft
 from spotref.drafters.inputs import ViewInputs
-from spotref.load.files import atomic_save
+from spotref.files import atomic_save
 from spotref.tools.report import progress
 
 DEPTH = 16  # future steps recorded per state (teacher forcing, calibration, offline eval)
