@@ -11,6 +11,7 @@ import numpy as np
 
 from spotref.checks import (  # noqa: F401
     MIN_TEMPERATURE,
+    as_numpy,
     check_int,
     check_length,
     check_prompt,
@@ -115,8 +116,10 @@ class Speculator:
     def block(self, index: int, state, stats: Stats | None = None) -> Block:
         """A ``Block`` for block ``index`` (absolute, from position 0) starting at ``state``."""
         check_int("index", index, 0, LIMIT - 1)          # the noise key holds 64 bits; positions less
-        return Block(self.rule, self.drafter, self.core, self.budget, self.depth, int(index),
-                     check_state(state, self.rule), stats, self.width)
+        rule = self.rule
+        state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
+        return Block(rule, self.drafter, self.core, self.budget, self.depth, int(index),
+                     np.asarray(state, np.int64), stats, self.width)
 
 
 def speculator_drafter(drafter, model):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import reprlib
 
 import numpy as np
 
@@ -72,22 +73,24 @@ def is_array(x) -> bool:
 # ---- generate's arguments --------------------------------------------------------------------
 
 
-def check_state(state, rule) -> np.ndarray:
-    """A block state: B ints, each a vocabulary token or MASK -> int64 (B,) (a copy); ``rule``
-    (a ``DecisionRule``) gives B and the vocabulary."""
-    state = as_numpy(state)
-    arr = np.asarray(state)
-    if arr.shape != (rule.block_size,) or arr.dtype.kind not in "iu":
-        raise ValueError(
-            f"state must be {rule.block_size} integer token ids (int64 [B], MASK "
-            f"{rule.mask_id} where uncommitted), got shape {arr.shape} of {arr.dtype}"
-        )
-    arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= rule.vocab_size)
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"state[{j}] = {arr[j]} is outside the vocabulary [0, {rule.vocab_size})")
-    return arr
+def check_state(what, state, mask_id, vocab_size, B=None):
+    """A block state: a 1-D numpy integer array or a tuple or list of ints, B of them (at least
+    one when B is None), each a vocabulary token or MASK. Returns it as a list of ints."""
+    if isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "iu":
+        tokens = state.tolist()
+    elif isinstance(state, (tuple, list)) and all(is_index(t) for t in state):
+        tokens = [int(t) for t in state]
+    else:
+        raise ValueError(f"{what}: want a 1-D integer array or a tuple or list of ints, got {reprlib.repr(state)}")
+    if len(tokens) != B if B is not None else not tokens:
+        raise ValueError(f"{what}: {len(tokens)} tokens, want {'at least 1' if B is None else B}")
+    for j, t in enumerate(tokens):
+        if not (0 <= t < vocab_size or t == mask_id):
+            raise ValueError(
+                f"{what}: token {t} at position {j} is neither a vocabulary token "
+                f"(0 .. {vocab_size - 1}) nor MASK {mask_id}"
+            )
+    return tokens
 
 
 def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:

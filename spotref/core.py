@@ -23,7 +23,7 @@ import reprlib
 
 import numpy as np
 
-from spotref.checks import check_int, is_index
+from spotref.checks import check_int, check_state, is_index
 
 LIMIT = 2 ** 31      # bound on every int the core holds: the compiled twin's rows are int32
 _LIMIT = f"2**{LIMIT.bit_length() - 1}"                 # as messages write it
@@ -142,25 +142,6 @@ def check_args(root_step, mask_id, vocab_size, max_set, budget, depth):
         check_int(f"build_tree: {name}", x, lo, LIMIT - 1)
     if int(root_step) + int(depth) >= LIMIT:
         raise ValueError(f"build_tree: root_step + depth must be below {_LIMIT}, got {root_step} + {depth}")
-
-
-def check_state(what, state, mask_id, vocab_size, B=None):
-    """A block state: a 1-D numpy integer array or a tuple or list of ints, B of them (at least
-    one when B is None), each a vocabulary token or MASK. Returns it as a list of ints."""
-    if isinstance(state, np.ndarray) and state.ndim == 1 and state.dtype.kind in "iu":
-        tokens = state.tolist()
-    elif isinstance(state, (tuple, list)) and all(is_index(t) for t in state):
-        tokens = [int(t) for t in state]
-    else:
-        raise ValueError(f"{what}: want a 1-D integer array or a tuple or list of ints, "
-                         f"got {reprlib.repr(state)}")
-    if len(tokens) != B if B is not None else not tokens:
-        raise ValueError(f"{what}: {len(tokens)} tokens, want {'at least 1' if B is None else B}")
-    for j, t in enumerate(tokens):
-        if not (0 <= t < vocab_size or t == mask_id):
-            raise ValueError(f"{what}: token {t} at position {j} is neither a vocabulary token "
-                             f"(0 .. {vocab_size - 1}) nor MASK {mask_id}")
-    return tokens
 
 
 def check_shape(parents, commits, budget):

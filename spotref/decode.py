@@ -21,7 +21,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from spotref.draft import Draft, View, apply
+from spotref.draft import Draft, Drafter, View, apply
 from spotref.rules import DecisionRule
 
 
@@ -112,7 +112,7 @@ class Block:
     bad logits raise ``ValueError``: neither can corrupt the block.
     """
 
-    def __init__(self, rule: DecisionRule, drafter, core, budget: int, depth: int, index: int,
+    def __init__(self, rule: DecisionRule, drafter: Drafter | None, core, budget: int, depth: int, index: int,
                  state: np.ndarray, stats: Stats | None = None, width: int | None = None):
         self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
         self.budget, self.depth, self.index = budget, depth, index
@@ -209,7 +209,7 @@ def fill_block(new_block, target: BoundTarget, index: int, state: np.ndarray) ->
     return block.state
 
 
-def propose(drafter, view) -> Draft:
+def propose(drafter: Drafter | None, view: View | None) -> Draft:
     """The drafter's tree at ``view`` (the root alone at a block's first state: nothing is stale)."""
     if view is None:
         return Draft.root()
@@ -236,9 +236,10 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
-def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats: Stats,
+def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats,
            fused_store: bool = False, width: int | None = None) -> list:
-    """The outer block loop shared by every decoder; returns the generated tokens."""
+    """The outer block loop shared by every decoder: ``fill(target, index, state)`` (``fill_block``
+    bound to a block factory) decides each block; returns the generated tokens."""
     B, mask_id = model.block_size, model.mask_id
     if max_new_tokens == 0:
         return []
@@ -249,7 +250,7 @@ def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill_block, stats
         tail, before = prompt[b * B:], stats.passes    # the fixed prompt tail (first block only)
         state = np.full(B, mask_id, dtype=np.int64)
         state[: len(tail)] = tail
-        state = fill_block(target, b, state)
+        state = fill(target, b, state)
         new = state[len(tail):].tolist()
         generated += new
         target.store(state)                            # as SDAR: every block

@@ -140,9 +140,9 @@ def test_bad_speculator_arguments_name_themselves(kw, match):
 @pytest.mark.parametrize(
     "state, index, match",
     [
-        (np.full(3, 9), 0, "state must be 4"),
-        (np.full(4, 10), 0, "outside the vocabulary"),
-        (np.full(4, 9.0), 0, "integer"),
+        (np.full(3, 9), 0, "state: 3 tokens, want 4"),
+        (np.full(4, 10), 0, "state: token 10 at position 0 is neither a vocabulary token"),
+        (np.full(4, 9.0), 0, "state: want a 1-D integer array"),
         (np.full(4, 9), -1, "index"),
         (np.full(4, 9), 1.0, "index"),
     ],
