@@ -1,4 +1,4 @@
-"""Loading and saving, beside the data: SDAR checkpoints (``checkpoint``), tokenizers
-(``tokenizer``, ``bpe``), the bundled targets (``targets``, data in ``targets/``), the shipped
-drafters and the drafter registry (``drafters``, data in ``order_models/``), and atomic writes
-(``files``)."""
+"""What spotref ships, each format's reader and writer in one module, beside its data: the
+bundled targets (``targets``: ``load_target``, ``save_target``; data in ``targets/``), the shipped
+drafters and their checkpoint format (``drafters``, data in ``order_models/``) and tokenizers
+(``tokenizer``, ``bpe``). SDAR checkpoints are the spec's own (``spotref.checkpoint``)."""
