@@ -150,9 +150,10 @@ def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, to
 
 
 def serving_precision(model) -> str:
-    """The precision a model is served in: its config's ``torch_dtype`` (or ``dtype``; SDAR-8B's
-    config.json says bfloat16, the bundled gsm targets carry it too) when it names one of
-    ``spotref.rules.DTYPES``, else "auto" (the logits' dtype). None without a model: "auto"."""
+    """The precision a model is served in: its config's ``decision_precision`` (spotref writes it
+    where the stored dtype differs), else ``torch_dtype`` (or ``dtype``; SDAR-8B's config.json
+    says bfloat16, the bundled gsm targets carry it too), when it names one of
+    ``spotref.rules.DTYPES``; else "auto" (the logits' dtype). None without a model: "auto"."""
     extra = getattr(getattr(model, "config", None), "extra", None) or {}
-    dtype = extra.get("torch_dtype") or extra.get("dtype")
+    dtype = extra.get("decision_precision") or extra.get("torch_dtype") or extra.get("dtype")
     return dtype if isinstance(dtype, str) and dtype in DTYPES else "auto"

@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 
 from spotref.checks import check_path
 from spotref.files import atomic_dir, atomic_path, atomic_write_text, shipped_writes
+from spotref.rules import DTYPES as RULE_DTYPES
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
@@ -43,6 +44,7 @@ DTYPES = {
     "fp16": torch.float16,
     "half": torch.float16,
 }
+PRECISION_NAMES = tuple(RULE_DTYPES)  # what a config's decision_precision may name
 STORED_DTYPES = {"F32", "F16", "BF16", "F64"}  # safetensors dtype codes we can cast from
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed here
 
@@ -168,6 +170,7 @@ FIELD_TYPES = {
     "hidden_act": "str",
     "torch_dtype": "str?",
     "dtype": "str?",
+    "decision_precision": "precision?",
 }
 KIND_NAMES = {
     "int": "an integer",
@@ -179,6 +182,7 @@ KIND_NAMES = {
     "dict?": "a JSON object or null",
     "str": "a string",
     "str?": "a string or null",
+    "precision?": f"one of {', '.join(PRECISION_NAMES)} or null",
 }
 
 
@@ -206,6 +210,7 @@ def check_field(name: str, value, kind: str, where: str = "config.json") -> None
         "dict?": lambda v: isinstance(v, dict),
         "str": lambda v: isinstance(v, str),
         "str?": lambda v: isinstance(v, str),
+        "precision?": lambda v: v in PRECISION_NAMES,
         "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v))),
     }[kind](value)
     if not ok:
@@ -423,12 +428,7 @@ def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file) 
     state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    cfg = {
-        **model.config.to_dict(),
-        "torch_dtype": str(dtype).removeprefix("torch."),
-        "architectures": ["SDARForCausalLM"],
-        "model_type": "sdar",
-    }
+    cfg = {**served_as(model.config.to_dict(), dtype), "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
     atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
     groups = shard_groups(state, max_shard_bytes, shard_of)
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
@@ -443,6 +443,19 @@ def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file) 
         wmap.update({n: fname for n in names})
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
     atomic_write_text(root / INDEX, json.dumps(index, indent=2) + "\n")
+
+
+def served_as(cfg: dict, stored: torch.dtype) -> dict:
+    """The config with ``torch_dtype`` the stored dtype (what loaders read it as) and, where the
+    model is served in another precision (its config's ``decision_precision``, else its old
+    ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``."""
+    cfg = dict(cfg)
+    served = cfg.pop("decision_precision", None) or cfg.pop("torch_dtype", None) or cfg.pop("dtype", None)
+    cfg.pop("dtype", None)
+    cfg["torch_dtype"] = str(stored).removeprefix("torch.")
+    if isinstance(served, str) and served.removeprefix("torch.") != cfg["torch_dtype"]:
+        cfg["decision_precision"] = served
+    return cfg
 
 
 def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:

@@ -63,6 +63,28 @@ def test_the_model_saves_itself_beside_from_pretrained(tmp_path):
     assert m2.lm_head.weight.dtype == torch.bfloat16 and torch.equal(m2.lm_head.weight, m.lm_head.weight.bfloat16())
 
 
+def test_a_round_trip_keeps_the_serving_precision(tmp_path):
+    """A float32 model served in bf16 (its config's torch_dtype, as the bundled gsm targets) saved
+    in float32: config.json's torch_dtype is the stored dtype and decision_precision the served
+    one, so the reloaded model loads in float32 and decides in bf16, as the original did."""
+    import spotref
+    from spotref.api import serving_precision
+
+    m = tiny()
+    m.config.extra["torch_dtype"] = "bfloat16"
+    root = m.save_pretrained(tmp_path / "a")
+    cfg = json.loads((root / "config.json").read_text())
+    assert (cfg["torch_dtype"], cfg["decision_precision"]) == ("float32", "bfloat16") and "dtype" not in cfg
+    m2 = SDARModel.from_pretrained(root)
+    assert m2.lm_head.weight.dtype == torch.float32 and serving_precision(m2) == "bfloat16"
+    a, b = (spotref.generate(x, [1, 2, 3], 12, temperature=0.7, seed=4) for x in (m, m2))
+    assert a.tokens == b.tokens and a.stats["trajectory"] == b.stats["trajectory"]
+    bf = json.loads((m2.save_pretrained(tmp_path / "b", dtype="bf16") / "config.json").read_text())
+    assert bf["torch_dtype"] == "bfloat16" and "decision_precision" not in bf  # stored as served
+    edit_config(root, decision_precision="fp8")
+    assert "decision_precision must be one of float64, float32, bfloat16, float16 or null" in load_error(root)
+
+
 @pytest.mark.parametrize(
     "name, want",
     [("bfloat16", torch.bfloat16), ("fp16", torch.float16), (torch.float32, torch.float32), (None, torch.bfloat16)],
