@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spotref
+from spotref.checks import check_temperature
 
 if TYPE_CHECKING:
     from spotref.load.targets import Target
@@ -154,6 +155,7 @@ def auto_budget(model, drafter, depth: int, temperature: float, width: int | Non
     with a width, N <= width and the curve is measured at that width."""
     from spotref.drafters.budget import auto_drafter  # the cost model loads when asked for
 
+    temperature = check_temperature(temperature)  # before any drafter runs: bad input named
     known = _AUTO_BUDGETS.setdefault(model, {})
     key = (drafter, depth, temperature > 0, width)
     if key not in known:

@@ -1,3 +1,5 @@
+import pytest
+
 from spotref.tools.cli import main
 
 
@@ -28,8 +30,9 @@ def test_demo_prints_exact_and_spot_side_by_side(capsys):
     assert spot_passes <= exact_passes
 
 
-def test_demo_bad_argument_is_one_clear_line(capsys):
-    assert main(["demo", "--model", "random", "--prompts", "1", "--temperature", "-1"]) == 2
+@pytest.mark.parametrize("model", ["random", "gsm-b32"])  # gsm-b32: its SPOT drafter runs for budget="auto"
+def test_demo_bad_argument_is_one_clear_line(capsys, model):
+    assert main(["demo", "--model", model, "--prompts", "1", "--temperature", "-1"]) == 2
     err = capsys.readouterr().err
     assert "spotref demo: error: temperature must be" in err and "Traceback" not in err
 
