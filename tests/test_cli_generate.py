@@ -261,9 +261,11 @@ def test_a_chat_trained_bundled_target_takes_chat_and_says_so_without_it(capsys)
     q = "Tom has 5 apples and buys 7 more. How many apples does he have?"
     rc, out, err = run(capsys, "generate", "--model", "gsm-b32", "--chat", "--prompt", q, "--max-new-tokens", 64)
     target = spotref.load_target("gsm-b32")
-    res = spotref.generate(target, target.encode(chat_format(q)), 64, drafter="confidence", stop_ids=target.stop_ids)
-    want = target.tokenizer.decode(res.tokens[:-1] if res.tokens[-1:] == target.stop_ids else res.tokens)
-    assert rc == 0 and out == want + "\n" and "####" in out
+    assert target.encode_chat(q) == target.encode(chat_format(q))
+    res = spotref.generate(target, target.encode_chat(q), 64, drafter="confidence", stop_ids=target.stop_ids)
+    text = target.tokenizer.decode(res.tokens[:-1] if res.tokens[-1:] == target.stop_ids else res.tokens)
+    assert text.endswith("<|im_end|>")  # the chat targets write the turn's end as text, then end-of-text
+    assert rc == 0 and out == text.removesuffix("<|im_end|>") + "\n" and "####" in out
     rc, _, err = run(capsys, "generate", "--model", "gsm-b32", "--prompt", q, "--max-new-tokens", 8)
     assert rc == 0 and "trained on chat-formatted problems; --chat wraps" in err
     rc, _, err = run(capsys, "generate", "--model", "stdlib-b32", "--chat", "--prompt", "x")

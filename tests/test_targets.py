@@ -137,3 +137,17 @@ def test_quality_report_runs_on_a_code_target():
     assert r["blocks"] == 4 and 0 <= r["repeat_blocks"] <= r["one_char_blocks"] + 1
     assert 0 < r["corpus_whitespace_share"] < 1 and 0 <= r["token_stability"] <= 1
     assert passes_bar(r) in (True, False) and len(r["samples"]) == 2
+
+
+def test_a_chat_target_encodes_a_question_as_it_was_trained():
+    """gsm targets are trained on chat documents (spotref.data.gsm.chat_document): encode_chat
+    gives the prompt those documents start with; a plain-text target refuses it by name."""
+    from spotref.data.gsm import chat_prompt
+
+    gsm, stdlib = spotref.load_target("gsm-b16"), spotref.load_target("stdlib-b16")
+    q = "Ella has 62 shells and finds 20 more. How many shells does she have?"
+    assert gsm.chat and not stdlib.chat
+    assert gsm.encode_chat(q) == gsm.encode(chat_prompt(q))
+    assert gsm.encode_chat([{"role": "user", "content": q}]) == gsm.encode_chat(q)
+    with pytest.raises(ValueError, match="'stdlib-b16' is trained on plain text: prompt it with encode"):
+        stdlib.encode_chat(q)

@@ -29,10 +29,12 @@ from spotref.checkpoint import check_field_types, read_json
 from spotref.checks import check_int
 from spotref.files import atomic_path, atomic_write_text
 from spotref.load.bpe import tokenizer_from_json
+from spotref.load.tokenizer import chat_format
 from spotref.models import SDARConfig, SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
+CHAT_CORPORA = ("gsm",)  # the corpora of chat-formatted documents (spotref.data.gsm.chat_document)
 MAX_HELDOUT = 100_000  # held-out prompts one call may ask for (10**9 ran without bound)
 
 
@@ -54,6 +56,20 @@ class Target:
     def encode(self, text: str) -> list[int]:
         """The prompt's token ids; ``ValueError`` if it does not encode."""
         return self.tokenizer.encode(text)
+
+    @property
+    def chat(self) -> bool:
+        """Whether the target was trained on chat-formatted documents (the gsm targets): prompt
+        it with ``encode_chat``."""
+        return ((self.meta or {}).get("corpus") or {}).get("name") in CHAT_CORPORA
+
+    def encode_chat(self, messages, **kwargs) -> list[int]:
+        """A chat prompt's token ids, in SDAR's (Qwen3's) template ending in the assistant header,
+        as the chat targets were trained (``spotref.load.tokenizer.chat_format``: a question as
+        a str, or a list of {"role", "content"} turns); ``ValueError`` for a plain-text target."""
+        if not self.chat:
+            raise ValueError(f"target {self.name!r} is trained on plain text: prompt it with encode(text)")
+        return self.tokenizer.encode(chat_format(messages, **kwargs))
 
     def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, int | None]]:
         """``n`` held-out ``(prompt text, answer or None)`` pairs of the target's own domain

@@ -22,7 +22,7 @@ from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
 from spotref.load.drafters import load_drafter
 from spotref.load.targets import load_target
-from spotref.load.tokenizer import chat_format, load_tokenizer
+from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
 from spotref.names import DRAFTERS, is_checkpoint_name, known_names
 from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
@@ -156,27 +156,19 @@ def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, de
         raise ValueError(
             f"--model {spec!r}: no such checkpoint directory or bundled target ({str(e).strip(chr(39))})"
         ) from None
-    tok = getattr(target, "tokenizer", None)
-    if ((getattr(target, "meta", None) or {}).get("corpus") or {}).get("name") in CHAT_CORPORA:
-        tok = ChatText(tok)
+    tok = ChatText(target) if getattr(target, "chat", False) else getattr(target, "tokenizer", None)
     return target_model(target, block_size, mask_token_id, dtype, device), tok
 
 
-CHAT_CORPORA = ("gsm",)  # bundled corpora of chat-formatted documents
-
-
 class ChatText:
-    """The tokenizer of a bundled target trained on chat-formatted text (the Qwen3 template
-    written out as text): ``--chat`` wraps a prompt in that format."""
+    """The tokenizer of a bundled target trained on chat-formatted text, with the target's
+    ``encode_chat`` (``Target.encode_chat``): ``--chat`` wraps a prompt in that format."""
 
-    def __init__(self, tok):
-        self.tok = tok
+    def __init__(self, target):
+        self.tok, self.encode_chat = target.tokenizer, target.encode_chat
 
     def __getattr__(self, name):
         return getattr(self.tok, name)
-
-    def encode_chat(self, messages) -> list:
-        return self.tok.encode(chat_format(messages))
 
 
 def directory_tokenizer(path: Path):
@@ -288,9 +280,14 @@ def setup(options: GenerateOptions):
 
 
 def show(tok, tokens, stops) -> str:
+    """The output as text (ids without a tokenizer), without its stop token, and for a bundled
+    chat target without the turn's closing ``<|im_end|>``, which it writes as text."""
     if tokens and tokens[-1] in stops:
         tokens = tokens[:-1]
-    return tok.decode(tokens) if tok is not None else " ".join(map(str, tokens))
+    if tok is None:
+        return " ".join(map(str, tokens))
+    text = tok.decode(tokens)
+    return text.removesuffix(IM_END) if isinstance(tok, ChatText) else text
 
 
 def run_generate(args) -> int:
