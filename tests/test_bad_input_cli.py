@@ -54,7 +54,7 @@ def input_error(capsys, argv) -> str:
         (["generate", *MODEL, "--seed", -1], "--seed"),
         (["generate", *MODEL, "--seed", 2**64], "--seed"),
         (["generate", *MODEL, "--budget", 0], "--budget"),
-        (["generate", *MODEL, "--budget", "auto"], "--budget"),
+        (["generate", *MODEL, "--budget", "automatic"], "--budget"),
         (["generate", *MODEL, "--depth", -1], "--depth"),
         (["generate", *MODEL, "--max-new-tokens", -1], "--max-new-tokens"),
         (["generate", *MODEL, "--top-k", 0], "--top-k"),

@@ -270,3 +270,13 @@ def test_a_chat_trained_bundled_target_takes_chat_and_says_so_without_it(capsys)
     assert rc == 0 and "trained on chat-formatted problems; --chat wraps" in err
     rc, _, err = run(capsys, "generate", "--model", "stdlib-b32", "--chat", "--prompt", "x")
     assert rc == 2 and "has no chat format" in err
+
+
+def test_generate_and_audit_take_budget_auto(capsys):
+    """``--budget auto`` is the API's budget="auto" (the cost model's N on this machine)."""
+    ids = "5,6,7,8,9"
+    rc, out, err = run(capsys, "generate", "--model", "stdlib-b32", "--prompt-ids", ids, "--budget", "auto")
+    want = spotref.generate("stdlib-b32", [5, 6, 7, 8, 9], 128, drafter="confidence", budget="auto", stop_ids=[0])
+    assert rc == 0 and f"{len(want.tokens)} tokens, " in err and "drafter confidence" in err
+    rc, out, _ = run(capsys, "audit", "--model", "stdlib-b32", "--prompt-ids", ids, "--budget", "auto")
+    assert rc == 0 and "identical" in out

@@ -10,6 +10,7 @@ when no such directory exists, the name of a bundled target (``spotref.load_targ
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -31,13 +32,20 @@ from spotref.tools.options import Options
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
 
+def budget_arg(text: str) -> int | str:
+    """``--budget``: a node budget N >= 1, or ``auto``."""
+    try:
+        return "auto" if text == "auto" else positive_int(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"must be auto or {str(e).removeprefix('must be ')}") from None
+
+
 def add_generate(p) -> None:
-    add_model_args(p, drafter_default="confidence")
+    add_model_args(p, max_new_tokens=128, drafters="none (exact decoding), " + DRAFTER_NAMES)
 
 
 def add_audit(p) -> None:
-    add_model_args(p, drafter_default="confidence")
-    p.set_defaults(max_new_tokens=64)
+    add_model_args(p, max_new_tokens=64, drafters="the drafter set beside exact decoding: " + DRAFTER_NAMES)
     p.add_argument(
         "--batch-rows",
         type=int_range(0, MAX_BATCH_ROWS),
@@ -46,7 +54,10 @@ def add_audit(p) -> None:
     )
 
 
-def add_model_args(p, drafter_default: str) -> None:
+DRAFTER_NAMES = "confidence, confidence-chain, calibrated, spot, a bundled drafter name or a drafter .pt path"
+
+
+def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     """The arguments of both sub-commands (generate and audit)."""
     p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
     src = p.add_mutually_exclusive_group(required=True)
@@ -59,7 +70,12 @@ def add_model_args(p, drafter_default: str) -> None:
     )
     p.add_argument("--system", default=None, help="system message (needs --chat)")
     p.add_argument("--no-think", action="store_true", help="an empty <think> block (needs --chat)")
-    p.add_argument("--max-new-tokens", type=nonneg_int, default=128, help="tokens to generate")
+    p.add_argument(
+        "--max-new-tokens",
+        type=nonneg_int,
+        default=max_new_tokens,
+        help=f"tokens to generate (default {max_new_tokens})",
+    )
     p.add_argument("--block-length", type=positive_int, default=None, help="block size B (default: the config's)")
     p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
@@ -74,12 +90,13 @@ def add_model_args(p, drafter_default: str) -> None:
     )
     p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
+    p.add_argument("--drafter", default="confidence", help=f"{drafters} (default confidence)")
     p.add_argument(
-        "--drafter",
-        default=drafter_default,
-        help="none, confidence, confidence-chain, calibrated, spot, a bundled drafter name or a drafter .pt path",
+        "--budget",
+        type=budget_arg,
+        default=16,
+        help="tree node budget N (root included), or auto: the cost model's N on this machine (default 16)",
     )
-    p.add_argument("--budget", type=positive_int, default=16, help="tree node budget N (root included)")
     p.add_argument(
         "--width",
         type=positive_int,
@@ -93,7 +110,7 @@ def add_model_args(p, drafter_default: str) -> None:
         help="the dtype the rule decides in (default: the model's serving "
         "precision, its config's torch_dtype, else the logits' dtype)",
     )
-    p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
+    p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D (default 8)")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     add_threads(p)
@@ -120,7 +137,7 @@ class GenerateOptions(Options):
     threshold: float | None  # threshold rule tau; None: one position a step
     seed: int
     drafter: str  # as given: none, a drafter name, a bundled drafter or a .pt path (``drafter_arg``)
-    budget: int  # tree node budget N
+    budget: int | str  # tree node budget N, or "auto"
     width: int | None  # rows of every pass, padded; None: each row alone
     precision: str | None  # the dtype the rule decides in; None: the model's serving precision
     depth: int  # tree depth cap D
