@@ -180,17 +180,26 @@ def profile_rows(model, drafter, prompts: list, new_tokens: int, T: float, depth
     return rows
 
 
+DESCRIPTION = (
+    "The cost model's table on this machine, one torch thread: verify and draft times per node "
+    "budget N, the expected commits E(N), commits per second and the N budget='auto' picks; "
+    "or, with --profile, --fused-store, --round-budget or --gpu-projection, that report instead."
+)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.costmodel", description=main.__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m spotref.tools.costmodel", description=DESCRIPTION)
     add_arguments(p)
     return p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", nargs="?", default=DEFAULT_TARGET)
-    p.add_argument("--drafter", default="spot")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--depth", type=nonneg_int, default=32)
+    p.add_argument("target", nargs="?", default=DEFAULT_TARGET, help=f"a bundled target (default {DEFAULT_TARGET})")
+    p.add_argument("--drafter", default="spot", help="spot, calibrated or confidence (default spot)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (default 0)")
+    p.add_argument(
+        "--depth", type=nonneg_int, default=32, help="tree depth cap D (default 32, as the bench; generate's is 8)"
+    )
     p.add_argument(
         "--profile",
         action="store_true",

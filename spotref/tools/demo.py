@@ -13,6 +13,7 @@ end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no numb
 from __future__ import annotations
 
 import random
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -62,7 +63,9 @@ def add_arguments(p):
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
     p.add_argument(
-        "--drafter", default=None, help="drafter name (default: spot when the target ships one, else confidence)"
+        "--drafter",
+        default=None,
+        help="drafter name or a drafter .pt path (default: spot when the target ships one, else confidence)",
     )
     p.add_argument(
         "--width",
@@ -79,7 +82,8 @@ def add_arguments(p):
     p.add_argument(
         "--model",
         default="default",
-        help="bundled target name, 'default' (the default target, else random) or 'random'",
+        help="bundled target name, a target's metadata file PATH/NAME.json, 'default' (the default "
+        "target, else random) or 'random'",
     )
     p.add_argument(
         "--show",
@@ -235,12 +239,14 @@ def demo(o: DemoOptions) -> int:
     for i in range(min(o.show, len(prompts)) if env.decode else 0):
         show(env, i, runs)
     print(
-        f"\nmodel: {name}; {len(prompts)} prompts x at most {length} new tokens, T = {o.temperature}, "
+        f"\nmodel: {name}; {len(prompts)} prompt{'s' * (len(prompts) != 1)} x at most {length} new tokens, "
+        f"T = {o.temperature}, "
         f"depth cap {o.depth}{', fused store' if o.fused_store else ''}; "
         f"every output identical to exact decoding: yes\n"
     )
     print(table(COLUMNS, summary_rows(runs)))
-    print(why(model, o))
+    print(f"\n{LEGEND}")
+    print("\n" + textwrap.fill(why(model, o).strip(), 100))
     return 0
 
 
@@ -257,6 +263,15 @@ def why(model, options: DemoOptions) -> str:
         f"is flat at a fixed width)."
     )
 
+
+LEGEND = textwrap.fill(
+    "passes: every forward of the model (the prompt's prefill, the denoise / verify passes, one store per "
+    "block), so exact decoding takes more than one per token; commits/pass: positions decided per "
+    "denoise / verify pass; fewer passes: exact decoding's passes over this row's; speed-up: this row's "
+    "tokens/s over exact decoding's (wall time in this process: a few prompts make it noisy); answer "
+    "columns: the blocks before the one holding end-of-text, whose fill after the answer is left out.",
+    100,
+)
 
 COLUMNS = [
     "decoder",
