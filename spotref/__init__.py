@@ -4,7 +4,7 @@ block-diffusion language models (SDAR). See docs/spec.md and the README.
 The tree/verification core exists twice: ``spotref.core`` (pure Python, the specification) and
 ``spotref._core`` (its Cython twin, built from ``_ext/core.pyx``). ``SPOTREF_NO_EXTENSIONS=1``
 skips the build and forces the pure core; otherwise the import falls back to the pure core only
-when the extension is absent (ImportError). ``spotref.EXTENSION`` says which one is active.
+when the extension is absent (ImportError). ``spotref.EXTENSION`` is True when the compiled core is active.
 
 The public names below are imported on first use (PEP 562), so ``import spotref`` and the
 ``spotref --help`` command do not pay for importing torch; they behave as plain attributes.
@@ -44,7 +44,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(__all__) | set(_LAZY))  # the public names, not this module's own imports
 
 
 if os.environ.get("SPOTREF_NO_EXTENSIONS"):

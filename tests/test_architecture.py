@@ -99,3 +99,11 @@ def test_no_module_over_700_lines_and_no_function_over_60():
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60
             ]
     assert long == []
+
+
+def test_the_package_face_lists_its_public_names_only():
+    """``dir(spotref)`` is the public API (each name resolves), not the package's own imports."""
+    import spotref
+
+    assert dir(spotref) == sorted(spotref.__all__) and "os" not in dir(spotref)
+    assert all(getattr(spotref, name) is not None for name in spotref.__all__)
