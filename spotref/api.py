@@ -23,7 +23,7 @@ from spotref.checks import (  # noqa: F401
 from spotref.core import LIMIT
 from spotref.decode import Block, Result, Stats, decode, fill_block
 from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
-from spotref.rules import CONFIDENCES, DTYPES, PRECISIONS, DecisionRule
+from spotref.rules import CONFIDENCES, DTYPES, PRECISIONS, SERVED, DecisionRule
 
 
 def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
@@ -155,5 +155,5 @@ def serving_precision(model) -> str:
     says bfloat16, the bundled gsm targets carry it too), when it names one of
     ``spotref.rules.DTYPES``; else "auto" (the logits' dtype). None without a model: "auto"."""
     extra = getattr(getattr(model, "config", None), "extra", None) or {}
-    dtype = extra.get("decision_precision") or extra.get("torch_dtype") or extra.get("dtype")
+    dtype = next((extra[k] for k in SERVED if extra.get(k)), None)
     return dtype if isinstance(dtype, str) and dtype in DTYPES else "auto"

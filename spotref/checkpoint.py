@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 from spotref.checks import check_path
 from spotref.files import atomic_dir, atomic_path, atomic_write_text, shipped_writes
 from spotref.rules import DTYPES as RULE_DTYPES
+from spotref.rules import SERVED
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
@@ -450,8 +451,7 @@ def served_as(cfg: dict, stored: torch.dtype) -> dict:
     model is served in another precision (its config's ``decision_precision``, else its old
     ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``."""
     cfg = dict(cfg)
-    served = cfg.pop("decision_precision", None) or cfg.pop("torch_dtype", None) or cfg.pop("dtype", None)
-    cfg.pop("dtype", None)
+    served = next((s for s in [cfg.pop(k, None) for k in SERVED] if s), None)  # every key popped
     cfg["torch_dtype"] = str(stored).removeprefix("torch.")
     if isinstance(served, str) and served.removeprefix("torch.") != cfg["torch_dtype"]:
         cfg["decision_precision"] = served

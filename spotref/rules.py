@@ -48,6 +48,7 @@ CONFIDENCES = ("filtered", "unfiltered")
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
 PRECISIONS = ("auto", *DTYPES)        # "auto": the logits' dtype; "float64": the original rule
+SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming the serving precision, first found
 
 
 @dataclass

@@ -10,10 +10,11 @@ import pytest
 from spotref.tools.options import Options
 
 
-def dests(add_arguments) -> set:
+def dests(add_arguments) -> list:
+    """The parser's options (argparse dests), in its order."""
     p = argparse.ArgumentParser()
     add_arguments(p)
-    return {a.dest for a in p._actions if a.dest != "help"}
+    return [a.dest for a in p._actions if a.dest != "help"]
 
 
 def test_options_refuse_a_namespace_that_differs_from_their_fields():
@@ -36,7 +37,7 @@ def test_demo_options_match_its_parser():
     from spotref.tools import demo
 
     o = demo.DemoOptions.parse(demo.add_arguments, ["--budgets", "4,8", "--no-auto"])
-    assert set(o.names()) == dests(demo.add_arguments)
+    assert set(o.names()) == set(dests(demo.add_arguments))
     assert o.budgets == [4, 8] and o.budget_auto is False and o.model == "default"
     for f in (demo.demo, demo.setup, demo.gen_length, demo.why):
         assert "DemoOptions" in str(inspect.signature(f)), f
@@ -46,7 +47,7 @@ def test_costmodel_options_match_its_parser():
     from spotref.tools import costmodel
 
     o = costmodel.CostOptions.parse(costmodel.add_arguments, ["stdlib-b32", "--profile", "--budgets", "2,4"])
-    assert set(o.names()) == dests(costmodel.add_arguments)
+    assert set(o.names()) == set(dests(costmodel.add_arguments))
     assert o.target == "stdlib-b32" and o.profile and o.budgets == [2, 4]
     for f in (costmodel.fused_store, costmodel.round_budget, costmodel.profile, costmodel.cost_table):
         assert "CostOptions" in str(inspect.signature(f)), f
@@ -79,17 +80,11 @@ def cli_models_setup_sees(monkeypatch, run, command: str):
     return seen[0]
 
 
-def cli_models_parser_dests(add_arguments) -> list:
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return [a.dest for a in p._actions if a.dest != "help"]
-
-
 def test_generate_options_match_its_parser(monkeypatch):
     from spotref.tools.cli_models import GenerateOptions, add_generate, check_chat_args, prompt_ids, run_generate
 
     o = GenerateOptions.parse(add_generate, CLI_MODELS_ARGV)
-    assert type(o) is GenerateOptions and list(o.names()) == cli_models_parser_dests(add_generate)
+    assert type(o) is GenerateOptions and list(o.names()) == dests(add_generate)
     assert (o.max_new_tokens, o.drafter, o.seed, o.argv) == (128, "confidence", 5, ())
     assert prompt_ids(o, None) == [1, 2, 3]
     with pytest.raises(ValueError, match="--system needs --chat"):
@@ -102,7 +97,7 @@ def test_audit_options_match_its_parser(monkeypatch):
     from spotref.tools.cli_models import AuditOptions, add_audit, add_generate, run_audit
 
     o = AuditOptions.parse(add_audit, CLI_MODELS_ARGV + ["--batch-rows", "3"])
-    assert type(o) is AuditOptions and list(o.names()) == cli_models_parser_dests(add_audit)
+    assert type(o) is AuditOptions and list(o.names()) == dests(add_audit)
     assert (o.batch_rows, o.max_new_tokens) == (3, 64)
     with pytest.raises(TypeError, match=r"fields without an option \['batch_rows'\]"):
         AuditOptions.parse(add_generate, CLI_MODELS_ARGV)
@@ -111,18 +106,14 @@ def test_audit_options_match_its_parser(monkeypatch):
 
 
 def test_bench_options_match_its_parser(tmp_path, monkeypatch):
-    import argparse
     import dataclasses
     import typing
 
     from spotref.tools import bench, bench_report, bench_run, bench_sets
     from spotref.tools.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
 
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    dests = [a.dest for a in p._actions if a.dest != "help"]
-    options = BenchOptions.from_namespace(p.parse_args(["--quick", "--targets", "random"]))
-    assert isinstance(options, BenchOptions) and list(BenchOptions.names()) == dests
+    options = BenchOptions.parse(add_arguments, ["--quick", "--targets", "random"])
+    assert isinstance(options, BenchOptions) and list(BenchOptions.names()) == dests(add_arguments)
     assert BenchOptions.parse(add_arguments, ["--with", "a.md", "b.md"]).also == ["a.md", "b.md"]
     for f in (bench.bench_target, bench.outputs, bench_run.gen, bench_run.run_drafter, bench_sets.bench_sets):
         assert typing.get_type_hints(f)["options"] is BenchOptions, f.__name__
@@ -136,19 +127,12 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
 # ---- spotref train-drafter, spotref quality, python -m spotref.tools.stability -----------------
 
 
-def drafter_tools_parser_dests(add_arguments) -> list:
-    """The dests of the parser ``add_arguments`` builds, in its order (``--help`` left out)."""
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return [a.dest for a in p._actions if a.dest != "help"]
-
-
 def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
     from spotref.tools import train_drafter
     from spotref.tools.train_drafter import DrafterOptions, add_arguments
 
     o = DrafterOptions.parse(add_arguments, ["t", "--out", str(tmp_path / "d.pt"), "--seeds", "3"])
-    assert type(o) is DrafterOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert type(o) is DrafterOptions and list(o.names()) == dests(add_arguments)
     assert (o.target, o.prompts, o.test_prompts, o.lr, o.init, o.no_sets, o.argv) == (
         "t",
         120,
@@ -179,7 +163,7 @@ def test_quality_options_match_its_parser(monkeypatch, capsys):
     from spotref.tools.quality import QualityOptions, add_arguments
 
     o = QualityOptions.parse(add_arguments, ["t"])
-    assert type(o) is QualityOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert type(o) is QualityOptions and list(o.names()) == dests(add_arguments)
     assert (o.prompts, o.prompt_tokens, o.new_tokens, o.write_meta) == (None, 64, None, False)
     assert quality.meta_path(o) == Path(TARGETS_DIR) / "t.json"
     assert quality.meta_path(QualityOptions.parse(add_arguments, ["x/t.json"])) == Path("x/t.json")
@@ -198,7 +182,7 @@ def test_stability_options_match_its_parser(monkeypatch, tmp_path):
     from spotref.tools.stability import StabilityOptions, add_arguments
 
     o = StabilityOptions.parse(add_arguments, [])
-    assert type(o) is StabilityOptions and list(o.names()) == drafter_tools_parser_dests(add_arguments)
+    assert type(o) is StabilityOptions and list(o.names()) == dests(add_arguments)
     assert (o.targets, o.test_prompts, o.new_tokens, o.out, o.update_shipped) == ([], 10, 128, None, False)
     spec = stability.trajectory_spec(o)
     assert (spec.prompts, spec.test_prompts, spec.seeds, spec.data_dir) == (0, 10, 1, "runs/drafter-data")
@@ -233,7 +217,7 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
     for command, (_, module, add, _) in cli.COMMANDS.items():
         add_arguments = getattr(importlib.import_module(module), add)
         if classes[command] is None:
-            assert set(TRAIN_OPTIONS) == dests(add_arguments)
+            assert set(TRAIN_OPTIONS) == set(dests(add_arguments))
             continue
         options = getattr(importlib.import_module(module), classes[command])
-        assert issubclass(options, Options) and set(options.names()) == dests(add_arguments), command
+        assert issubclass(options, Options) and set(options.names()) == set(dests(add_arguments)), command

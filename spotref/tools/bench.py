@@ -43,7 +43,7 @@ from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
 from spotref.tools import bench_sets, stability
 from spotref.tools.argtypes import tool_main
-from spotref.tools.bench_options import SHIPPED_PLOT, SHIPPED_REPORT, BenchOptions, add_arguments, grid
+from spotref.tools.bench_options import SHIPPED_PLOT, SHIPPED_REPORT, BenchOptions, add_arguments
 from spotref.tools.bench_report import (
     Row,
     gain_path,
@@ -90,7 +90,7 @@ def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
 
 
 def bench_target(setup: Setup, options: BenchOptions, rows: list, bar) -> None:
-    g = grid(options)
+    g = options.grid
     for T in g.temperatures:
         ex = metrics(run_exact(setup, T, options))
         rows.append(row(setup, T, "exact", "-", ex, ex))
@@ -114,7 +114,7 @@ def stability_rows(setup: Setup, options: BenchOptions) -> list:
     """Token stability on the bench's own prompts, new tokens and seed, per T (the gain figure's
     x axis): exact decoding recorded once more (``trajectories.record``), read by
     ``spotref.tools.stability.rates`` at d = 0 (top-1, top-2, top-1 without the commits of a stop id)."""
-    out, stops, g = [], list(setup.stops or ()), grid(options)
+    out, stops, g = [], list(setup.stops or ()), options.grid
     for T in g.temperatures:
         ds = record(
             setup.model, setup.prompts, g.new_tokens, T, (options.seed,), setup.stops, desc=f"stability T={T:g}"
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     if options.replot:
         return replot(options)
     torch.set_num_threads(1)
-    t0, g = time.time(), grid(options)
+    t0, g = time.time(), options.grid
     makers, setups, rows, stab, set_rows = setups_for(options), [], [], [], []
     paths = outputs(options)  # the run directory, once the input is good
     total = len(makers) * (len(g.temperatures) * len(g.drafters) * (len(g.budgets) + 1) + bench_sets.configs(options))

@@ -11,6 +11,7 @@ depend on another option), with the thresholds checked.
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 
 from spotref.tools.argtypes import choice_list, int_list, nonneg_int, positive_int, real_list, seed_int
@@ -155,6 +156,11 @@ class BenchOptions(Options):
     update_shipped: bool
     replot: bool
     also: list[str]  # --with REPORT ...: other reports' tables, with --replot
+
+    @functools.cached_property
+    def grid(self) -> Grid:
+        """``grid(self)``, computed once (the object is frozen)."""
+        return grid(self)
 
 
 @dataclass(frozen=True)

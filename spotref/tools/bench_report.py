@@ -14,7 +14,7 @@ import torch
 
 from spotref.load.targets import DEFAULT_TARGET
 from spotref.tools import bench_sets
-from spotref.tools.bench_options import BenchOptions, grid
+from spotref.tools.bench_options import BenchOptions
 from spotref.tools.report import parse_table, pyplot, save_png, table
 
 COLUMNS = [
@@ -296,7 +296,7 @@ def report(
 
 
 def header(options: BenchOptions, seconds: float) -> list[str]:
-    g = grid(options)
+    g = options.grid
     cmd = " ".join(["python -m spotref.tools.bench", *options.argv])
     sets = f", tau in {{{','.join(f'{t:g}' for t in g.taus)}}} (SPOT-Sets)" if g.taus else ""
     temperatures, budgets = ",".join(f"{t:g}" for t in g.temperatures), ",".join(map(str, g.budgets))

@@ -22,7 +22,7 @@ from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import drafter_for, resolve_drafter
-from spotref.tools.bench_options import BenchOptions, grid
+from spotref.tools.bench_options import BenchOptions
 from spotref.tools.prompts import prompts_for
 from spotref.tools.report import answer_blocks
 from spotref.tools.trajectories import record
@@ -44,7 +44,7 @@ class Setup:
 def target_setup(name: str, options: BenchOptions) -> Setup:
     o = options
     t = names.target(name, o.targets_dir)
-    s = Setup(name, t.model, prompts_for(t, grid(o).prompts, "test", o.prompt_tokens), t.stop_ids)
+    s = Setup(name, t.model, prompts_for(t, o.grid.prompts, "test", o.prompt_tokens), t.stop_ids)
     try:
         s.spot = drafter_for(t.model, "spot", o.drafters_dir)
         s.calibrated = drafter_for(t.model, "calibrated", o.drafters_dir)
@@ -65,7 +65,7 @@ def served_in(model, precision: str):
 
 def random_setup(options: BenchOptions) -> Setup:
     """No bundled target: a random tiny SDAR, an untrained order model, calibration on 3 prompts."""
-    g = grid(options)
+    g = options.grid
     torch.manual_seed(options.seed)
     cfg = SDARConfig(
         vocab_size=97,
@@ -115,7 +115,7 @@ def make_drafter(name: str, setup: Setup, exact):
 
 def gen(setup: Setup, prompt, T: float, options: BenchOptions, **kw):
     return spotref.generate(
-        setup.model, prompt, grid(options).new_tokens, temperature=T, seed=options.seed, stop_ids=setup.stops, **kw
+        setup.model, prompt, options.grid.new_tokens, temperature=T, seed=options.seed, stop_ids=setup.stops, **kw
     )
 
 
@@ -133,7 +133,7 @@ def run_drafter(
     setup: Setup, T: float, name: str, N: int, options: BenchOptions, drafter=None, threshold: float | None = None
 ) -> list:
     """One configuration over all prompts; exits if any output differs from exact decoding."""
-    out, depth = [], grid(options).depth
+    out, depth = [], options.grid.depth
     for prompt, ex in zip(setup.prompts, setup.exact[key(T, threshold)]):
         d = drafter if drafter is not None else make_drafter(name, setup, ex)
         res = gen(setup, prompt, T, options, drafter=d, budget=N, depth=depth, threshold=threshold)
@@ -152,7 +152,7 @@ def run_auto(setup: Setup, T: float, name: str, options: BenchOptions, threshold
     """budget="auto" for drafter ``name``: (the N the cost model picks, its metrics, exact
     decoding's wall time re-measured right before it: the machine is shared and drifts)."""
     drafter = resolve_drafter(make_drafter(name, setup, None), setup.model)
-    d, N = auto_drafter(setup.model, drafter, grid(options).depth, T)
+    d, N = auto_drafter(setup.model, drafter, options.grid.depth, T)
     fresh = metrics([gen(setup, p, T, options, threshold=threshold) for p in setup.prompts])
     return N, metrics(run_drafter(setup, T, name, N, options, drafter=d, threshold=threshold)), fresh["wall"]
 

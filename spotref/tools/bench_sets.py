@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from spotref.tools.bench_options import BenchOptions, grid
+from spotref.tools.bench_options import BenchOptions
 from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact
 from spotref.tools.report import parse_tables, pyplot, save_png, table
 
@@ -80,13 +80,13 @@ def set_row(setup, T: float, tau: float, name: str, N, m: dict, ex: dict) -> Set
 
 def configs(options: BenchOptions) -> int:
     """How many drafted rows one target adds (for the progress bar)."""
-    g = grid(options)
+    g = options.grid
     autos = sum(1 for d in SET_DRAFTERS if d in AUTO_DRAFTERS) if g.auto else 0
     return len(g.temperatures) * len(g.taus) * (len(SET_DRAFTERS) * len(g.budgets) + autos)
 
 
 def bench_sets(setup, options: BenchOptions, rows: list, bar) -> None:
-    g = grid(options)
+    g = options.grid
     for T in g.temperatures:
         for tau in g.taus:
             ex = metrics(run_exact(setup, T, options, tau))

@@ -171,16 +171,7 @@ def batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     ctok = torch.from_numpy(a["ctok"][rows, np.minimum(depths, a["ctok"].shape[1] - 1)].astype(np.int64))
     ok = (ctok[ar, y] == torch.from_numpy(a["fut_tok"][rows, depths].astype(np.int64))).float()
     step = torch.from_numpy(a["step"][rows].astype(np.int64)) + d
-    x = order.features(
-        torch.from_numpy(a["top"][rows].astype(np.float32)),
-        pc,
-        masked,
-        marks,
-        step,
-        torch.from_numpy(a["temp"][rows].astype(np.float32)),
-        torch.from_numpy(a["unseen"][rows]),
-    )
-    return x, masked, y, ok
+    return ts.recorded_features(a, rows, pc, masked, marks, step), masked, y, ok
 
 
 def loss_fn(model, x, masked, y, ok):

@@ -50,7 +50,14 @@ def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
     k = np.minimum(depths, a["pc"].shape[1] - 1)
     pc = torch.from_numpy(a["pc"][rows, k].astype(np.float32))
     step = torch.from_numpy(a["step"][rows].astype(np.int64) + depths)
-    x = order.features(
+    x = recorded_features(a, rows, pc, masked, marks, step)
+    return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
+
+
+def recorded_features(a: dict, rows: np.ndarray, pc, masked, marks, step) -> torch.Tensor:
+    """The order model's features (``order.features``, (n, B, F)) of recorded rows ``a[...][rows]``
+    at a teacher-forced draft: its coupled-token probabilities ``pc``, ``masked``, ``marks``, ``step``."""
+    return order.features(
         torch.from_numpy(a["top"][rows].astype(np.float32)),
         pc,
         masked,
@@ -59,7 +66,6 @@ def set_batch(ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray):
         torch.from_numpy(a["temp"][rows].astype(np.float32)),
         torch.from_numpy(a["unseen"][rows]),
     )
-    return x, masked, torch.from_numpy(a["tau"][rows].astype(np.float32)), (when == d).float()
 
 
 def set_loss(model, x, masked, tau, y):
