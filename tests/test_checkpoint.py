@@ -77,8 +77,10 @@ def test_a_round_trip_keeps_the_serving_precision(tmp_path):
     assert (cfg["torch_dtype"], cfg["decision_precision"]) == ("float32", "bfloat16") and "dtype" not in cfg
     m2 = SDARModel.from_pretrained(root)
     assert m2.lm_head.weight.dtype == torch.float32 and serving_precision(m2) == "bfloat16"
-    a, b = (spotref.generate(x, [1, 2, 3], 12, temperature=0.7, seed=4) for x in (m, m2))
-    assert a.tokens == b.tokens and a.stats["trajectory"] == b.stats["trajectory"]
+    for T in (0.0, 0.7):
+        a, b = (spotref.generate(x, [1, 2, 3], 12, temperature=T, seed=4, drafter="confidence") for x in (m, m2))
+        exact = spotref.generate(m, [1, 2, 3], 12, temperature=T, seed=4)
+        assert a.tokens == b.tokens == exact.tokens and a.stats["trajectory"] == b.stats["trajectory"]
     bf = json.loads((m2.save_pretrained(tmp_path / "b", dtype="bf16") / "config.json").read_text())
     assert bf["torch_dtype"] == "bfloat16" and "decision_precision" not in bf  # stored as served
     edit_config(root, decision_precision="fp8")
