@@ -107,8 +107,9 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
         "--precision",
         choices=("auto", "float64", "float32", "bfloat16", "float16"),
         default=None,
-        help="the dtype the rule decides in (default: the model's serving "
-        "precision, its config's torch_dtype, else the logits' dtype)",
+        help="the dtype the rule decides in (default: the model's serving precision: its config's "
+        "decision_precision, else torch_dtype (or dtype), when that names a float type above; "
+        "else the logits' dtype)",
     )
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D (default 8)")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
