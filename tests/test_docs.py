@@ -71,6 +71,8 @@ OTHER_COMMANDS = {
     "pip install": "installs packages",
     "python -m pytest": "the test suite itself",
     "python setup.py build_ext": "compiles the extension (tests/test_core.py checks it is loaded)",
+    "mkdir -p": "makes a folder for a later command",
+    "git archive": "extracts files of an earlier commit from the repository's history",
 }
 # Commands run for real (after SUBS: seconds). Every other spotref command (demo, bench,
 # train-target, train-drafter, python -m spotref.*, benchmarks/*.py) is parsed only: they take
