@@ -24,7 +24,7 @@ def test_parameter_count_is_the_papers():
         layers=3,
         heads=8,
         ff=512,
-        feature_width=order.FEATURE_WIDTH,
+        feature_width=order.N_FEATURES,  # the header's key for n_features
         top_k=32,
         set_hidden=64,
     )
@@ -47,7 +47,7 @@ def random_inputs(N=3, B=8, V=50, seed=0):
 def test_features_are_vocabulary_agnostic_and_scores_cover_masked_positions():
     for V in (20, 5000):  # also V < 32: zero-padded
         x, masked = random_inputs(V=V)
-        assert x.shape == (3, 8, order.FEATURE_WIDTH)
+        assert x.shape == (3, 8, order.N_FEATURES)
         s, t = order.OrderModel(8).eval()(x, masked)
         assert s.shape == t.shape == (3, 8)
         assert torch.isinf(s[~masked]).all() and torch.isfinite(s[masked]).all()
@@ -68,24 +68,24 @@ def test_the_certainty_feature_resolves_confidences_near_one():
         0.0,
         torch.zeros(4, dtype=torch.bool),
     )
-    assert x.shape == (1, 4, order.FEATURE_WIDTH) and order.CERTAIN == 48
+    assert x.shape == (1, 4, order.N_FEATURES) and order.CERTAIN == 48
     assert torch.allclose(x[0, :, order.CERTAIN], -(1 - pc[0]).log() / order.LOG_SCALE)
     s, _ = order.OrderModel(4).eval()(x, masked)  # untrained: the stale-confidence order
     assert s[0].argsort(descending=True).tolist() == [2, 0, 1, 3]
-    old = order.OrderModel(4, feature_width=48).eval()  # before the feature: log(p) alone, a near tie
+    old = order.OrderModel(4, n_features=48).eval()  # before the feature: log(p) alone, a near tie
     s48, _ = old(x, masked)
     assert (s48[0, :3] - s48[0, :3].max()).abs().max() < 1e-3
 
 
-@pytest.mark.parametrize("width", order.WIDTHS[:-1])
-def test_features_are_append_only_and_a_narrower_checkpoint_reads_its_own(width):
+@pytest.mark.parametrize("n_features", order.FEATURE_COUNTS[:-1])
+def test_features_are_append_only_and_a_narrower_checkpoint_reads_its_own(n_features):
     x, masked = random_inputs()
-    m = order.OrderModel(8, feature_width=width).eval()
+    m = order.OrderModel(8, n_features=n_features).eval()
     with torch.no_grad():
-        assert torch.equal(m(x, masked)[0], m(x[..., :width].contiguous(), masked)[0])
+        assert torch.equal(m(x, masked)[0], m(x[..., :n_features].contiguous(), masked)[0])
     with pytest.raises(AssertionError, match="want"):
-        order.OrderModel(8)(x[..., :width], masked)  # a full-width model needs them all
-    assert order.WIDTHS == (48, 49, 52, 54) and order.FEATURE_WIDTH == 54
+        order.OrderModel(8)(x[..., :n_features], masked)  # a model of every feature needs them all
+    assert order.FEATURE_COUNTS == (48, 49, 52, 54) and order.N_FEATURES == 54
 
 
 def test_an_untrained_model_ignores_freshness():
@@ -99,20 +99,21 @@ def test_an_untrained_model_ignores_freshness():
         assert torch.equal(m(x, masked)[0], m(y, masked)[0])
 
 
-@pytest.mark.parametrize("width", order.WIDTHS[:-1])
-def test_a_narrower_model_widened_scores_as_before(width):
+@pytest.mark.parametrize("n_features", order.FEATURE_COUNTS[:-1])
+def test_a_narrower_model_widened_scores_as_before(n_features):
     """``--init`` from an older checkpoint: the appended features start with zero weight."""
     x, masked = random_inputs()
-    m = order.OrderModel(8, feature_width=width).eval()
+    m = order.OrderModel(8, n_features=n_features).eval()
     with torch.no_grad():
         for p in m.parameters():
             p.add_(torch.randn_like(p) * 0.1)  # not the untrained identity
         wide = order.widened(m)
-        assert wide.config["feature_width"] == order.FEATURE_WIDTH and order.widened(wide) is wide
+        assert wide.n_features == wide.config["feature_width"] == order.N_FEATURES
+        assert order.widened(wide) is wide
         assert torch.allclose(m(x, masked)[0], wide(x, masked)[0], atol=1e-6, equal_nan=True)
         assert torch.allclose(m(x, masked)[1], wide(x, masked)[1], atol=1e-6)
     with pytest.raises(ValueError, match="cannot be narrowed"):
-        order.widened(wide, width)
+        order.widened(wide, n_features)
 
 
 def brute_fresh(fresh):
@@ -148,11 +149,14 @@ def test_freshness_marks_the_unseen_commit_and_the_drafts():
     assert x[1, 6, U + 1] == 1.0 and x[1, 4, U + 2] == 1.0 and x[1, 3, U + 1] == 1.0
 
 
-def test_the_shipped_checkpoints_keep_their_width():
+def test_the_shipped_checkpoints_keep_their_feature_count():
+    """Their headers name it ``feature_width``, as stored; the model reads that many features."""
     from spotref.load.drafters import list_checkpoints, load_drafter
 
     for name in list_checkpoints():
-        assert load_drafter(name).model.config["feature_width"] in order.WIDTHS, name
+        model = load_drafter(name).model
+        assert model.n_features == model.config["feature_width"] in order.FEATURE_COUNTS, name
+        assert model.embed[0].in_features == model.n_features, name
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -183,13 +187,13 @@ def test_bad_checkpoints_fail_clearly(tmp_path):
         load_order_model(tmp_path / "other.pt")
 
 
-def test_wrong_feature_width_or_weights_fail_clearly(tmp_path):
-    m = order.OrderModel(8, feature_width=40)
+def test_wrong_feature_count_or_weights_fail_clearly(tmp_path):
+    m = order.OrderModel(8, n_features=40)
     save_order_model(tmp_path / "w.pt", m, {})
-    with pytest.raises(ValueError, match="feature width 40"):
+    with pytest.raises(ValueError, match="reads 40 features"):
         load_order_model(tmp_path / "w.pt")
     blob = torch.load(tmp_path / "w.pt", weights_only=True)
-    blob["header"]["config"]["feature_width"] = order.FEATURE_WIDTH
+    blob["header"]["config"]["feature_width"] = order.N_FEATURES
     torch.save(blob, tmp_path / "w2.pt")
     with pytest.raises(ValueError, match="does not match its config"):
         load_order_model(tmp_path / "w2.pt")
@@ -217,14 +221,14 @@ def node_states(draft, root):
 
 
 @given(B=st.integers(1, 6), budget=st.integers(1, 40), depth=st.integers(0, 6), n=st.integers(0, 6))
-def test_grow_levels_is_best_first_when_wide(B, budget, depth, n):
-    """With unbounded width, level growth picks the same states as sequential best-first."""
+def test_grow_levels_is_best_first_when_the_beam_is_unbounded(B, budget, depth, n):
+    """With an unbounded beam, level growth picks the same states as sequential best-first."""
     root = np.full(B, -1, dtype=np.int64)
     root[: min(n, B)] = 1
     view = SimpleNamespace(tokens=root, step=0, budget=budget, depth=depth)
     opts = hashed_options(B)
     batched = lambda states, steps, marks: [opts(s, k) for s, k in zip(states, steps)]
-    a, b = grow(view, opts), grow_levels(view, batched, width=10**6)
+    a, b = grow(view, opts), grow_levels(view, batched, beam=10**6)
     key = lambda d: sorted(s.tobytes() for s in node_states(d, root))
     assert key(a) == key(b)
     assert len(b) <= budget and isinstance(b, Draft)
@@ -243,7 +247,7 @@ def test_grow_levels_calls_once_per_level():
             assert ((m > 0) == (s >= 0)).all()
         return [opts(s, k) for s, k in zip(states, steps)]
 
-    d = grow_levels(SimpleNamespace(tokens=root, step=0, budget=30, depth=5), batched, width=4)
+    d = grow_levels(SimpleNamespace(tokens=root, step=0, budget=30, depth=5), batched, beam=4)
     assert len(calls) <= 5 and max(calls) <= 4 and len(d) == 30
 
 

@@ -198,7 +198,7 @@ def test_without_set_head_keeps_the_order_model_and_sets_need_a_head():
     assert all(torch.equal(bare.state_dict()[k], v) for k, v in kept.items())
     fresh = order.OrderModel(8, set_hidden=None)
     fresh.load_state_dict(bare.state_dict())  # what train-drafter --init does
-    x = torch.zeros(2, 8, order.FEATURE_WIDTH)
+    x = torch.zeros(2, 8, order.N_FEATURES)
     with pytest.raises(ValueError, match="no set head"):
         bare.sets(x, torch.ones(2, 8, dtype=torch.bool), torch.full((2,), 0.5))
 

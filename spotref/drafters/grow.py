@@ -46,13 +46,13 @@ def _clip(cums) -> list:
     return [min(max(float(c), 0.0), 1.0) for c in cums]
 
 
-def grow_levels(view, options_batch, width: int) -> Draft:
+def grow_levels(view, options_batch, beam: int) -> Draft:
     """Best-first growth with one batched drafter call per tree level (EAGLE-2's dynamic tree).
 
     ``options_batch(states, steps, marks) -> [[(prob, commits), ...] per node]`` scores several
     hypothetical states in one call; ``marks[i]`` (B,) int: the draft depth at which each
     position was committed in node i (0: not by the draft). Expansion: at each depth the
-    ``width`` best new nodes by cumulative path probability are expanded together (nodes that
+    ``beam`` best new nodes by cumulative path probability are expanded together (nodes that
     cannot enter the final top N are pruned). Reranking: the tree is the N - 1 best candidates
     by cumulative probability, parents first (a child never beats its parent), equal states
     merged (the first, most probable, is kept).
@@ -63,7 +63,7 @@ def grow_levels(view, options_batch, width: int) -> Draft:
         if level and view.budget <= 2:
             break  # the one slot below the root is taken: no child can enter
         floor = t.floor(view.budget - (2 if level else 1))  # room for the node and a child
-        layer = [i for i in layer if t.cums[i] >= floor][:width]
+        layer = [i for i in layer if t.cums[i] >= floor][:beam]
         if not layer:
             break
         opts = options_batch([t.states[i] for i in layer], [t.steps[i] for i in layer], [t.marks[i] for i in layer])

@@ -1,6 +1,6 @@
 """The SPOT order model: which masked position does the target commit next? (docs/spec.md section 6)
 
-Input per block position (``FEATURE_WIDTH`` numbers, no token ids, so the model is
+Input per block position (``N_FEATURES`` numbers, no token ids, so the model is
 vocabulary-agnostic by construction):
 
 * the top-32 probabilities of the stale distribution, sorted (the distribution the decision rule
@@ -31,9 +31,10 @@ vocabulary-agnostic by construction):
   it (on gsm-b32 at T = 0 the stale order so ranked predicts 0.87 of the next commits).
 
 In all ``TOP_K + len(STRUCT) + POSITION + len(CERTAINTY) + len(FRESH) + len(TIES)`` = 32 + 7 + 9
-+ 1 + 3 + 2 = 54 numbers. Features are append-only: a model reads the first ``feature_width`` of
-them, so checkpoints trained on the first 48 (before the certainty feature), 49 (before
-freshness) or 52 (before ties) load and draft as they did.
++ 1 + 3 + 2 = 54 numbers. Features are append-only: a model reads the first ``n_features`` of
+them (stored in a checkpoint's header as ``config.feature_width``), so checkpoints trained on the
+first 48 (before the certainty feature), 49 (before freshness) or 52 (before ties) load and draft
+as they did.
 
 A 3-layer bidirectional transformer encoder (d_model 128, 8 heads, pre-norm, FFN 512) over the
 B positions gives two numbers per position: the next-commit score (non-masked positions get
@@ -82,14 +83,14 @@ FRESH = ("unseen", "1 / left distance to fresh", "1 / right distance to fresh") 
 TIES = ("tied with the top p_coupled", "first of the tied")  # what breaks a tie in the rule's precision
 CERTAIN = TOP_K + len(STRUCT) + POSITION  # the certainty feature's index
 FIRST_TIED = CERTAIN + len(CERTAINTY) + len(FRESH) + 1  # the "first of the tied" feature's index
-FEATURE_WIDTH = FIRST_TIED + 1  # top, structure, position, certainty, freshness, ties: 54
-WIDTHS = (CERTAIN, CERTAIN + len(CERTAINTY), FIRST_TIED - 1, FEATURE_WIDTH)  # checkpoints read: before
-# certainty / freshness / ties, all
+N_FEATURES = FIRST_TIED + 1  # top, structure, position, certainty, freshness, ties: 54
+FEATURE_COUNTS = (CERTAIN, CERTAIN + len(CERTAINTY), FIRST_TIED - 1, N_FEATURES)  # checkpoints read:
+# before certainty / freshness / ties, all
 LOG_SCALE = 5.0  # the feature log(max(p_coupled, 1e-9)) / 5 lies in [-4.15, 0]
 LOG_PC = TOP_K + STRUCT.index("log(p_coupled) / LOG_SCALE")  # its index in the features
 SET_INPUTS = ("log(p_coupled / tau) / LOG_SCALE", "tau")  # what the set head adds to the encoder's output
 SET_SCALE = 4.0  # untrained exceed logit 4 log(p_coupled / tau): the stale set {c > tau} (a learned scale)
-SET_HIDDEN = 64  # the set head's hidden width
+SET_HIDDEN = 64  # the set head's hidden size
 
 
 class OrderModel(nn.Module):
@@ -106,7 +107,7 @@ class OrderModel(nn.Module):
         layers: int = 3,
         heads: int = 8,
         ff: int = 512,
-        feature_width: int = FEATURE_WIDTH,
+        n_features: int = N_FEATURES,
         top_k: int = TOP_K,
         set_hidden: int | None = SET_HIDDEN,
     ):
@@ -117,25 +118,25 @@ class OrderModel(nn.Module):
             layers=layers,
             heads=heads,
             ff=ff,
-            feature_width=feature_width,
+            feature_width=n_features,  # the header's name for it (shipped checkpoints keep it)
             top_k=top_k,
         )
         if set_hidden:
             self.config["set_hidden"] = set_hidden
-        self.embed = nn.Sequential(nn.Linear(feature_width, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        self.embed = nn.Sequential(nn.Linear(n_features, d_model), nn.GELU(), nn.Linear(d_model, d_model))
         layer = nn.TransformerEncoderLayer(
             d_model, heads, ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
         )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, 2)
-        self.skip = nn.Linear(feature_width, 2, bias=False)  # starts at log(p_coupled)
+        self.skip = nn.Linear(n_features, 2, bias=False)  # starts at log(p_coupled)
         with torch.no_grad():  # untrained: the confidence order
             self.skip.weight.zero_()
             self.skip.weight[0, LOG_PC] = LOG_SCALE
-            if feature_width > CERTAIN:
+            if n_features > CERTAIN:
                 self.skip.weight[0, CERTAIN] = LOG_SCALE
-            if feature_width > FIRST_TIED:
+            if n_features > FIRST_TIED:
                 self.skip.weight[0, FIRST_TIED] = 1.0
             self.head.weight.zero_()
             self.head.bias.zero_()
@@ -149,17 +150,30 @@ class OrderModel(nn.Module):
                 self.set_head[2].weight.zero_()
                 self.set_head[2].bias.zero_()
 
+    @classmethod
+    def from_config(cls, config: dict, **changes) -> "OrderModel":
+        """An untrained model of a header's ``config`` (its keys as stored: ``feature_width`` is
+        ``n_features``; no ``set_hidden``: no set head), with the arguments in ``changes`` replaced."""
+        cfg = {"set_hidden": None, **config}
+        cfg["n_features"] = cfg.pop("feature_width", N_FEATURES)
+        return cls(**{**cfg, **changes})
+
     @property
     def block_size(self) -> int:
         return self.config["block_size"]
+
+    @property
+    def n_features(self) -> int:
+        """The features per position this model reads (the first ``n_features`` of ``features``)."""
+        return self.config["feature_width"]
 
     @property
     def has_sets(self) -> bool:
         return self.set_head is not None
 
     def take(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, B, F >= feature_width) features -> the first feature_width, what this model reads."""
-        F = self.config["feature_width"]
+        """(N, B, F >= n_features) features -> the first n_features, what this model reads."""
+        F = self.n_features
         assert x.ndim == 3 and x.shape[-1] >= F, f"features {tuple(x.shape)}, want (N, B, >= {F})"
         return x[..., :F]
 
@@ -192,8 +206,7 @@ def with_set_head(model: OrderModel, set_hidden: int = SET_HIDDEN) -> OrderModel
     """``model`` itself when it has a set head, else a copy with an untrained one (the rest kept)."""
     if model.has_sets:
         return model
-    cfg = {k: v for k, v in model.config.items() if k != "set_hidden"}
-    new = OrderModel(**cfg, set_hidden=set_hidden)
+    new = OrderModel.from_config(model.config, set_hidden=set_hidden)
     missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("set_") for k in missing), (missing, unexpected)
     return new.eval()
@@ -203,23 +216,23 @@ def without_set_head(model: OrderModel) -> OrderModel:
     """A copy of ``model`` without its set head (the order model alone), or ``model`` itself."""
     if not model.has_sets:
         return model
-    new = OrderModel(**{k: v for k, v in model.config.items() if k != "set_hidden"}, set_hidden=None)
+    new = OrderModel.from_config(model.config, set_hidden=None)
     new.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("set_")})
     return new.eval()
 
 
-def widened(model: OrderModel, width: int = FEATURE_WIDTH) -> OrderModel:
-    """``model`` reading the first ``width`` features (features are append-only): the added
+def widened(model: OrderModel, n_features: int = N_FEATURES) -> OrderModel:
+    """``model`` reading the first ``n_features`` features (features are append-only): the added
     features' input weights start at zero, so it scores exactly as before until trained."""
-    F = model.config["feature_width"]
-    if F == width:
+    F = model.n_features
+    if F == n_features:
         return model
-    if F > width:
-        raise ValueError(f"an order model reading {F} features cannot be narrowed to {width}")
-    new = OrderModel(**{"set_hidden": None, **model.config, "feature_width": width})
+    if F > n_features:
+        raise ValueError(f"an order model reading {F} features cannot be narrowed to {n_features}")
+    new = OrderModel.from_config(model.config, n_features=n_features)
     sd = model.state_dict()
-    for k in ("embed.0.weight", "skip.weight"):  # (out, F) -> (out, width)
-        sd[k] = torch.nn.functional.pad(sd[k], (0, width - F))
+    for k in ("embed.0.weight", "skip.weight"):  # (out, F) -> (out, n_features)
+        sd[k] = torch.nn.functional.pad(sd[k], (0, n_features - F))
     new.load_state_dict(sd)
     return new.eval()
 
@@ -275,7 +288,7 @@ def features(
     draft at which a position was committed (0: not by the draft); step: (N,) node steps;
     temperature: a float or (N,) per state; unseen: (N, B) or (B,) bool, committed since the
     stale pass before the draft (the root's ``View.unseen``).
-    Returns (N, B, FEATURE_WIDTH) float32.
+    Returns (N, B, N_FEATURES) float32.
     """
     N, B = masked.shape
     top = top.expand(N, B, top.shape[-1]) if top.ndim == 2 else top
@@ -334,17 +347,17 @@ def check_config(cfg, path) -> dict:
 
 def build(header: dict, sd, path, block_size: int | None) -> OrderModel:
     cfg = check_config(header.get("config"), path)
-    if cfg.get("feature_width") not in WIDTHS or cfg.get("top_k") != TOP_K:
+    if cfg.get("feature_width") not in FEATURE_COUNTS or cfg.get("top_k") != TOP_K:
         raise ValueError(
-            f"the drafter checkpoint {path} has feature width {cfg.get('feature_width')} "
-            f"(top-{cfg.get('top_k')}); this spotref reads {' or '.join(map(str, WIDTHS))} (top-{TOP_K})"
+            f"the drafter checkpoint {path} reads {cfg.get('feature_width')} features (config.feature_width; "
+            f"top-{cfg.get('top_k')}); this spotref reads {' or '.join(map(str, FEATURE_COUNTS))} (top-{TOP_K})"
         )
     if block_size is not None and cfg["block_size"] != block_size:
         raise ValueError(
             f"the drafter checkpoint {path} was trained for block size {cfg['block_size']}, "
             f"the target's block size is {block_size}"
         )
-    model = OrderModel(**{"set_hidden": None, **cfg})
+    model = OrderModel.from_config(cfg)
     try:
         model.load_state_dict({k: v.float() for k, v in sd.items()})
     except (RuntimeError, AttributeError, KeyError) as e:

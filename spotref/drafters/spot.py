@@ -46,8 +46,8 @@ def _root(inp, budget: int, depth: int):
     return SimpleNamespace(tokens=inp.tokens, step=inp.step, budget=budget, depth=depth)
 
 
-def _width(budget: int, depth: int) -> int:
-    return min(budget, -(-budget // max(depth, 1)) + 1)  # ceil(N / D) + 1 nodes per level
+def _beam(budget: int, depth: int) -> int:
+    return min(budget, -(-budget // max(depth, 1)) + 1)  # ceil(N / D) + 1 nodes expanded per level
 
 
 class SpotDrafter(torch.nn.Module):
@@ -117,7 +117,7 @@ class SpotDrafter(torch.nn.Module):
         if self.calls == "root":
             return self.draft_root(inp, budget, depth)
         return grow_levels(
-            _root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget), _width(budget, depth)
+            _root(inp, budget, depth), lambda s, k, m: self.options(inp, s, k, m, budget), _beam(budget, depth)
         )
 
     def draft_root(self, inp, budget: int, depth: int) -> Draft:
@@ -145,7 +145,7 @@ class SpotDrafter(torch.nn.Module):
         return grow_levels(
             _root(inp, budget, depth),
             lambda s, k, m: self.set_options(inp, s, k, m, tau, budget),
-            _width(budget, depth),
+            _beam(budget, depth),
         )
 
     @staticmethod

@@ -26,7 +26,7 @@ ORDER_DIR = Path(__file__).parent / "order_models"
 
 
 def save_order_model(path, model: order.OrderModel, meta: dict) -> None:
-    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature width...)."""
+    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature count...)."""
     header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
     sd = {k: v.detach().half() for k, v in model.state_dict().items()}
     atomic_save({"header": header, "state_dict": sd}, path)  # a kill leaves the old file

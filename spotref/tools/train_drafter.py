@@ -19,7 +19,7 @@
    confidence sets'; ``--sets-only`` does this step alone on an existing checkpoint.
 5. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
    ``spotref/load/order_models/NAME.pt``): float16 weights and a header with the block size, feature
-   width, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
+   count, target fingerprint, accuracies, calibration and curves. Every file (the trajectory
    cache too) is written atomically; a corrupt cache file is a cache miss (recorded again).
 """
 
