@@ -97,15 +97,16 @@ class Speculator:
                              f"verifies at most width states (budget <= width)")
 
     def resolve_budget(self, budget, model) -> tuple:
-        """(drafter, N): an int budget as given; ``"auto"``: the cost model's N for the model on
-        this machine, each round's tree cut to the nodes worth their verify time."""
+        """(drafter, N): an int budget as given; ``"auto"``: the cost model's N (<= width) for the
+        model and this rule on this machine, each round's tree cut to the nodes worth their
+        verify time."""
         if budget != "auto":
             return self.drafter, int(budget)
         if self.drafter is None:
             return None, 1
         if model is None:
             raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
-        return auto_budget(model, self.drafter, self.depth, self.rule.temperature, self.width)
+        return auto_budget(model, self.drafter, self.depth, self.rule, self.width)
 
     @classmethod
     def for_model(cls, model, **kwargs) -> "Speculator":

@@ -1,12 +1,14 @@
 """Names into objects: the one place where a target's name becomes its model, a drafter's name
 its drafter and a core's name its module.
 
-Every cache here is keyed by value (a name with the modification times of its files, a checkpoint
-path and its modification time), so the same name finds the same object and a rewritten file is
-loaded again. The targets' loader is imported when a target is first named and a drafter's
-module when a drafter is first named: exact decoding with a model object loads neither, and
-the cost model behind ``budget="auto"`` loads when that budget is asked for
-(docs/architecture.md lists the few places that import on demand).
+Its three process-wide caches, each keyed by value: ``_TARGETS`` by a target's file and the
+modification times of its files, ``_DRAFTERS`` by a drafter's name or checkpoint path and its
+modification time (so the same name finds the same object and a rewritten file is loaded again),
+``_MEASURED`` (``budget="auto"``'s timings on this machine) by the model, held weakly, and the
+value of everything the measurement depends on. The targets' loader is imported when a target is
+first named and a drafter's module when a drafter is first named: exact decoding with a model
+object loads neither, and the cost model behind ``budget="auto"`` loads when that budget is
+asked for (docs/architecture.md lists the few places that import on demand).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spotref
-from spotref.checks import check_temperature
 
 if TYPE_CHECKING:
     from spotref.load.targets import Target
@@ -144,23 +145,44 @@ def known_names() -> str:
     return f"{', '.join(DRAFTERS)}, a bundled drafter ({', '.join(list_checkpoints()) or 'none'}) or a drafter .pt path"
 
 
-# --- budget="auto" ---------------------------------------------------------------------------
+# --- budget="auto": measurements on this machine ----------------------------------------------
 
-_AUTO_BUDGETS = weakref.WeakKeyDictionary()  # model -> {(drafter, depth, T > 0): (drafter, N)}
+_MEASURED = weakref.WeakKeyDictionary()  # model -> {key: a measurement}; dropped with the model
+# A DecisionRule's parameters that change a round's cost: all but the seed (the noise's values, not the work)
+RULE_COST = "mask_id vocab_size block_size temperature top_k top_p threshold confidence precision".split()
 
 
-def auto_budget(model, drafter, depth: int, temperature: float, width: int | None = None) -> tuple:
-    """budget="auto": (the drafter cut per round, the cost model's N) for this model and drafter
-    on this machine (measured once per process and model, see ``spotref.drafters.budget``);
-    with a width, N <= width and the curve is measured at that width."""
+def measured(model, key: tuple, measure):
+    """``measure()``, taken once per process for ``model`` (held weakly, by identity: a model is
+    not a value) and ``key`` (by value: everything else the measurement depends on)."""
+    known = _MEASURED.setdefault(model, {})
+    if key not in known:
+        known[key] = measure()
+    return known[key]
+
+
+def verify_times(model, width: int | None = None) -> dict:
+    """``spotref.drafters.budget.verify_times(model, width=width)``, measured once per process
+    for each width and block size."""
+    from spotref.drafters import budget  # the cost model loads when asked for
+
+    return measured(model, ("verify", width, model.block_size), lambda: budget.verify_times(model, width=width))
+
+
+def auto_budget(model, drafter, depth: int, rule, width: int | None = None) -> tuple:
+    """budget="auto": (the drafter cut per round, the cost model's N) for this model, drafter,
+    depth, decision rule and width on this machine (``spotref.drafters.budget.auto_drafter``);
+    with a width, N <= width and the pass is measured at that width. Measured once per process
+    for each value of everything that changes the cost: the drafter, the depth, the width and
+    every parameter of the rule but the seed (which changes the noise's values, not the work)."""
     from spotref.drafters.budget import auto_drafter  # the cost model loads when asked for
 
-    temperature = check_temperature(temperature)  # before any drafter runs: bad input named
-    known = _AUTO_BUDGETS.setdefault(model, {})
-    key = (drafter, depth, temperature > 0, width)
-    if key not in known:
-        known[key] = auto_drafter(model, drafter, depth, temperature, width)
-    return known[key]
+    cost = tuple(getattr(rule, name) for name in RULE_COST)
+    return measured(
+        model,
+        ("auto", drafter, depth, width, cost),
+        lambda: auto_drafter(model, drafter, depth, rule, verify_times(model, width)),
+    )
 
 
 # --- cores ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spotref
+from spotref.api import Speculator
 from spotref.conformance import cases, check_case
 from spotref.draft import Draft, View
 from spotref.drafters import budget
@@ -119,34 +120,39 @@ def test_a_high_rate_cuts_trees_and_costs_passes_not_tokens():
     assert max(cut.stats["draft_nodes"]) == 1 < max(full.stats["draft_nodes"])
 
 
+VERIFY = {N: 1.0 + 0.01 * N for N in budget.BUDGETS}  # seconds per verify pass of N states
+
+
+def rule_of(model, **kw) -> DecisionRule:
+    return DecisionRule(model.mask_id, model.config.vocab_size, model.block_size, **kw)
+
+
 def test_auto_cuts_each_round_at_the_run_rate(monkeypatch):
     model = tiny_model(V=61, B=8)
-    d = spot_for(model)
+    d, rule = spot_for(model), rule_of(model)
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}, "node_calibration": {"0": [[0.5, 0.4, 50]]}}
-    monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.1 for N in budget.BUDGETS})
-    cut, N = auto_drafter(model, d, 8, 0.0)
+    cut, N = auto_drafter(model, d, 8, rule, VERIFY)
     t = 1.0 + 0.01 * N + 0.1
     assert isinstance(cut, RoundBudget) and cut.drafter is d and N > 1
     assert cut.rate == pytest.approx(budget.expected_commits(d, N, 0.0) / t)
     assert cut.table == [[0.5, 0.4, 50]]
     monkeypatch.setattr(budget, "draft_times", lambda *a, **k: {N: 0.0 if N == 1 else 100.0 for N in budget.BUDGETS})
-    assert auto_drafter(model, d, 8, 0.0) == (d, 1)  # drafting never pays: no cut
-    assert auto_drafter(model, None, 8, 0.0) == (None, 1)
+    assert auto_drafter(model, d, 8, rule, VERIFY) == (d, 1)  # drafting never pays: no cut
+    assert auto_drafter(model, None, 8, rule, VERIFY) == (None, 1)
 
 
 def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypatch):
     model = tiny_model(V=61, B=8)
     d = spot_for(model)
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}, "spot-root": {"0": {"1": 1.0, "64": 3.8}}}}
-    monkeypatch.setattr(budget, "verify_times", lambda model, width=None: {N: 1.0 + 0.01 * N for N in budget.BUDGETS})
     cost = {"level": 0.5, "root": 0.1}  # per round: per-level calls cost more
     monkeypatch.setattr(budget, "draft_times", lambda dr, *a, **k: {N: cost[dr.calls] for N in budget.BUDGETS})
-    cut, N = auto_drafter(model, d, 8, 0.0)
+    cut, N = auto_drafter(model, d, 8, rule_of(model), VERIFY)
     assert cut.drafter.calls == "root" and cut.drafter.model is d.model and N > 1
     assert d.with_calls("root").curves == {"0": {"1": 1.0, "64": 3.8}}
     cost["level"] = 0.1  # equal cost: the better curve wins
-    cut, N = auto_drafter(model, d, 8, 0.0)
+    cut, N = auto_drafter(model, d, 8, rule_of(model), VERIFY)
     assert cut.drafter is d
     d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}  # no per-round curve: the per-level one
     assert d.with_calls("root").curves == d.curves
@@ -214,4 +220,36 @@ def test_auto_measures_a_named_drafter_once_per_model(monkeypatch):
     monkeypatch.setattr(bd, "auto_drafter", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
         spotref.generate(m, [1, 2, 3], 8, drafter="confidence", budget="auto")
-    assert len(calls) == 1 and len(names._AUTO_BUDGETS[m]) == 1
+    assert len(calls) == 1 and [k[0] for k in names._MEASURED[m]] == ["verify", "auto"]
+
+
+def test_auto_measures_under_the_decoding_rule_once_per_cost():
+    """budget="auto" measures the drafter under the rule it will decode by, again for each change
+    that changes the cost (a threshold, the precision, the filters, the confidence, T), and not
+    again for another seed."""
+    m = tiny_model(V=40, B=4)
+    seen = []
+
+    def drafter(view):
+        r = view.rule
+        seen.append((r.threshold, r.precision, r.top_k, r.top_p, r.confidence, r.temperature, r.seed))
+        return Draft.root()
+
+    auto = dict(drafter=drafter, budget="auto")
+    base = dict(threshold=None, precision="auto", top_k=None, top_p=None, confidence="filtered", temperature=0.0)
+    Speculator.for_model(m, **auto)
+    assert seen and set(seen) == {(*base.values(), 0)}
+    for change in (
+        dict(threshold=0.9),
+        dict(threshold=0.9, precision="float32"),
+        dict(top_k=3),
+        dict(top_p=0.5),
+        dict(confidence="unfiltered"),
+        dict(temperature=1.0),
+    ):
+        seen.clear()
+        Speculator.for_model(m, **auto, **change, seed=5)
+        assert seen and set(seen) == {(*{**base, **change}.values(), 5)}, change  # measured again, under it
+    seen.clear()
+    Speculator.for_model(m, **auto, threshold=0.9, seed=6)
+    assert seen == []  # the seed changes the noise, not the cost

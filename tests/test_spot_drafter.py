@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import spotref
 from spotref.conformance import assert_identical, cases, check_case
-from spotref.drafters.budget import choose_budget, expected_commits, resolve_budget
+from spotref.drafters.budget import BUDGETS, choose_budget, expected_commits
 from spotref.drafters.calibrated import CalibratedDrafter
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import OrderModel
@@ -202,9 +202,7 @@ def test_cost_model_choice():
     assert choose_budget({1: 1.0, 4: 2.0, 16: 8.0}, {1: 1.0, 4: 3.0, 16: 5.0}) == 4
     assert expected_commits(None, 8, 0.0) > 1.0
     model = tiny_model(V=61, B=8)
-    n = resolve_budget("auto", model, spot_for(model), 4, 0.0)
-    assert n in (1, 2, 4, 8, 16, 32, 64)
-    assert resolve_budget(7, model, None, 4, 0.0) == 7
+    assert spotref.Speculator.for_model(model, drafter=spot_for(model), budget="auto", depth=4).budget in BUDGETS
 
 
 def test_spot_drafter_is_a_module_and_a_callable(trained):

@@ -16,14 +16,15 @@ adds ``reach(p_n)`` expected commits, where ``reach`` maps the drafter's path pr
 rate at which such nodes were reached on held-out trajectories (``calibration_table``, stored in
 the drafter's checkpoint), and costs the curve's mean seconds per state up to the tree's size; it is kept while it
 commits at least at the run's expected rate ``E(N) / t(N)`` (commits per second). A draft
-without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``.
+without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``,
+through ``spotref.names.auto_budget``, which keeps each measurement for the process: this module
+holds no state.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import weakref
 
 import numpy as np
 import torch
@@ -36,27 +37,22 @@ BUDGETS = (1, 2, 4, 8, 16, 32, 64)
 BINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)  # calibration bins
 MIN_COUNT = 20  # nodes a calibration bin needs to count
 PRIOR = {1: 1.0, 64: 2.5}  # E(N) for a drafter without a measured curve (log-interpolated)
-_TIMES = weakref.WeakKeyDictionary()  # model -> {(budgets, context): {N: seconds}}
 
 
 def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None) -> dict:
     """{N: seconds} of one target forward over N states of a block after ``context`` tokens
     (``width``: at that fixed width, one cost for every N <= width)."""
-    known, key = _TIMES.setdefault(model, {}), (tuple(budgets), context, width)
-    if key not in known:
-        B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
-        g = torch.Generator().manual_seed(0)
-        cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
-        out = {}
-        for N in budgets if width is None else [width]:  # at a width every pass is one shape
-            states = torch.full((N, B), mask_id, dtype=torch.long)
-            states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)  # half committed
-            w = {} if width is None else {"width": width}
-            out[N] = _median_time(lambda: model.denoise(cache, states, **w), repeats)
-        if width is not None:  # measured once: the cost of every N <= width
-            out = dict.fromkeys((n for n in budgets if n <= width), out[width])
-        known[key] = out
-    return known[key]
+    B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
+    g = torch.Generator().manual_seed(0)
+    cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
+    out, kw = {}, {} if width is None else {"width": width}
+    for N in budgets if width is None else [width]:  # at a width every pass is one shape
+        states = torch.full((N, B), mask_id, dtype=torch.long)
+        states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)  # half committed
+        out[N] = _median_time(lambda: model.denoise(cache, states, **kw), repeats)
+    if width is None:
+        return out
+    return dict.fromkeys((n for n in budgets if n <= width), out[width])
 
 
 def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
@@ -65,14 +61,14 @@ def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
     return t + (t >= mask_id).long()
 
 
-def draft_times(drafter, model, budgets=BUDGETS, depth: int = 8, temperature: float = 0.0, repeats: int = 2) -> dict:
-    """{N: seconds} of one drafter call at a realistic state (stale logits from the model)."""
-    B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
+def draft_times(drafter, model, rule: DecisionRule, budgets=BUDGETS, depth: int = 8, repeats: int = 2) -> dict:
+    """{N: seconds} of one drafter call at a realistic state (stale logits from the model) under
+    ``rule``, the decoding's own (its threshold, precision and filters change the drafter's work)."""
+    B, mask_id = model.block_size, model.mask_id
     cache = model.prefill(torch.zeros(0, dtype=torch.long))
     state = np.full(B, mask_id, dtype=np.int64)
     stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()  # (B, V)
     state[0] = 0 if mask_id != 0 else 1
-    rule = DecisionRule(mask_id, V, B, float(temperature), 0)
     return {N: _median_time(lambda: drafter(View.of(state, 1, 0, stale, rule, N, depth)), repeats) for N in budgets}
 
 
@@ -101,25 +97,19 @@ def choose_budget(times: dict, commits: dict) -> int:
     return max(sorted(times), key=lambda N: (commits[N] / times[N], -N))
 
 
-def resolve_budget(budget, model, drafter, depth: int, temperature: float) -> int:
-    """``budget`` itself when an int; for ``"auto"`` the cost model's choice on this machine."""
-    if budget != "auto":
-        return budget
-    return auto_drafter(model, drafter, depth, temperature)[1]
-
-
-def auto_drafter(model, drafter, depth: int, temperature: float, width: int | None = None) -> tuple:
-    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N). A drafter
-    with ``variants()`` (the SPOT drafter: order-model calls per level or per round) is replaced
-    by the variant whose best N commits the most per second. ``width``: every pass runs at that
-    width, so verify costs the same for every N <= width (measured once) and N <= width."""
+def auto_drafter(model, drafter, depth: int, rule: DecisionRule, verify: dict) -> tuple:
+    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N) under the
+    decoding's ``rule``, with ``verify`` the measured pass costs ({N: seconds}, ``verify_times``:
+    at a width, the N <= width). A drafter with ``variants()`` (the SPOT drafter: order-model
+    calls per level or per round) is replaced by the variant whose best N commits the most per
+    second."""
     if drafter is None:
         return None, 1
-    tv = verify_times(model, width=width)
+    tv, temperature = verify, rule.temperature
     budgets = sorted(tv)
     best = None
     for d in getattr(drafter, "variants", lambda: [drafter])():
-        td = draft_times(d, model, budgets, depth=depth, temperature=temperature)
+        td = draft_times(d, model, rule, budgets, depth=depth)
         t = {N: tv[N] + td[N] for N in budgets}
         e = {N: expected_commits(d, N, temperature) for N in budgets}
         N = choose_budget(t, e)

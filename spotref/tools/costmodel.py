@@ -78,6 +78,11 @@ def fused_store_rows(model, prompts: list, new_tokens: int, drafter, budget: int
     ]
 
 
+def generate_rule(model, temperature: float):
+    """The decision rule ``spotref.generate(model, ..., temperature=temperature)`` decides by."""
+    return spotref.Speculator.for_model(model, drafter=None, temperature=temperature).rule
+
+
 def round_budget_rows(
     model, drafter, prompts: list, new_tokens: int, budget: int, depth: int, temperature: float, repeats: int = 3
 ) -> list:
@@ -85,7 +90,7 @@ def round_budget_rows(
     exact decoding, ``drafter`` at ``budget`` as is and cut per round (``RoundBudget`` at the cost model's rate
     E(N) / t(N) for this N on this machine); every output checked identical to exact decoding."""
     tv = verify_times(model)
-    t = tv[budget] + draft_times(drafter, model, (budget,), depth, temperature)[budget]
+    t = tv[budget] + draft_times(drafter, model, generate_rule(model, temperature), (budget,), depth)[budget]
     cut = RoundBudget.at(drafter, tv, expected_commits(drafter, budget, temperature) / t, temperature)
     kw = dict(budget=budget, depth=depth, temperature=temperature)
     walls, stats = {"exact": [], "whole": [], "cut per round": []}, {}
@@ -326,7 +331,7 @@ def cost_table(o: CostOptions, target, drafter) -> None:
     """Verify and draft times per N on this machine, E(N), and the N budget="auto" picks."""
     model = target.model
     tv = verify_times(model, repeats=5)
-    td = draft_times(drafter, model, depth=o.depth, temperature=o.temperature)
+    td = draft_times(drafter, model, generate_rule(model, o.temperature), depth=o.depth)
     e = {N: expected_commits(drafter, N, o.temperature) for N in BUDGETS}
     rows = [[N, 1e3 * tv[N], 1e3 * td[N], e[N], e[N] / (tv[N] + td[N]), e[N] / tv[N]] for N in BUDGETS]
     print(table(["N", "verify ms", "draft ms", "E(N) commits/round", "commits/s", "commits/s, free drafter"], rows))

@@ -22,11 +22,10 @@ import torch
 import spotref
 from spotref import names
 from spotref.data.gsm import final_answer
-from spotref.drafters.budget import verify_times
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
-from spotref.names import auto_budget, resolve_drafter
+from spotref.names import resolve_drafter, verify_times
 from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
 from spotref.tools.options import Options
 from spotref.tools.report import answer_blocks, progress, table
@@ -224,9 +223,11 @@ def demo(o: DemoOptions) -> int:
         raise ValueError(f"--budgets {max(o.budgets)} exceeds --width {o.width} (a pass verifies at most width states)")
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b) for b in o.budgets}
-    if o.budget_auto:
-        cut, n = auto_budget(model, drafter, o.depth, o.temperature, o.width)  # cut per round
-        budgets[f"{name_of} auto (N={n})"] = (cut, n)
+    if o.budget_auto:  # the cost model's N for these settings, each round's tree cut
+        auto = spotref.Speculator.for_model(
+            model, drafter=drafter, budget="auto", depth=o.depth, temperature=o.temperature, seed=o.seed, width=o.width
+        )
+        budgets[f"{name_of} auto (N={auto.budget})"] = (auto.drafter, auto.budget)
     runs = {"exact": [], **{key: [] for key in budgets}}
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, length, **kw)
