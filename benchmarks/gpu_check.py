@@ -6,9 +6,10 @@ Phases, each written to the JSON as soon as it ends (a timeout keeps what finish
 1. ``env``: the device, torch, dtype, and the cost of the portable noise (the (B, V) float64
    Gumbel noise computed on the CPU and moved to the GPU, spotref.noise) at SDAR-8B's vocabulary.
 2. ``curve``: an SDAR-8B-shaped model (the shape is ``SDAR_8B`` below: the real config's numbers,
-   carried here; random bf16 weights made on the GPU), ``denoise(cache, states, width=N)`` for N
-   in {1, 2, 4, 8, 16, 32, 64} block states, block sizes 4 and 32, prefixes 512 and 2048: median
-   ms and t(N)/t(1); beside it the row-by-row pass (``width=None``) at N = 1 and 8, the old path.
+   carried here; random bf16 weights made on the GPU), ``denoise(cache, states, one_forward=True)``
+   (the pass at width N) for N in {1, 2, 4, 8, 16, 32, 64} block states, block sizes 4 and 32,
+   prefixes 512 and 2048: median ms and t(N)/t(1); beside it the row-by-row pass (rows alone) at
+   N = 1 and 8.
 3. ``invariance``: ``spotref.audit.batch_invariance(..., width=W)``: each row of a pass at width
    W against the same state alone at W and the batch rolled by half, ``torch.equal``.
 4. ``audit``: exact decoding vs SPOT (confidence drafter) at width 16 on the random model,
@@ -187,8 +188,7 @@ def cost_curve(model, grid: dict, reps: int, g) -> list:
                 for N in nodes:
                     states = random_ids((N, B), V, mask, g)
                     states[torch.rand(N, B, generator=g) < 0.5] = mask
-                    w = {"width": N} if path == "width" else {}
-                    ms = timed(lambda: model.denoise(cache, states, **w), dev, reps)
+                    ms = timed(lambda: model.denoise(cache, states, one_forward=path == "width"), dev, reps)
                     base = base or ms
                     rows.append(
                         {

@@ -38,8 +38,8 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     "spot"), a trained order model (``spotref.load_drafter``) or any ``drafter(view) -> Draft``;
     budget: the node budget N or "auto"; depth: the depth cap D. precision: the rule's dtype
     (None: the model's serving precision); width: None (each row of a pass alone) or W >= budget
-    (every pass one forward of W rows: exact decoding at width W). docs/spec.md section 7 gives
-    every argument; each is checked before the first forward (``ValueError`` naming it).
+    (every pass one forward of W rows: exact decoding at width W; ``check_width``). docs/spec.md
+    section 7 gives every argument; each is checked before the first forward (``ValueError`` naming it).
     """
     model = resolve_model(model)
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
@@ -53,7 +53,7 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
                                 width=width)
     stats, t = Stats(), time.perf_counter()
     tokens = decode(model, prompt, int(max_new_tokens), stops, partial(fill_block, spec.block),
-                    stats, bool(fused_store), spec.width)
+                    stats, bool(fused_store))
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
 
@@ -71,7 +71,9 @@ class Speculator:
     Arguments as ``spotref.generate``'s, each checked here (``precision=None``: the model's
     serving precision with ``for_model``, else "auto", the logits' dtype). ``drafter=None`` is exact decoding
     (one row per pass). A model's own drafters (``"spot"``, ``"calibrated"``) and
-    ``budget="auto"`` need the model: ``Speculator.for_model(model, ...)``.
+    ``budget="auto"`` need the model: ``Speculator.for_model(model, ...)``. With ``width=W`` every
+    ``propose`` returns W rows and ``blk.one_forward`` is True: run them as one forward
+    (``model.denoise(cache, rows, one_forward=blk.one_forward)``).
     """
 
     def __init__(self, vocab_size: int, block_size: int, mask_id: int, temperature: float = 0.0,
@@ -88,13 +90,10 @@ class Speculator:
         if budget != "auto":
             check_int("budget", budget, 1, LIMIT - 1)
         self.depth = check_int("depth", depth, 0, LIMIT - 1)
-        self.width = None if width is None else check_int("width", width, 1, LIMIT - 1)
+        self.width = check_width(width, 1 if drafter is None else budget)
         self.core = resolve_core(core)
         self.drafter = None if drafter is None else speculator_drafter(drafter, model)
         self.drafter, self.budget = self.resolve_budget(budget, model)
-        if self.width is not None and self.drafter is not None and self.budget > self.width:
-            raise ValueError(f"budget {self.budget} exceeds the verify width {self.width}: a pass "
-                             f"verifies at most width states (budget <= width)")
 
     def resolve_budget(self, budget, model) -> tuple:
         """(drafter, N): an int budget as given; ``"auto"``: the cost model's N (<= width) for the
@@ -148,6 +147,19 @@ def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, to
         raise ValueError(f"precision must be None or one of {', '.join(PRECISIONS)}, got {precision!r}")
     return DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
                         None if threshold is None else float(threshold), confidence, precision)
+
+
+def check_width(width, budget) -> int | None:
+    """The verify width, checked: None (each row of a pass alone) or W, the rows of every pass
+    (the tree's states padded to W by the ``Block``, one forward), so the node budget N <= W
+    (exact decoding: N = 1; ``budget="auto"`` picks N <= W itself). The one check of a width."""
+    if width is None:
+        return None
+    width = check_int("width", width, 1, LIMIT - 1)
+    if budget != "auto" and budget > width:
+        raise ValueError(f"budget {budget} exceeds the verify width {width}: a pass verifies at most "
+                         f"width states (budget <= width)")
+    return width
 
 
 def serving_precision(model) -> str:

@@ -2,9 +2,9 @@
 of exact decoding? (docs/spec.md section 4.)
 
 SPOT is lossless only if a state's logits do not depend on which other states share its verify
-batch. spotref's model runs every row of a batch as a pass of its own (``spotref.models``), so a
-row of a batched denoise is bit-identical to the same state run alone on any CPU capability
-level and device; another model implementation (a serving engine's batched kernels, which may
+batch. spotref's model runs a pass's rows each alone, or at a fixed width as one forward of one
+shape (``spotref.models``), so a row of a batched denoise is bit-identical to the same state run
+alone (at that width); another model implementation (a serving engine's batched kernels, which may
 pick another algorithm, tile shape or split-K for another batch size) may not be, and then a
 near-tie can flip. The kernel path matters, so every report names it (``kernel_path``).
 Two checks, both cheap next to a benchmark:
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from spotref.api import generate
+from spotref.api import check_width, generate
 from spotref.conformance import first_divergence
+from spotref.decode import padded
 
 WHERE = re.compile(r"block (\d+), step (\d+), position (\d+): exact (\d+), got (\d+|nothing)")
 
@@ -91,9 +92,10 @@ def batch_invariance(
 ) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit.
 
-    ``width``: the pass runs at that fixed width (``SDARModel.denoise(..., width=)``, rows <=
-    width); row i is then compared with the same state alone at that width (its padding other
-    rows) and with the batch rolled by rows // 2 (the row elsewhere, among other neighbours).
+    ``width``: the pass runs at that fixed width (rows <= width, padded to it as a ``Block``
+    pads, ``spotref.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i is then
+    compared with the same state alone at that width (its padding other rows) and with the batch
+    rolled by rows // 2 (the row elsewhere, among other neighbours).
 
     A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
     states of the next block (random tokens, about half MASK) are denoised together and one by
@@ -105,22 +107,30 @@ def batch_invariance(
     B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
     if prefix_len % B:
         raise ValueError(f"prefix_len {prefix_len} must be a multiple of the block size {B}")
+    width = check_width(width, rows)
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, V, (prefix_len + (rows + 1) * B,), generator=g)
     tokens[tokens == mask] = (mask + 1) % V
     cache = model.prefill(tokens[:prefix_len])
     block, states = tokens[prefix_len : prefix_len + B], tokens[prefix_len + B :].view(rows, B)  # (N, B)
     states[torch.rand(rows, B, generator=g) < 0.5] = mask
-    w = {} if width is None else {"width": width}
+    kw = {} if width is None else {"one_forward": True}
+
+    def pass_of(s):  # s: (n, B) states -> the pass's rows: (width, B), or (n, B) rows alone
+        return torch.from_numpy(padded(s.numpy(), width))
+
+    def denoise(s):  # s: (n, B) -> logits (n, B, V)
+        return model.denoise(cache, pass_of(s), **kw)[: len(s)]
+
     if fused:
-        batched = model.store_and_denoise(cache, block, states, **w)  # (N, B, V); cache grows
+        batched = model.store_and_denoise(cache, block, pass_of(states), **kw)[:rows]  # (N, B, V); cache grows
     else:
-        batched = model.denoise(cache, states, **w)  # (N, B, V)
+        batched = denoise(states)  # (N, B, V)
     shift = rows // 2
-    rolled = None if width is None else model.denoise(cache, states.roll(shift, 0), **w).roll(-shift, 0)
+    rolled = None if width is None else denoise(states.roll(shift, 0)).roll(-shift, 0)
     equal, worst, first_bad = 0, 0.0, None
     for i in range(rows):
-        others = [model.denoise(cache, states[i : i + 1], **w)[0]] + ([] if rolled is None else [rolled[i]])
+        others = [denoise(states[i : i + 1])[0]] + ([] if rolled is None else [rolled[i]])
         same = all(torch.equal(batched[i], o) for o in others)
         equal += same
         worst = max([worst] + [(batched[i].float() - o.float()).abs().max().item() for o in others])

@@ -71,10 +71,8 @@ class BoundTarget:
     are computed inside the next block's first denoise pass (bit-identical, one pass fewer per
     block; the last block is then never stored)."""
 
-    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False,
-                 width: int | None = None):
+    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False):
         self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
-        self.width = {} if width is None else {"width": width}     # every denoise pass at one width
         empty = len(prompt_blocks) == 0
         self.cache = model.prefill(prompt_blocks) if empty else self._pass(model.prefill, prompt_blocks)
 
@@ -85,13 +83,14 @@ class BoundTarget:
         self.stats.passes += 1
         return out
 
-    def denoise(self, states: np.ndarray) -> torch.Tensor:
-        """states: (N, B) -> logits (N, B, V)."""
-        states = torch.from_numpy(states)
+    def denoise(self, states: np.ndarray, one_forward: bool = False) -> torch.Tensor:
+        """states: (N, B) -> logits (N, B, V); ``one_forward``: the rows are a pass at a fixed width
+        (``Block.one_forward``), run as one forward. A model used only rows alone needs no keyword."""
+        states, kw = torch.from_numpy(states), {"one_forward": True} if one_forward else {}
         if self.pending is None:
-            return self._pass(partial(self.model.denoise, **self.width), self.cache, states)
+            return self._pass(partial(self.model.denoise, **kw), self.cache, states)
         block, self.pending = self.pending, None
-        return self._pass(partial(self.model.store_and_denoise, **self.width), self.cache, block, states)
+        return self._pass(partial(self.model.store_and_denoise, **kw), self.cache, block, states)
 
     def store(self, block: np.ndarray) -> None:
         if self.fused:
@@ -107,7 +106,8 @@ class Block:
     logits; the caller owns the model, its cache and batching (docs/spec.md section 7). ``state`` (B,)
     holds MASK where uncommitted (a prompt tail stays fixed). ``drafter=None``: exact decoding.
     ``width``: None, or every ``propose`` returns exactly that many rows (the tree's states, then
-    copies of the root), so the caller's forward always runs one shape (docs/spec.md section 4).
+    copies of the root) and ``one_forward`` is True: the caller runs them as one forward of that
+    one shape (docs/spec.md sections 4 and 7).
     Out-of-turn calls (``propose`` twice, ``accept`` before ``propose``) raise ``RuntimeError``;
     bad logits raise ``ValueError``: neither can corrupt the block.
     """
@@ -125,6 +125,12 @@ class Block:
     @property
     def done(self) -> bool:
         return not (self.state == self.rule.mask_id).any()
+
+    @property
+    def one_forward(self) -> bool:
+        """Whether ``propose()``'s rows are a pass at a fixed width, to run as ONE forward
+        (``SDARModel.denoise(cache, rows, one_forward=True)``); False: each row alone."""
+        return self.width is not None
 
     @property
     def tokens(self) -> np.ndarray:
@@ -165,11 +171,10 @@ class Block:
 
 
 def padded(states: np.ndarray, width: int | None) -> np.ndarray:
-    """states (U, B) -> (width, B): the states, then copies of the first (a copy when width is None)."""
+    """states (U, B), U <= width -> (width, B): the states, then copies of the first (a copy when
+    width is None). The one padding to the width (``Speculator`` checked budget <= width)."""
     if width is None:
         return states.copy()
-    if len(states) > width:
-        raise ValueError(f"{len(states)} distinct states exceed the verify width {width}")
     return np.concatenate([states, np.repeat(states[:1], width - len(states), 0)])
 
 
@@ -205,7 +210,7 @@ def fill_block(new_block, target: BoundTarget, index: int, state: np.ndarray) ->
     """Fill one block through the step API: propose, one forward, accept, until done."""
     block = new_block(index, state, target.stats)
     while not block.done:
-        block.accept(target.denoise(block.propose()))                        # 3. verify: (R, B, V)
+        block.accept(target.denoise(block.propose(), block.one_forward))     # 3. verify: (R, B, V)
     return block.state
 
 
@@ -237,14 +242,14 @@ def accept(rule, core, tree, logits, block: int, stats: Stats):
 
 
 def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats,
-           fused_store: bool = False, width: int | None = None) -> list:
+           fused_store: bool = False) -> list:
     """The outer block loop shared by every decoder: ``fill(target, index, state)`` (``fill_block``
     bound to a block factory) decides each block; returns the generated tokens."""
     B, mask_id = model.block_size, model.mask_id
     if max_new_tokens == 0:
         return []
     n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
-    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store, width)
+    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
     generated, stops = [], set(stop_ids or ())
     for b in range(n_full, n_blocks):
         tail, before = prompt[b * B:], stats.passes    # the fixed prompt tail (first block only)

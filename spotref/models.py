@@ -8,29 +8,31 @@ Weights carry the names of the Hugging Face checkpoints (``model.layers.N.self_a
 The decoders need three operations, all on a prefix KV cache of complete blocks:
 
 * ``prefill(ids)``: the complete prompt blocks, into a new cache;
-* ``denoise(cache, states)``: N candidate states of the current block in one forward,
-  logits ``[N, B, V]``; every row attends to the shared prefix and to its own block only;
+* ``denoise(cache, states[, one_forward])``: N candidate states of the current block, logits
+  ``[N, B, V]``; every row attends to the shared prefix and to its own block only;
 * ``store(cache, block)``: append a finished block's K/V.
 
 Batch invariance (docs/spec.md section 4): a row's logits must not depend on the other rows of its
 pass. Two ways to run a pass give that:
 
-* rows (``width=None``): each row runs as a pass of its own (``_run`` called per row), so row i of
-  ``denoise(cache, states)`` is computed by the same kernel calls on the same bytes as
-  ``denoise(cache, states[i:i + 1])``. Invariant by construction, on any device and any row count,
-  but a pass of N rows costs N passes.
-* fixed width (``width=W``): the rows are padded to one row count (W on an accelerator; on CPU
-  the next count whose tokens are a multiple of 64, so no vectorised elementwise loop has a tail:
-  AVX-512 runs the last ``n mod 32`` floats of a buffer on a scalar path with another ``exp``)
-  and run as ONE forward: every matmul over all the rows' tokens at once, attention over the
-  shared prefix cache without a copy per row (scores against the prefix and against the row's
-  own block, one softmax over both). At a fixed shape every kernel's choice is fixed, and a row's
-  logits were bit-identical wherever it sat and whatever the other rows held, on an H200 and on
-  CPU with one thread (``tests/test_batch_invariance.py`` under every CPU capability;
-  ``benchmarks/gpu_check.py``). They are not identical across widths, so every pass of one
-  decode, exact decoding's included, runs at the same width.
+* rows alone (``denoise(cache, states)``): each row runs as a forward of its own (``_run`` called
+  per row), so row i of ``denoise(cache, states)`` is computed by the same kernel calls on the
+  same bytes as ``denoise(cache, states[i:i + 1])``. Invariant by construction, on any device and
+  any row count, but a pass of N rows costs N forwards.
+* one forward (``denoise(cache, states, one_forward=True)``): the N rows (a pass at the fixed width
+  N: the ``Block`` pads its states to the width) run as ONE forward: every matmul over all the
+  rows' tokens at once, attention over the shared prefix cache without a copy per row (scores
+  against the prefix and against the row's own block, one softmax over both). At a fixed shape
+  every kernel's choice is fixed, so a row's logits do not depend on where it sits or what the
+  other rows hold. One property of the CPU kernels needs more: AVX-512 runs the last
+  ``n mod 32`` floats of a buffer on a scalar path with another ``exp``, so on CPU the rows are
+  padded (copies of row 0) to the least count whose tokens are a multiple of 64
+  (``padded_rows``) and no vectorised elementwise loop has a tail. Measured bit-identical on CPU
+  under every capability level this machine has, 1 and 2 threads (``tests/test_batch_invariance.py``);
+  ``benchmarks/gpu_check.py`` checks the same on a GPU (docs/gpu.md). Logits are not identical
+  across widths, so every pass of one decode, exact decoding's included, runs at one width.
 
-Both run the same layer code; the row path is the fixed-width path at width 1, row by row.
+Both run the same layer code; rows alone is a forward of one row, row by row.
 """
 from __future__ import annotations
 
@@ -337,14 +339,12 @@ class SDARModel(nn.Module):
         return torch.cat([linear(self._run(ids[i:i + 1], cache)[0], self.lm_head.weight)
                           for i in range(len(ids))])
 
-    def _batched(self, ids: torch.Tensor, cache: KVCache | None, width: int) -> torch.Tensor:
-        """ids: (N, L), N <= width -> logits (N, L, V) from one forward at the fixed width."""
+    def _one_forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """ids: (N, L) -> logits (N, L, V) from ONE forward of the N rows, padded with copies of
+        row 0 to ``padded_rows`` (the kernels' row count; N itself on an accelerator)."""
         N, L = ids.shape
-        rows = padded_rows(width, L, ids.device)
-        if N > width:
-            raise ValueError(f"{N} rows exceed the verify width {width}")
-        ids = torch.cat((ids, ids[:1].expand(rows - N, L)))  # padding: copies of row 0
-        return linear(self._run(ids, cache)[0], self.lm_head.weight)[:N]      # every row: fixed M
+        ids = torch.cat((ids, ids[:1].expand(padded_rows(N, L, ids.device) - N, L)))
+        return linear(self._run(ids, cache)[0], self.lm_head.weight)[:N]     # the lm_head over every row: one shape
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -377,29 +377,29 @@ class SDARModel(nn.Module):
         return KVCache([(k[0], v[0]) for k, v in new])
 
     @torch.no_grad()
-    def denoise(self, cache: KVCache, states: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    def denoise(self, cache: KVCache, states: torch.Tensor, one_forward: bool = False) -> torch.Tensor:
         """states: (N, B) candidate states of the current block -> logits (N, B, V).
 
-        width: None runs each row alone; an int W >= N runs all rows in one forward padded to the
-        fixed width W (see the module docstring: only passes of one width agree bit for bit)."""
+        one_forward: False runs each row alone; True runs the N rows as ONE forward, a pass at
+        the fixed width N (see the module docstring: only passes of one width agree bit for bit)."""
         assert states.ndim == 2 and states.shape[1] == self.block_size, \
             f"denoise states {tuple(states.shape)}, want (N, {self.block_size})"
         states = states.to(self.lm_head.weight.device)
-        return self._rows(states, cache) if width is None else self._batched(states, cache, width)
+        return self._one_forward(states, cache) if one_forward else self._rows(states, cache)
 
     @torch.no_grad()
     def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor,
-                          width: int | None = None) -> torch.Tensor:
+                          one_forward: bool = False) -> torch.Tensor:
         """The fused store: SDAR's store pass of ``block`` (B,), then the denoise pass of
         ``states`` (N, B) of the next block, in one call: two forwards (the store's K/V feed the
         denoise's attention), counted by the decoder as one pass, as an engine that overlaps them
         would. Appends the block's K/V to the cache and returns logits (N, B, V), bit for bit
-        ``store(cache, block)`` then ``denoise(cache, states, width)``."""
+        ``store(cache, block)`` then ``denoise(cache, states, one_forward)``."""
         B = self.block_size
         assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, \
             f"store_and_denoise block {tuple(block.shape)}, states {tuple(states.shape)}"
         self.store(cache, block)
-        return self.denoise(cache, states, width)
+        return self.denoise(cache, states, one_forward)
 
     @torch.no_grad()
     def store(self, cache: KVCache, block: torch.Tensor) -> None:
@@ -409,10 +409,11 @@ class SDARModel(nn.Module):
         cache.append(new)
 
 
-def padded_rows(width: int, L: int, device) -> int:
-    """The rows a pass at ``width`` runs: W on an accelerator; on CPU the least count >= W whose
-    tokens (rows x L) are a multiple of 64 (no vector-loop tail in any elementwise kernel)."""
+def padded_rows(N: int, L: int, device) -> int:
+    """The rows one forward of N rows of L tokens runs: N on an accelerator; on CPU the least count
+    >= N whose tokens (rows x L) are a multiple of 64, so no elementwise kernel's vector loop has
+    a scalar tail (see the module docstring). A property of the kernels, not of the decode."""
     if torch.device(device).type != "cpu":
-        return width
+        return N
     step = 64 // math.gcd(L, 64)
-    return -(-width // step) * step
+    return -(-N // step) * step

@@ -84,10 +84,18 @@ def test_rows_are_bit_identical_on_cuda(dtype, fused, width):
         assert r["equal_rows"] == r["rows"], r
 
 
-def test_the_fixed_width_check_can_fail():
-    """A pass whose rows depend on how many rows it holds (as a kernel chosen per row count)."""
+@pytest.mark.parametrize(
+    "leak",
+    [
+        lambda s: 1e-3 * s.float().mean(),  # a row depends on the other rows (a kernel mixing rows)
+        lambda s: 1e-3 * torch.arange(len(s)).view(-1, 1, 1),  # a row depends on its place (a vector tail)
+    ],
+)
+def test_the_fixed_width_check_can_fail(leak):
+    """At a fixed width every pass holds one row count, so what can leak is the rows' contents
+    and places: both are caught, the row alone at the width and the batch rolled by half."""
     model = tiny_model(V=67, B=5, intermediate_size=100)
     denoise = model.denoise
-    model.denoise = lambda cache, s, width=None: denoise(cache, s, width) + 1e-6 * len(s)
+    model.denoise = lambda cache, s, one_forward=False: denoise(cache, s, one_forward) + leak(s)
     r = batch_invariance(model, prefix_len=5, rows=9, width=16)
     assert r["equal_rows"] == 0 and r["max_abs_diff"] > 0

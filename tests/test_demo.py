@@ -139,4 +139,4 @@ def test_demo_runs_every_pass_at_a_fixed_width_and_says_what_a_pass_costs(capsys
     assert "every output identical to exact decoding: yes" in out
     assert "A verify pass of N states costs t(N) / t(1) = 1.00 at N = 8 on this machine (width 8" in out
     assert main(["demo", "--model", "random", "--prompts", "1", "--width", "4", "--budgets", "8"]) == 2
-    assert "--budgets 8 exceeds --width 4" in capsys.readouterr().err
+    assert "budget 8 exceeds the verify width 4" in capsys.readouterr().err  # api.check_width, before any forward

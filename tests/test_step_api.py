@@ -175,8 +175,8 @@ def test_a_width_makes_every_proposal_that_many_rows_and_the_tokens_those_of_exa
         assert (rows[len(np.unique(rows, axis=0)) :] == rows[0]).all()  # padding: copies of row 0
         with pytest.raises(ValueError, match="want"):
             blk.accept(torch.zeros(5, 4, 50))  # one row short
-        blk.accept(m.denoise(cache, torch.from_numpy(rows), width=6))
-    assert set(shapes) == {(6, 4)}
+        blk.accept(m.denoise(cache, torch.from_numpy(rows), one_forward=blk.one_forward))  # no width to pass
+    assert set(shapes) == {(6, 4)} and blk.one_forward and not Speculator.for_model(m).block(0, rows[0]).one_forward
     exact = spotref.generate(m, [1, 2, 3, 4], 4, width=6)
     assert blk.tokens.tolist() == exact.tokens
     with pytest.raises(ValueError, match="budget 8 exceeds the verify width 6"):

@@ -40,12 +40,13 @@ PRIOR = {1: 1.0, 64: 2.5}  # E(N) for a drafter without a measured curve (log-in
 
 
 def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None) -> dict:
-    """{N: seconds} of one target forward over N states of a block after ``context`` tokens
-    (``width``: at that fixed width, one cost for every N <= width)."""
+    """{N: seconds} of one target forward over N states of a block after ``context`` tokens, rows
+    alone; ``width``: the pass at that fixed width, W rows as one forward, measured once: the
+    cost of every N <= width."""
     B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
     g = torch.Generator().manual_seed(0)
     cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
-    out, kw = {}, {} if width is None else {"width": width}
+    out, kw = {}, {} if width is None else {"one_forward": True}
     for N in budgets if width is None else [width]:  # at a width every pass is one shape
         states = torch.full((N, B), mask_id, dtype=torch.long)
         states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)  # half committed

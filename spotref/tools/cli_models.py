@@ -99,7 +99,7 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     )
     p.add_argument(
         "--width",
-        type=positive_int,
+        type=int,
         default=None,
         help="run every pass as one forward of this many rows, padded (>= --budget; default: each row alone)",
     )
@@ -330,9 +330,9 @@ def run_audit(args) -> int:
     print(f"kernels: {kernel_path(model.lm_head.weight.device)}")
     if drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
+    report = audit(model, ids, options.max_new_tokens, drafter=drafter, **kw)  # every argument checked first
     if options.batch_rows:
         print_batch_invariance(model, ids, options)
-    report = audit(model, ids, options.max_new_tokens, drafter=drafter, **kw)
     print(f"audit: {report}")
     return 0 if report.identical else 1
 

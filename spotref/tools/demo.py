@@ -21,6 +21,7 @@ import torch
 
 import spotref
 from spotref import names
+from spotref.api import check_width
 from spotref.data.gsm import final_answer
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
@@ -68,7 +69,7 @@ def add_arguments(p):
     )
     p.add_argument(
         "--width",
-        type=positive_int,
+        type=int,
         default=None,
         help="run every pass, exact decoding's too, as one forward of this many rows "
         "(padded; >= every budget); default: each row alone",
@@ -219,8 +220,7 @@ def demo(o: DemoOptions) -> int:
     length = gen_length(o, env)
     drafter = o.drafter or best_drafter(model)
     kw = dict(temperature=o.temperature, seed=o.seed, stop_ids=stops, fused_store=o.fused_store, width=o.width)
-    if o.width is not None and max(o.budgets) > o.width:
-        raise ValueError(f"--budgets {max(o.budgets)} exceeds --width {o.width} (a pass verifies at most width states)")
+    check_width(o.width, max(o.budgets))  # before any forward: every budget fits the width
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b) for b in o.budgets}
     if o.budget_auto:  # the cost model's N for these settings, each round's tree cut
