@@ -44,7 +44,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from spotref.checkpoint import load_pretrained, save_pretrained
 from spotref.checks import check_int
@@ -135,11 +134,6 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x: (N, L, in), w: (out, in) -> (N, L, out): one product over all N * L tokens."""
-    return F.linear(x, w)
-
-
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (N, h, L, d); cos, sin: (L, d). Rotate-half RoPE, as Qwen3."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -169,9 +163,9 @@ class Attention(nn.Module):
     def project(self, x, cos, sin):
         """x: (N, L, H) -> q (N, h, L, d), k and v (N, kvh, L, d), q/k normed then rotated."""
         N, L, _ = x.shape
-        q = self.q_norm(linear(x, self.q_proj.weight).view(N, L, self.h, self.d)).transpose(1, 2)
-        k = self.k_norm(linear(x, self.k_proj.weight).view(N, L, self.kvh, self.d)).transpose(1, 2)
-        v = linear(x, self.v_proj.weight).view(N, L, self.kvh, self.d).transpose(1, 2)
+        q = self.q_norm(self.q_proj(x).view(N, L, self.h, self.d)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(N, L, self.kvh, self.d)).transpose(1, 2)
+        v = self.v_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)
         return rope(q, cos, sin), rope(k, cos, sin), v.contiguous()
 
     def attend(self, q, k, v, past, mask):
@@ -202,7 +196,7 @@ class Attention(nn.Module):
             a = att[..., :P].transpose(0, 1).reshape(kvh, N * g * L, P)
             y = torch.bmm(a, past[1]).view(kvh, N, g * L, d).transpose(0, 1) + y
         y = y.reshape(N, self.h, L, d).transpose(1, 2).reshape(N, L, self.h * d)   # (N, L, h d)
-        return linear(y, self.o_proj.weight)
+        return self.o_proj(y)
 
 
 class MLP(nn.Module):
@@ -214,8 +208,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(I, H, bias=False)
 
     def forward(self, x):  # SwiGLU
-        gate = nn.functional.silu(linear(x, self.gate_proj.weight))
-        return linear(gate * linear(x, self.up_proj.weight), self.down_proj.weight)
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -336,15 +329,14 @@ class SDARModel(nn.Module):
 
     def _rows(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """ids: (N, L) -> logits (N, L, V), each row a forward of its own."""
-        return torch.cat([linear(self._run(ids[i:i + 1], cache)[0], self.lm_head.weight)
-                          for i in range(len(ids))])
+        return torch.cat([self.lm_head(self._run(ids[i:i + 1], cache)[0]) for i in range(len(ids))])
 
     def _one_forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """ids: (N, L) -> logits (N, L, V) from ONE forward of the N rows, padded with copies of
         row 0 to ``padded_rows`` (the kernels' row count; N itself on an accelerator)."""
         N, L = ids.shape
         ids = torch.cat((ids, ids[:1].expand(padded_rows(N, L, ids.device) - N, L)))
-        return linear(self._run(ids, cache)[0], self.lm_head.weight)[:N]     # the lm_head over every row: one shape
+        return self.lm_head(self._run(ids, cache)[0])[:N]     # the lm_head over every row: one shape
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -362,7 +354,7 @@ class SDARModel(nn.Module):
         h = self.model.embed_tokens(torch.cat((x_t, x), 1))                    # (N, 2L, H)
         for layer in self.model.layers:
             h, _ = layer(h, cos, sin, mask, None)
-        return linear(self.model.norm(h[:, :L]), self.lm_head.weight)         # (N, L, V)
+        return self.lm_head(self.model.norm(h[:, :L]))                       # (N, L, V)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> KVCache:
