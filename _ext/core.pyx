@@ -107,37 +107,30 @@ cdef bint _get_i64_vector(object obj, Py_buffer *view) except -1:
     return False
 
 
-cdef list _tokens(object state, str what, Py_buffer *view, int64_t mask, int64_t V, Py_ssize_t B):
-    """A root (B < 0) or lookup state (B tokens) as ``check_state`` takes it: None with ``view``
-    acquired for a C-contiguous numpy int64 vector of valid tokens (the decoder's), else the
-    list ``check_state`` makes of it (or its ValueError)."""
+cdef list _root_tokens(object root, Py_buffer *view, int64_t mask, int64_t V):
+    """The root as ``check_state`` takes it: None with ``view`` acquired for a C-contiguous
+    numpy int64 vector of valid tokens (the decoder's), else the list ``check_state`` makes of
+    it (or its ValueError)."""
     cdef const int64_t *s
     cdef Py_ssize_t k, n
-    if isinstance(state, _ndarray) and _get_i64_vector(state, view):
+    if isinstance(root, _ndarray) and _get_i64_vector(root, view):
         s, n = <const int64_t *>view.buf, view.shape[0]
-        if n >= 1 and (B < 0 or n == B):
+        if n >= 1:
             for k in range(n):
                 if not (0 <= s[k] < V or s[k] == mask):
                     break
             else:
                 return None
         PyBuffer_Release(view)
-    return check_state(what, state, mask, V, None if B < 0 else B)
+    return check_state("draft root", root, mask, V)
 
 
-cdef object _array(object shape, const int64_t *src, Py_ssize_t n, int64_t sub):
-    """A new numpy int64 array of ``shape`` holding ``src[:n] - sub``."""
+cdef object _array(object shape, const int64_t *src, Py_ssize_t n):
+    """A new numpy int64 array of ``shape`` holding ``src[:n]``."""
     cdef Py_buffer view
-    cdef Py_ssize_t k
-    cdef int64_t *dst
     arr = _empty(shape, _int64)
     PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE)
-    dst = <int64_t *>view.buf
-    if sub == 0:
-        memcpy(dst, src, n * sizeof(int64_t))
-    else:
-        for k in range(n):
-            dst[k] = src[k] - sub
+    memcpy(view.buf, src, n * sizeof(int64_t))
     PyBuffer_Release(&view)
     return arr
 
@@ -147,21 +140,17 @@ cdef object _array(object shape, const int64_t *src, Py_ssize_t n, int64_t sub):
 cdef class Tree:
     """A validated draft, its distinct states flattened for one verify forward (``build_tree``).
 
-    Public attributes as in ``spotref.core.Tree``: states (U, B), steps (U,), depths (U,),
-    node_of (N,), all numpy int64 copies of the C buffers (depths and node_of are made on first
-    use: the decoder never reads them), mask_id, vocab_size, max_set; ``len``, ``lookup`` and
-    ``child``, with the same contract.
+    Public attributes as in ``spotref.core.Tree``: states (U, B) and steps (U,), numpy int64
+    copies of the C buffers, mask_id, vocab_size, max_set; ``len`` and ``child``, with the same
+    contract.
     """
     cdef readonly object states   # (U, B) int64 numpy: the distinct states, row 0 the root
     cdef readonly object steps    # (U,) int64 numpy: the step of each state
     cdef readonly int64_t mask_id     # MASK
     cdef readonly int64_t vocab_size  # a committed token is in [0, vocab_size), not MASK
     cdef readonly int64_t max_set     # commits per node or decision, at most
-    cdef object _depths           # (U,) int64 numpy: steps - steps[0]; None until read
-    cdef object _node_of          # (N,) int64 numpy: the row of each draft node; None until read
     cdef Py_ssize_t B             # block length (tokens per state)
     cdef Py_ssize_t U             # distinct states (rows)
-    cdef Py_ssize_t N             # draft nodes
     cdef Py_ssize_t cap           # rows allocated (the draft's node count); row cap is scratch
     cdef void *mem                # the one allocation that holds every buffer below
     cdef int64_t *tok             # (cap + 1, B) row-major tokens of each row, then scratch
@@ -234,38 +223,8 @@ cdef class Tree:
             zh[0] ^= _zob(pos, mask) ^ _zob(pos, tok)
         return True
 
-    @property
-    def depths(self):
-        if self._depths is None and self.mem != NULL:
-            self._depths = _array(self.U, self.step, self.U, self.step[0])
-        return self._depths
-
-    @property
-    def node_of(self):
-        if self._node_of is None and self.mem != NULL:
-            self._node_of = _array(self.N, self.node, self.N, 0)
-        return self._node_of
-
     def __len__(self):
         return self.U
-
-    def lookup(self, state, step):
-        """Row of the verified state equal to (state, step), or -1 (as ``spotref.core``)."""
-        cdef int64_t *s = self.tok + self.cap * self.B
-        cdef int64_t st = 0
-        cdef Py_buffer view
-        cdef Py_ssize_t k
-        self._built()
-        tokens = _tokens(state, "lookup: state", &view, self.mask_id, self.vocab_size, self.B)
-        if tokens is None:
-            memcpy(s, view.buf, self.B * sizeof(int64_t))
-            PyBuffer_Release(&view)
-        else:
-            for k in range(self.B):
-                s[k] = tokens[k]
-        if not _small(step, &st, 0):
-            _refuse(check_int, ("lookup: step", step, 0, LIMIT - 1))
-        return max(self._find(s, self._hash(s), st), -1)
 
     def child(self, row, commits):
         """Row of ``states[row]`` plus the decision ``commits``, at the next step; or -1."""
@@ -310,7 +269,7 @@ def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, 
             and _small(max_set, &S, 1) and _small(budget, &N, 1) and _small(depth, &D, 0)
             and step0 + D < _LIMIT):
         _refuse(check_args, (root_step, mask_id, vocab_size, max_set, budget, depth))
-    tokens = _tokens(root, "draft root", &view, mask, V, -1)
+    tokens = _root_tokens(root, &view, mask, V)
     try:
         check_shape(parents, commits, budget)
         return _build(tokens, &view, step0, parents, commits, mask, V, S, D,
@@ -345,9 +304,8 @@ cdef Tree _build(list tokens, Py_buffer *view, int64_t step0, parents, commits, 
         if r < 0:
             _refuse(_spec.build_tree, args)
         t.node[i] = r
-    t.states = _array((t.U, B), t.tok, t.U * B, 0)
-    t.steps = _array(t.U, t.step, t.U, 0)
-    t.N = n
+    t.states = _array((t.U, B), t.tok, t.U * B)
+    t.steps = _array(t.U, t.step, t.U)
     return t
 
 

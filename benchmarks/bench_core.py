@@ -62,7 +62,7 @@ def random_draft(rng: np.random.Generator):
         pos = int(masked[min(rng.geometric(0.4) - 1, len(masked) - 1)])
         add(p, pos, int(stale[pos]) if rng.random() < 0.9 else int(rng.integers(0, V - 1000)))
     tree = spotref.core_module("py").build_tree(root, STEP, t.parents, t.commits, MASK, V, 1, N, DEPTH)
-    rows = [int(tree.node_of[k]) for k in range(ACCEPT + 1)]
+    rows = list(range(ACCEPT + 1))  # the chain's nodes come first, each one step deeper: rows 0 .. ACCEPT
     decisions = {rows[k]: t.commits[k + 1] for k in range(ACCEPT)}
     free = int(np.flatnonzero(tree.states[rows[ACCEPT]] == MASK)[0])
     decisions[rows[ACCEPT]] = ((free, V - 2),)  # off-tree: the bonus commit

@@ -7,10 +7,10 @@ that reach the same state (same tokens, same step: the tree is really a DAG) and
 distinct states into the verify batch. ``walk`` then accepts by state equality: from the root,
 while the state that the target's own decision leads to was verified, move there.
 
-The docstrings of ``build_tree``, ``Tree.lookup``, ``Tree.child`` and ``walk`` state what they
-accept; anything else raises ``ValueError`` naming the argument (and the node or row). An int
-is a Python or numpy integer, never a bool (``True`` is not position 1), and every int the core
-holds (tokens, MASK, steps, node and row counts) is below ``LIMIT``.
+The docstrings of ``build_tree``, ``Tree.child`` and ``walk`` state what they accept; anything
+else raises ``ValueError`` naming the argument (and the node or row). An int is a Python or
+numpy integer, never a bool (``True`` is not position 1), and every int the core holds (tokens,
+MASK, steps, node and row counts) is below ``LIMIT``.
 
 The Cython twin mirrors every public name here and checks the same contract on its fast path;
 whatever it refuses it hands to the checks here, so both raise the same message.
@@ -36,39 +36,25 @@ class Tree:
 
     states:  (U, B) int64, the distinct block states (row 0 is the root);
     steps:   (U,) int64, the step (decisions taken in the block) of each state;
-    depths:  (U,) int64, each state's depth below the root (steps - root step);
-    node_of: (N,) int64, the row of ``states`` that each draft node maps to;
     mask_id, vocab_size, max_set: build_tree's, against which ``child`` checks a decision.
     """
 
     def __init__(self, node_states, node_steps, mask_id, vocab_size, max_set):
         """Merge the nodes' (state, step) pairs into distinct rows, in order of first appearance."""
         self._index = {}                                # (tuple(state), step) -> row
-        states, steps, node_of = [], [], []
+        states, steps = [], []
         for state, step in zip(node_states, node_steps):
             key = (tuple(state), step)
             if key not in self._index:
                 self._index[key] = len(states)
                 states.append(state)
                 steps.append(step)
-            node_of.append(self._index[key])
         self.states = np.array(states, dtype=np.int64)
         self.steps = np.array(steps, dtype=np.int64)
-        self.depths = self.steps - self.steps[0]
-        self.node_of = np.array(node_of, dtype=np.int64)
         self.mask_id, self.vocab_size, self.max_set = mask_id, vocab_size, max_set
 
     def __len__(self) -> int:
         return len(self.states)
-
-    def lookup(self, state, step) -> int:
-        """Row of the verified state equal to (state, step), or -1.
-
-        state: B tokens, in a form ``build_tree`` takes for its root; step: an int in [0, LIMIT).
-        """
-        state = check_state("lookup: state", state, self.mask_id, self.vocab_size, self.states.shape[1])
-        check_int("lookup: step", step, 0, LIMIT - 1)
-        return self._index.get((tuple(state), int(step)), -1)
 
     def child(self, row, commits) -> int:
         """Row of ``states[row]`` plus the decision ``commits``, at the next step; or -1.

@@ -77,7 +77,7 @@ class LossyCore:
     def walk(tree, decide):
         path, rows = [0], list(range(1, len(tree)))
         for r in rows:
-            if tree.depths[r] == len(path) and (tree.states[r] != tree.states[path[-1]]).sum() == 1:
+            if tree.steps[r] - tree.steps[0] == len(path) and (tree.states[r] != tree.states[path[-1]]).sum() == 1:
                 decide(path[-1])
                 path.append(r)
         return path, decide(path[-1])
