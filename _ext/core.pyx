@@ -2,9 +2,9 @@
 """Draft trees and their verification, compiled: the Cython twin of ``spotref/core.py``.
 
 ``spotref/core.py`` is the specification: this module has the same public names, semantics and
-contract (the checks are the specification's own functions, re-exported). Its fast path tests
-the contract in C; whatever it refuses it hands back to those checks (a rejected draft to the
-pure ``build_tree``), which raise the ``ValueError``, so a message cannot drift. The distinct
+contract (checked by the specification's own functions, from ``spotref/checks.py``). Its fast
+path tests the contract in C; whatever it refuses it hands back to those checks (a rejected
+draft to the pure ``build_tree``), which raise the ``ValueError``, so a message cannot drift. The distinct
 states live in one C int64 buffer, indexed by an open-addressing hash table on (incremental
 Zobrist hash of the tokens, step), with a full state and step comparison on every hash match.
 """
@@ -19,8 +19,10 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memcmp, memset
 
 from spotref import core as _spec
-from spotref.core import (LIMIT, SCALARS, check_args, check_commits, check_decision,  # noqa: F401
-                          check_int, check_node, check_shape, check_state, check_tree, is_index)
+from spotref.checks import (LIMIT, check_build_args, check_decision, check_int, check_shape, check_state,
+                            check_tree)
+
+__all__ = ["LIMIT", "Tree", "build_tree", "walk"]      # as spotref.core's
 
 cdef object _empty = np.empty
 cdef object _int64 = np.dtype(np.int64)
@@ -89,7 +91,7 @@ cdef inline tuple _seq(object x):
 cdef int _refuse(object check, tuple args) except -1:
     """Raise the specification's ValueError for input that the fast path refused."""
     check(*args)
-    raise AssertionError(f"spotref._core refused what spotref.core.{check.__name__} accepts: {args!r}")
+    raise AssertionError(f"spotref._core refused what {check.__module__}.{check.__name__} accepts: {args!r}")
 
 
 cdef bint _get_i64_vector(object obj, Py_buffer *view) except -1:
@@ -268,7 +270,7 @@ def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, 
     if not (_small(root_step, &step0, 0) and _small(mask_id, &mask, 0) and _small(vocab_size, &V, 1)
             and _small(max_set, &S, 1) and _small(budget, &N, 1) and _small(depth, &D, 0)
             and step0 + D < _LIMIT):
-        _refuse(check_args, (root_step, mask_id, vocab_size, max_set, budget, depth))
+        _refuse(check_build_args, (root_step, mask_id, vocab_size, max_set, budget, depth))
     tokens = _root_tokens(root, &view, mask, V)
     try:
         check_shape(parents, commits, budget)

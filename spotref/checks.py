@@ -1,8 +1,10 @@
 """The one family of argument checks: each bad value raises ``ValueError`` naming the argument,
-before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``) serve the core,
-the model config, ``spotref.generate``, the step API and the command line (``tools/argtypes``);
-the rest check ``generate``'s sequences. Not part of the algorithm: nothing here decides a token,
-and nothing here imports torch (a tensor is read through its ``tolist`` / ``numpy``)."""
+before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``) serve every
+room and the command line (``tools/argtypes``); then come the contract of the tree core
+(``spotref.core`` and its compiled twin: a draft, a decision, a tree), a draft's node
+probabilities and ``spotref.generate``'s sequences. Not part
+of the algorithm: nothing here decides a token, and nothing here imports torch (a tensor is
+read through its ``tolist`` / ``numpy``)."""
 
 from __future__ import annotations
 
@@ -70,7 +72,20 @@ def is_array(x) -> bool:
     return hasattr(x, "ndim") and hasattr(x, "tolist")
 
 
-# ---- generate's arguments --------------------------------------------------------------------
+# ---- the tree core's contract (spotref.core, _ext/core.pyx) -------------------------------------
+
+LIMIT = 2**31  # bound on every int the tree core holds: the compiled twin's rows are int32
+BUILD_INTS = (("root_step", 0), ("mask_id", 0), ("vocab_size", 1), ("max_set", 1), ("budget", 1), ("depth", 0))
+
+
+def check_build_args(root_step, mask_id, vocab_size, max_set, budget, depth) -> None:
+    """``build_tree``'s ints: each in [lower bound, LIMIT) (``BUILD_INTS``), and steps stay below LIMIT."""
+    for (name, lo), x in zip(BUILD_INTS, (root_step, mask_id, vocab_size, max_set, budget, depth)):
+        check_int(f"build_tree: {name}", x, lo, LIMIT - 1)
+    if int(root_step) + int(depth) >= LIMIT:
+        raise ValueError(
+            f"build_tree: root_step + depth must be below 2**{LIMIT.bit_length() - 1}, got {root_step} + {depth}"
+        )
 
 
 def check_state(what, state, mask_id, vocab_size, B=None):
@@ -91,6 +106,105 @@ def check_state(what, state, mask_id, vocab_size, B=None):
                 f"(0 .. {vocab_size - 1}) nor MASK {mask_id}"
             )
     return tokens
+
+
+def check_shape(parents, commits, budget) -> None:
+    """A draft's parent array and commits: tuples or lists of one length, 1 .. budget nodes, and
+    node 0 the root (parent -1, no commits)."""
+    if not isinstance(parents, (tuple, list)) or not isinstance(commits, (tuple, list)):
+        raise ValueError(
+            f"draft: parents and commits must be tuples or lists, got "
+            f"{type(parents).__name__} and {type(commits).__name__}"
+        )
+    n = len(parents)
+    if n == 0 or n != len(commits):
+        raise ValueError(f"draft: parents ({n}) and commits ({len(commits)}) must be equal, non-empty")
+    if n > budget:
+        raise ValueError(f"draft: {n} nodes, over the node budget {budget}")
+    root_parent, root_commits = parents[0], commits[0]
+    if not (
+        is_index(root_parent)
+        and root_parent == -1
+        and isinstance(root_commits, (tuple, list))
+        and len(root_commits) == 0
+    ):
+        raise ValueError("draft node 0: the root must have parent -1 and no commits")
+
+
+def check_node(i, parent, commits, states, depths, mask_id, vocab_size, max_set, depth) -> None:
+    """Draft node ``i`` >= 1: ``parent`` an earlier node, the node at most ``depth`` below the root,
+    ``commits`` 1 .. max_set pairs onto the parent's state (``states``, ``depths``: the earlier nodes')."""
+    if not is_index(parent):
+        raise ValueError(f"draft node {i}: parent {parent!r} is not an integer node index")
+    if not 0 <= parent < i:
+        raise ValueError(f"draft node {i}: parent {parent} must be a smaller index (0 .. {i - 1})")
+    if depths[parent] + 1 > depth:
+        raise ValueError(f"draft node {i}: depth {depths[parent] + 1} exceeds the depth cap {depth}")
+    check_commits(f"draft node {i}", commits, states[parent], mask_id, vocab_size, 1, max_set)
+
+
+def check_decision(row, commits, state, mask_id, vocab_size, max_set) -> None:
+    """The target's decision at ``state`` (row ``row`` of a tree): () exactly when no MASK is
+    left, else 1 .. max_set pairs."""
+    n = max_set if mask_id in state else 0
+    check_commits(f"decision at row {row}", commits, state, mask_id, vocab_size, min(n, 1), n)
+
+
+def check_commits(where, commits, state, mask_id, vocab_size, least, most) -> None:
+    """``least`` .. ``most`` (position, token) pairs onto ``state``: a tuple or list of pairs, each a
+    tuple or list of two ints, distinct positions masked in ``state``, tokens of the vocabulary
+    other than MASK."""
+    if not isinstance(commits, (tuple, list)):
+        raise ValueError(f"{where}: commits must be (position, token) pairs, got {reprlib.repr(commits)}")
+    if not least <= len(commits) <= most:
+        raise ValueError(f"{where}: {len(commits)} commits, want {least} .. {most}")
+    seen = set()
+    for c in commits:
+        if not isinstance(c, (tuple, list)) or len(c) != 2:
+            raise ValueError(f"{where}: commits must be (position, token) pairs, got {reprlib.repr(commits)}")
+        pos, tok = c
+        if not is_index(pos) or not is_index(tok):
+            raise ValueError(f"{where}: commit ({pos!r}, {tok!r}) is not a pair of ints")
+        if not 0 <= pos < len(state):
+            raise ValueError(f"{where}: position {pos} is outside the block [0, {len(state)})")
+        if state[pos] != mask_id or pos in seen:
+            raise ValueError(f"{where}: position {pos} is already committed")
+        if not 0 <= tok < vocab_size or tok == mask_id:
+            raise ValueError(
+                f"{where}: token {tok} at position {pos} is not a vocabulary token "
+                f"(0 .. {vocab_size - 1}, MASK {mask_id} excluded)"
+            )
+        seen.add(pos)
+
+
+def check_tree(tree, cls) -> None:
+    """``walk``'s tree: a ``cls`` (the walking core's own Tree)."""
+    if not isinstance(tree, cls):
+        kind = type(tree)
+        raise ValueError(
+            f"walk: tree must be a Tree from this core's build_tree, got {kind.__module__}.{kind.__qualname__}"
+        )
+
+
+# ---- a draft's node probabilities (``Draft.probs``: build_tree never reads them) -----------------
+
+
+def check_probs(probs, parents) -> tuple:
+    """One number in [0, 1] per node of ``parents``, as a tuple of floats (not counted when
+    ``parents`` is no tuple: then it is no draft, and ``build_tree`` refuses it)."""
+    try:
+        out = tuple(float(p) for p in probs)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft: probs must be a sequence of numbers, got {probs!r}") from None
+    if isinstance(parents, tuple) and len(out) != len(parents):
+        raise ValueError(f"draft: {len(out)} probs for {len(parents)} nodes")
+    for i, p in enumerate(out):
+        if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+            raise ValueError(f"draft node {i}: prob {p!r} is not in [0, 1]")
+    return out
+
+
+# ---- generate's arguments --------------------------------------------------------------------
 
 
 def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:

@@ -7,14 +7,13 @@ itself would have decided, so a drafter can cost passes but never change the out
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from spotref.checks import is_index
+from spotref.checks import check_probs
 from spotref.rules import DecisionRule
 
 
@@ -28,6 +27,10 @@ class Draft:
              a set under the threshold rule, () for the root.
     probs:   optional, the drafter's estimate that each node's state is reached (root 1.0), for a
              per-round budget (``spotref.drafters.budget.trim``); never read by verification.
+
+    A Draft holds the tree as tuples (never a caller's lists) and checks only ``probs``: the tree
+    is checked once, by ``build_tree`` (``spotref/core.py``), which alone knows the block, the
+    vocabulary, the budget and the depth, and refuses a bad draft naming the node.
     """
 
     parents: tuple
@@ -35,17 +38,10 @@ class Draft:
     probs: tuple | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        if isinstance(self.parents, (str, bytes)) or not hasattr(self.parents, "__iter__"):
-            raise ValueError(f"draft: parents must be a sequence of node indices, got {self.parents!r}")
-        if isinstance(self.commits, (str, bytes)) or not hasattr(self.commits, "__iter__"):
-            raise ValueError(f"draft: commits must be a sequence of commit tuples, got {self.commits!r}")
-        object.__setattr__(self, "parents", tuple(self.parents))
-        for i, p in enumerate(self.parents):
-            if not is_index(p):
-                raise ValueError(f"draft node {i}: parent {p!r} is not an integer node index")
-        object.__setattr__(self, "commits", tuple(_pairs(i, c) for i, c in enumerate(self.commits)))
+        object.__setattr__(self, "parents", _frozen(self.parents, levels=1))
+        object.__setattr__(self, "commits", _frozen(self.commits, levels=3))    # nodes, pairs, (position, token)
         if self.probs is not None:
-            object.__setattr__(self, "probs", _probs(self.probs, len(self.parents)))
+            object.__setattr__(self, "probs", check_probs(self.probs, self.parents))
 
     @classmethod
     def root(cls) -> "Draft":
@@ -73,28 +69,12 @@ def apply(state: np.ndarray, commits) -> np.ndarray:
     return state
 
 
-def _pairs(i, c):
-    try:
-        pairs = tuple((p, t) for p, t in c)
-    except (TypeError, ValueError):
-        raise ValueError(f"draft node {i}: commits must be (position, token) pairs, got {c!r}") from None
-    for p, t in pairs:
-        if not is_index(p) or not is_index(t):      # True is not position 1
-            raise ValueError(f"draft node {i}: commit ({p!r}, {t!r}) is not a pair of ints")
-    return pairs
-
-
-def _probs(probs, n: int) -> tuple:
-    try:
-        out = tuple(float(p) for p in probs)
-    except (TypeError, ValueError):
-        raise ValueError(f"draft: probs must be a sequence of numbers, got {probs!r}") from None
-    if len(out) != n:
-        raise ValueError(f"draft: {len(out)} probs for {n} nodes")
-    for i, p in enumerate(out):
-        if not (math.isfinite(p) and 0.0 <= p <= 1.0):
-            raise ValueError(f"draft node {i}: prob {p!r} is not in [0, 1]")
-    return out
+def _frozen(x, levels: int):
+    """``x`` with its sequences made tuples, ``levels`` deep; anything that is no sequence (a
+    number, a string) is kept as it is, for ``build_tree`` to refuse."""
+    if levels == 0 or isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        return x
+    return tuple(_frozen(y, levels - 1) for y in x)
 
 
 class Drafter(Protocol):

@@ -93,11 +93,6 @@ def test_an_invalid_draft_is_rejected_naming_the_node(draft, message):
         spotref.generate(m, [1, 2], 6, drafter=lambda view: draft, budget=16, depth=1)
 
 
-def test_draft_commits_must_be_pairs():
-    with pytest.raises(ValueError, match="node 1"):
-        Draft((-1, 0), ((), (3,)))
-
-
 def test_drafter_must_return_a_draft():
     m = tiny_model(V=20, B=4)
     with pytest.raises(TypeError, match="spotref.Draft"):
@@ -239,36 +234,44 @@ def test_model_as_a_target_or_its_name():
     assert spotref.generate("stdlib-b32", ids, 8, drafter="confidence").tokens == want
 
 
-# ---- drafts: types (both cores share check_node's messages; see test_core.py) -------------------
+# ---- drafts: types (checked once, by build_tree: both cores share check_node's messages; see test_core.py)
+
+
+def refused(draft, message):
+    """generate with a drafter that proposes ``draft`` raises a ValueError matching ``message``."""
+    m = tiny_model(V=20, B=4)
+    with pytest.raises(ValueError, match=message):
+        spotref.generate(m, [1, 2], 6, drafter=lambda view: draft)
+
+
+def test_draft_commits_must_be_pairs():
+    refused(Draft((-1, 0), ((), (3,))), "node 1: commits must be")
 
 
 @pytest.mark.parametrize("parent", [None, "0", 0.0, True, False, 1.0, np.float64(0), [0]])
 def test_a_parent_that_is_not_an_integer_names_the_node(parent):
-    with pytest.raises(ValueError, match="node 1: parent .* is not an integer node index"):
-        Draft((-1, parent), ((), ((2, 5),)))
+    refused(Draft((-1, parent), ((), ((2, 5),))), "node 1: parent .* is not an integer node index")
 
 
 @pytest.mark.parametrize(
     "commit", [(True, 5), (False, 5), (2, True), (np.bool_(True), 5), (2.0, 5), ("2", 5), (2, None), (2, np.float32(5))]
 )
 def test_a_position_or_token_that_is_not_an_integer_names_the_node(commit):
-    with pytest.raises(ValueError, match="node 1: commit .* is not a pair of ints"):
-        Draft((-1, 0), ((), (commit,)))
+    refused(Draft((-1, 0), ((), (commit,))), "node 1: commit .* is not a pair of ints")
 
 
 @pytest.mark.parametrize(
     "parents, commits, message",
     [
-        (5, ((),), "draft: parents"),
-        ("ab", ((),), "draft: parents"),
-        ((-1,), 7, "draft: commits"),
-        ((-1,), "x", "draft: commits"),
+        (5, ((),), "draft: parents and commits must be tuples or lists, got int and tuple"),
+        ("ab", ((),), "draft: parents and commits must be tuples or lists, got str and tuple"),
+        ((-1,), 7, "draft: parents and commits must be tuples or lists, got tuple and int"),
+        ((-1,), "x", "draft: parents and commits must be tuples or lists, got tuple and str"),
         ((None,), ((),), "node 0"),
     ],
 )
 def test_draft_shapes_that_are_not_sequences(parents, commits, message):
-    with pytest.raises(ValueError, match=message):
-        Draft(parents, commits)
+    refused(Draft(parents, commits), message)
 
 
 @pytest.mark.parametrize(
