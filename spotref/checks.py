@@ -2,7 +2,7 @@
 before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``) serve every
 room and the command line (``tools/argtypes``); then come the contract of the tree core
 (``spotref.core`` and its compiled twin: a draft, a decision, a tree), a draft's node
-probabilities and ``spotref.generate``'s sequences. Not part
+probabilities, the model config (``SDARConfig``) and ``spotref.generate``'s sequences. Not part
 of the algorithm: nothing here decides a token, and nothing here imports torch (a tensor is
 read through its ``tolist`` / ``numpy``)."""
 
@@ -202,6 +202,66 @@ def check_probs(probs, parents) -> tuple:
         if not (math.isfinite(p) and 0.0 <= p <= 1.0):
             raise ValueError(f"draft node {i}: prob {p!r} is not in [0, 1]")
     return out
+
+
+# ---- the model config (``SDARConfig``) ------------------------------------------------------------
+
+INT_MAX = 2**31 - 1  # every int field of the config fits an int32
+CONFIG_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+CONFIG_REALS = ("rms_norm_eps", "rope_theta", "initializer_range")
+
+
+def check_config(c) -> None:
+    """An ``SDARConfig``: every field of its type and range, and the fields consistent (RoPE's
+    pairs, grouped heads, token ids inside the vocabulary); the message names ``SDARConfig.field``."""
+    for name in CONFIG_SIZES:
+        check_int(f"SDARConfig.{name}", getattr(c, name), 1, INT_MAX)
+    for name in CONFIG_REALS:
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"SDARConfig.{name} must be a positive finite number, got {value!r}")
+    if c.head_dim % 2:
+        raise ValueError(f"SDARConfig.head_dim must be even (RoPE rotates pairs), got {c.head_dim}")
+    if not c.rope_theta > 1:
+        raise ValueError(f"SDARConfig.rope_theta must be above 1 (the RoPE base), got {c.rope_theta!r}")
+    for name in ("bos_token_id", "eos_token_id"):
+        _check_config_ids(name, getattr(c, name), c.vocab_size)
+    if c.num_attention_heads % c.num_key_value_heads:
+        raise ValueError(
+            f"SDARConfig.num_attention_heads ({c.num_attention_heads}) must be a "
+            f"multiple of num_key_value_heads ({c.num_key_value_heads})"
+        )
+    if c.mask_token_id is not None:
+        _check_config_mask(c.mask_token_id, c.vocab_size)
+    if c.block_size is not None:
+        check_int("SDARConfig.block_size", c.block_size, 1, INT_MAX)
+    if not isinstance(c.tie_word_embeddings, bool):
+        raise ValueError(f"SDARConfig.tie_word_embeddings must be True or False, got {c.tie_word_embeddings!r}")
+
+
+def _check_config_ids(name, ids, vocab_size) -> None:
+    """``bos_token_id`` / ``eos_token_id``: None, a token id or a list of them."""
+    for t in ids if isinstance(ids, list) else [ids]:
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size):
+            raise ValueError(f"SDARConfig.{name} {ids!r} is not a token id of the vocabulary [0, {vocab_size})")
+
+
+def _check_config_mask(mask_id, vocab_size) -> None:
+    """MASK: a token of the vocabulary, which must hold another token besides."""
+    check_int("SDARConfig.mask_token_id", mask_id, 0, INT_MAX)
+    if mask_id >= vocab_size:
+        raise ValueError(f"SDARConfig.mask_token_id {mask_id} is outside the vocabulary [0, {vocab_size})")
+    if vocab_size == 1:
+        raise ValueError("SDARConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
 
 
 # ---- generate's arguments --------------------------------------------------------------------

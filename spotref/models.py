@@ -46,14 +46,13 @@ import torch
 from torch import nn
 
 from spotref.checkpoint import load_pretrained, save_pretrained
-from spotref.checks import check_int
-
-INT_MAX = 2 ** 31 - 1        # every int field of the config fits an int32
+from spotref.checks import check_config
 
 
 @dataclass
 class SDARConfig:
-    """Model hyper-parameters; field names as in SDAR's ``config.json``."""
+    """Model hyper-parameters; field names as in SDAR's ``config.json``. Construction checks
+    every field (``spotref.checks.check_config``): a bad one raises ``ValueError`` naming it."""
 
     vocab_size: int = 300
     hidden_size: int = 64
@@ -74,37 +73,7 @@ class SDARConfig:
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
-            check_int(f"SDARConfig.{name}", getattr(self, name), 1, INT_MAX)
-        for name in ("rms_norm_eps", "rope_theta", "initializer_range"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ValueError(f"SDARConfig.{name} must be a positive finite number, got {value!r}")
-        if self.head_dim % 2:
-            raise ValueError(f"SDARConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
-        if not self.rope_theta > 1:
-            raise ValueError(f"SDARConfig.rope_theta must be above 1 (the RoPE base), got {self.rope_theta!r}")
-        for name in ("bos_token_id", "eos_token_id"):
-            ids = getattr(self, name)
-            for t in ids if isinstance(ids, list) else [ids]:
-                if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size):
-                    raise ValueError(f"SDARConfig.{name} {ids!r} is not a token id of the vocabulary "
-                                     f"[0, {self.vocab_size})")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"SDARConfig.num_attention_heads ({self.num_attention_heads}) must be a "
-                             f"multiple of num_key_value_heads ({self.num_key_value_heads})")
-        if self.mask_token_id is not None:
-            check_int("SDARConfig.mask_token_id", self.mask_token_id, 0, INT_MAX)
-            if self.mask_token_id >= self.vocab_size:
-                raise ValueError(f"SDARConfig.mask_token_id {self.mask_token_id} is outside the "
-                                 f"vocabulary [0, {self.vocab_size})")
-            if self.vocab_size == 1:
-                raise ValueError("SDARConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
-        if self.block_size is not None:
-            check_int("SDARConfig.block_size", self.block_size, 1, INT_MAX)
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise ValueError(f"SDARConfig.tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}")
+        check_config(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "SDARConfig":
