@@ -88,7 +88,9 @@ class View:
     """What a drafter may read at the current state (one per round).
 
     A drafter cannot change the output through its view: ``View.of`` hands it copies (the state
-    read-only) and the decoder gives it its own copy of the rule, with its own noise cache."""
+    read-only) and the decoder gives it its own copy of the rule, with its own noise cache.
+    ``coupled_tokens`` keeps what it computed for a step in ``_coupled`` (a field the constructor
+    sets empty), so a drafter asking again costs nothing."""
 
     tokens: np.ndarray             # (B,) int64, MASK where uncommitted
     step: int                      # decisions already taken in this block
@@ -98,6 +100,7 @@ class View:
     budget: int                    # node budget N (root included)
     depth: int                     # depth cap D
     unseen: np.ndarray             # (B,) bool: committed since the stale pass (its bonus decision)
+    _coupled: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # step -> (B,) tokens
 
     @classmethod
     def of(cls, state, step, block, stale_logits, rule, budget, depth, unseen=()) -> "View":
@@ -134,11 +137,10 @@ class View:
 
     def coupled_tokens(self, step: int) -> np.ndarray:
         """(B,) the stale tokens of every position under the noise of ``step``."""
-        cache = self.__dict__.setdefault("_coupled", {})
-        if step not in cache:
+        if step not in self._coupled:
             B = len(self.tokens)
-            cache[step] = self.rule.tokens(self.stale_logits, range(B), self.block, step).cpu().numpy()
-        return cache[step]
+            self._coupled[step] = self.rule.tokens(self.stale_logits, range(B), self.block, step).cpu().numpy()
+        return self._coupled[step]
 
     def stale_confidence(self) -> np.ndarray:
         """(B,) float64: the rule's confidence of the stale tokens at the current step."""
