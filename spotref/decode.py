@@ -116,7 +116,10 @@ class Block:
                  state: np.ndarray, stats: Stats | None = None, width: int | None = None):
         self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
         self.budget, self.depth, self.index = budget, depth, index
-        self.state, self.step, self.stale, self.passes = np.array(state, dtype=np.int64), 0, None, 0
+        self.state = np.array(state, dtype=np.int64)  # (B,) MASK where uncommitted
+        self.step = 0                        # decisions taken in this block
+        self.stale = None                    # (B, V) the last pass's logits at its deepest accepted state
+        self.passes = 0                      # verify forwards run on this block
         self.stats = stats if stats is not None else Stats()
         self.decisions = []                  # the target's decisions in this block, in order
         self._drafter_rule = rule.copy()     # the drafter's own: nothing it does reaches a decision

@@ -200,7 +200,10 @@ class DraftBuilder:
 
     def _append(self, parent: int, commits, state: np.ndarray) -> int:
         i, step = len(self.parents), self.steps[parent] + 1
-        self.parents.append(parent), self.commits.append(commits)
-        self.states.append(state), self.steps.append(step), self.depths.append(self.depths[parent] + 1)
+        self.parents.append(parent)
+        self.commits.append(commits)
+        self.states.append(state)
+        self.steps.append(step)
+        self.depths.append(self.depths[parent] + 1)
         self.nodes.setdefault((state.tobytes(), step), i)
         return i
