@@ -1,4 +1,5 @@
-"""The layering of docs/architecture.md holds (the spec's closed list: tests/test_spec_closed.py)."""
+"""The layering of docs/architecture.md holds: no cycle, no upward import, small modules and functions
+(the spec's closed list: tests/test_spec_closed.py)."""
 
 from pathlib import Path
 
