@@ -1,31 +1,28 @@
 """The target's decision at a state (docs/spec.md section 2): which masked positions to commit, with which tokens.
 
-A decision is a pure function of the logits ``L[B, V]`` at the state and of the noise of the
-state's step, so any decoder that reaches the same state reaches the same decision:
+A decision is a pure function of the logits ``L[B, V]`` at the state and of the noise ``g_k``
+of the state's step, so any decoder that reaches the same state reaches the same decision. It
+is taken in a stated dtype ``D`` (docs/spec.md section 2.1), by default the logits' own
+(``precision="auto"``), as SDAR's generate.py does (``probs = softmax(logits)`` in the model's
+dtype; SDAR-8B is served in bf16). One formula for every ``D``, float64 included:
 
-* the scores ``z = filter(L / T)`` (``filter(L)`` at T = 0): MASK's logit at -inf before anything
-  else, then top-k / top-p (``filter_top_k_top_p``, as SDAR's generate.py applies them);
-* tokens: ``T == 0``: ``argmax_v z[j, v]``; ``T > 0``: ``argmax_v (z[j, v] + g_k[j, v])``
-  (Gumbel-max: a draw from ``softmax(z[j])``); ties go to the lowest index;
-* confidence ``c_j = softmax(z[j])[x_j]``: the probability of the token under the filtered,
+* the scores ``z = filter(L / T)`` (``filter(L)`` at T = 0) in ``D`` (the logits rounded to
+  ``D`` first): MASK's logit at -inf before anything else, then top-k (every entry tied with the
+  k-th kept, as SDAR's ``top_k_logits``) and top-p (``filter_top_k_top_p``, as SDAR's
+  generate.py applies them);
+* the probabilities ``p = softmax(z)`` in ``D``;
+* the token: ``T == 0``: ``argmax_v p[v]``; ``T > 0``: the Gumbel-max draw
+  ``argmax_v (log p[v] + g_k[v])`` with ``log`` in float64 (a draw from ``p``);
+* its confidence ``c = p[x]``, a ``D`` number: the probability of the token under the filtered,
   renormalised distribution it was drawn from, as SDAR's ``x0_p``; ``confidence="unfiltered"``
-  takes ``softmax(L[j] / T)[x_j]`` instead, as lmdeploy's and SGLang's unmasking steps do (the
-  two agree without top-k / top-p; docs/spec.md section 2 compares the decoders);
+  takes ``softmax(L / T)[x]`` instead, as lmdeploy's and SGLang's unmasking steps do (the two
+  agree without top-k / top-p; docs/spec.md section 2 compares the decoders);
 * one-position rule: the single most confident masked position;
-  threshold rule: every masked position with ``c_j > tau``, else the single most confident.
+  threshold rule: every masked position with ``c > tau``, else the single most confident.
 
-**Precision** (docs/spec.md section 2.1). The rule decides in a stated dtype ``D``, by default
-the logits' own (``precision="auto"``), as SDAR's generate.py does (``probs = softmax(logits)`` in
-the model's dtype; SDAR-8B is served in bf16): ``z = filter(L / T)`` is computed in ``D`` (the
-logits rounded to ``D`` first), the probabilities ``p = softmax(z)`` in ``D``; the token is the
-Gumbel-max draw ``argmax_v (log p[v] + g_k[v])`` (``log`` in float64; T = 0: ``argmax_v p[v]``)
-and its confidence is ``p[x]``, a ``D`` number. In bf16 a confident model's probabilities mostly
-round to exactly 1, so the decision is usually a tie: ties in confidence go to the lowest
-position, ties in tokens to the lowest id (``torch.topk``'s order among ties is
-implementation-defined and never used). top-k keeps every entry tied with the k-th, as SDAR's
-``top_k_logits``. ``precision="float64"`` is the rule spotref had first, kept bit for bit: the
-scores in float64, the token ``argmax_v (z[v] + g_k[v])``, ``c = exp(z[x] - logsumexp(z))``,
-top-k exactly k.
+In bf16 a confident model's probabilities mostly round to exactly 1, so the decision is usually
+a tie: ties in confidence go to the lowest position, ties in tokens to the lowest id
+(``torch.topk``'s order among ties is implementation-defined and never used).
 
 Every other place that samples a coupled token, its runner-up or a confidence (the view, the
 drafters, the recorders) calls ``scores``, ``sample``, ``runner_up`` and ``confidences`` here.
@@ -47,7 +44,7 @@ Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
 CONFIDENCES = ("filtered", "unfiltered")
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
-PRECISIONS = ("auto", *DTYPES)        # "auto": the logits' dtype; "float64": the original rule
+PRECISIONS = ("auto", *DTYPES)        # "auto": the logits' dtype
 SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming the serving precision, first found
 
 
@@ -82,10 +79,6 @@ class DecisionRule:
                              f"{', '.join(DTYPES)}; name one as precision")
         return logits.dtype
 
-    def original(self, logits: torch.Tensor) -> bool:
-        """Whether ``logits`` are decided by the original float64 rule."""
-        return self.dtype(logits) == torch.float64
-
     def copy(self) -> "DecisionRule":
         """The same parameters with a noise cache of its own."""
         return dataclasses.replace(self, _noise={})
@@ -113,14 +106,16 @@ class DecisionRule:
 
     def filtered(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> z (M, V) in D: ``scaled`` with top-k / top-p applied."""
-        keep_ties = not self.original(logits)                 # SDAR's top-k keeps ties
-        return filter_top_k_top_p(self.scaled(logits), self.top_k, self.top_p, keep_ties)
+        return filter_top_k_top_p(self.scaled(logits), self.top_k, self.top_p)
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> (M, V) float64, what the step's noise is added to for the draw:
-        ``filtered`` (the float64 rule), else ``log p`` of the filtered probabilities in D."""
-        z = self.filtered(logits)
-        return z if self.original(logits) else torch.softmax(z, -1).double().log()
+        ``scored`` of the filtered probabilities ``p = softmax(z)`` in D."""
+        return self.scored(torch.softmax(self.filtered(logits), -1))
+
+    def scored(self, p: torch.Tensor) -> torch.Tensor:
+        """p: (M, V) in D -> (M, V) float64: ``log p`` (``p`` itself at T = 0, drawn without noise)."""
+        return p.double().log() if self.temperature > 0 else p.double()
 
     def sample(self, z: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
         """Tokens (M,) of scores ``z: (M, V)`` at block ``positions`` under step's noise."""
@@ -145,12 +140,8 @@ class DecisionRule:
         return torch.softmax(z, -1)
 
     def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``, a D
-        number (the float64 rule: ``exp(z[x] - logsumexp(z))``)."""
-        if not self.original(logits):
-            return self.probs(logits).gather(1, x[:, None])[:, 0].double()
-        z = self.filtered(logits) if self.confidence == "filtered" else self.scaled(logits)
-        return torch.exp(z.gather(1, x[:, None])[:, 0] - torch.logsumexp(z, -1))
+        """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``, a D number."""
+        return self.probs(logits).gather(1, x[:, None])[:, 0].double()
 
     def tokens(self, logits: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
         """Sampled tokens (M,) of rows ``logits: (M, V)`` at block ``positions`` under step's noise."""
@@ -159,14 +150,9 @@ class DecisionRule:
     def drawn(self, logits: torch.Tensor, positions, block: int, step: int) -> tuple:
         """(``tokens``, their ``confidences``) (M,), (M,): the same numbers from one filter and
         one softmax of the rows (``decide``'s path; the vocabulary of SDAR-8B makes them count)."""
-        z = self.filtered(logits)                                                  # (M, V) in D
+        p = torch.softmax(self.filtered(logits), -1)                               # (M, V) in D
+        x = self.sample(self.scored(p), positions, block, step)
         unfiltered = self.confidence == "unfiltered" and (self.top_k, self.top_p) != (None, None)
-        if self.original(logits):
-            x = self.sample(z, positions, block, step)
-            zc = self.scaled(logits) if unfiltered else z
-            return x, torch.exp(zc.gather(1, x[:, None])[:, 0] - torch.logsumexp(zc, -1))
-        p = torch.softmax(z, -1)
-        x = self.sample(p.double().log(), positions, block, step)
         q = torch.softmax(self.scaled(logits), -1) if unfiltered else p
         return x, q.gather(1, x[:, None])[:, 0].double()
 
@@ -185,23 +171,20 @@ class DecisionRule:
         return tuple((int(masked[i]), x[i]) for i in chosen)
 
 
-def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None,
-                       keep_ties: bool = False) -> torch.Tensor:
+def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
     """z: (M, V) scaled logits -> the same with filtered-out entries at -inf.
 
-    top-k keeps the k largest entries (``keep_ties``: and every entry tied with the k-th, as
-    SDAR's ``top_k_logits``); top-p then keeps, of the survivors in descending order, every entry
-    whose renormalised mass strictly before it is at most p (so at least one), as SDAR's
-    generate.py applies them, in z's dtype; ties in the order go to the lower index."""
+    top-k keeps the k largest entries and every entry tied with the k-th, as SDAR's
+    ``top_k_logits``; top-p then keeps, of the survivors in descending order, every entry whose
+    renormalised mass strictly before it is at most p (so at least one), as SDAR's generate.py
+    applies them, in z's dtype; ties in the order go to the lower index."""
     if top_k is None and top_p is None:
         return z
     order = torch.sort(z, dim=-1, descending=True, stable=True).indices       # (M, V)
     keep = torch.ones_like(z, dtype=torch.bool)                                # in sorted order
-    if top_k is not None:
-        keep[:, top_k:] = False
-        if keep_ties and top_k < z.shape[-1]:
-            kth = z.gather(1, order[:, top_k - 1:top_k])                       # (M, 1)
-            keep |= z.gather(1, order) >= kth
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.gather(1, order[:, top_k - 1:top_k])                           # (M, 1)
+        keep = z.gather(1, order) >= kth                   # the top k and every tie with the k-th
     if top_p is not None:                                     # over the top-k survivors
         p = torch.softmax(z.gather(1, order).masked_fill(~keep, -torch.inf), -1)
         before = torch.cumsum(p, -1)[:, :-1]                   # mass strictly before each entry

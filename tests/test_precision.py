@@ -1,8 +1,8 @@
 """The rule's precision (docs/spec.md section 2.1): spotref decides as SDAR's own decoder does.
 
 The property: on Hypothesis-drawn *confident* models (lm_head scaled, so most probabilities
-round to 1 in bf16 / fp16 and the decision is a tie) in float32, bfloat16 and float16, under the
-one-position and the threshold rule, with and without top-k / top-p, exact decoding
+round to 1 in bf16 / fp16 and the decision is a tie) in float64, float32, bfloat16 and float16,
+under the one-position and the threshold rule, with and without top-k / top-p, exact decoding
 (``spotref.generate``), SPOT (a drafter) and the naive reference decoder give the tokens of the
 in-project transcription of SDAR's ``block_diffusion_generate`` (``sdar_transcription``). All four
 read the logits of one recomputing target, so they see the same bits.
@@ -59,7 +59,7 @@ def confident_model(dtype, seed, scale, V=48, B=4):
 def cases(draw):
     B = draw(st.sampled_from([4, 8]))
     return dict(
-        dtype=draw(st.sampled_from(DTYPES)),
+        dtype=draw(st.sampled_from(DTYPES + (torch.float64,))),  # one rule: float64 is SDAR's too
         seed=draw(st.integers(0, 2**16)),
         scale=draw(st.sampled_from([4.0, 6.0, 8.0])),
         B=B,

@@ -4,6 +4,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spotref.noise import gumbel
+from spotref.reference import naive_decision
 from spotref.rules import DecisionRule, filter_top_k_top_p
 
 
@@ -11,46 +13,59 @@ def rule(V=6, B=4, **kw):
     return DecisionRule(mask_id=V - 1, vocab_size=V, block_size=B, **kw)
 
 
+def decide(r, L, state, block=0, step=0):
+    """``r``'s decision on ``L`` at ``state``, step ``step`` of ``block``."""
+    return r.decide(L, state, block, step)
+
+
 def test_one_position_rule_commits_the_most_confident_masked_position():
     L = torch.zeros(4, 6)
     L[0, 2], L[1, 3], L[2, 1], L[3, 4] = 5.0, 9.0, 7.0, 20.0
     state = np.array([5, 5, 5, 0])  # position 3 already committed
-    assert rule().decide(L, state, block=0, step=0) == ((1, 3),)
+    assert decide(rule(), L, state) == ((1, 3),)
 
 
 def test_mask_token_is_never_sampled():
     L = torch.zeros(4, 6)
     L[:, 5] = 100.0  # MASK has by far the largest logit
     for T in (0.0, 1.0):
-        d = rule(temperature=T, threshold=0.01).decide(L, np.full(4, 5), 0, 0)
+        d = decide(rule(temperature=T, threshold=0.01), L, np.full(4, 5))
         assert d and all(tok != 5 for _, tok in d)
 
 
 def test_ties_go_to_the_lowest_index():
     L = torch.zeros(4, 6)  # every position equally confident
-    assert rule().decide(L, np.full(4, 5), 0, 0) == ((0, 0),)
+    assert decide(rule(), L, np.full(4, 5)) == ((0, 0),)
 
 
 def test_threshold_rule_commits_every_position_over_tau_else_the_best():
     L = torch.zeros(4, 6)
     L[0, 1], L[1, 2], L[2, 3] = 10.0, 10.0, 0.5  # positions 0, 1 certain; 2: c = 0.29
     r = rule(threshold=0.9)
-    assert r.decide(L, np.full(4, 5), 0, 0) == ((0, 1), (1, 2))
-    assert r.decide(L, np.array([1, 2, 5, 5]), 0, 1) == ((2, 3),)  # none over tau: the best
+    assert decide(r, L, np.full(4, 5)) == ((0, 1), (1, 2))
+    assert decide(r, L, np.array([1, 2, 5, 5]), step=1) == ((2, 3),)  # none over tau: the best
 
 
-@pytest.mark.parametrize("precision, kept", [("float64", 1), ("auto", 5), ("bfloat16", 5)])
-def test_confidence_comes_from_the_filtered_distribution_by_default(precision, kept):
-    # five tokens tie: the float64 rule's top-1 keeps exactly one (c = 1); SDAR's top-k, the
-    # default rule's, keeps every entry tied with the k-th (all five: c = 0.2)
+@pytest.mark.parametrize("precision", ["float64", "auto", "bfloat16"])
+def test_confidence_comes_from_the_filtered_distribution_by_default(precision):
+    # one token on top: top-1 keeps it alone, so c = 1 filtered (every position over tau) and
+    # e^3 / (e^3 + 4 e^2) = 0.41 unfiltered (none over tau: the best alone)
+    L = torch.tensor([[3.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)
+    for T in (0.0, 1.0):
+        kw = dict(temperature=T, top_k=1, threshold=0.5, precision=precision)
+        assert decide(rule(**kw), L, np.full(4, 5)) == ((0, 0), (1, 0), (2, 0), (3, 0))
+        assert len(decide(rule(confidence="unfiltered", **kw), L, np.full(4, 5))) == 1
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
+def test_top_k_keeps_every_entry_tied_with_the_kth_in_every_precision(precision):
+    # five tokens tie: top-1 keeps all five, as SDAR's top_k_logits, so c = 0.2: the best alone
     L = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0, 0.0]] * 4)
     for T in (0.0, 1.0):
-        filtered = rule(temperature=T, top_k=1, threshold=0.5, precision=precision).decide(L, np.full(4, 5), 0, 0)
-        unfiltered = rule(temperature=T, top_k=1, threshold=0.5, confidence="unfiltered", precision=precision).decide(
-            L, np.full(4, 5), 0, 0
-        )
-        assert len(filtered) == (4 if kept == 1 else 1)  # c = 1 (all over 0.5) or 0.2 (the best)
-        assert len(unfiltered) == 1  # c = 0.2 under softmax(L / T): none, the best
+        r = rule(temperature=T, top_k=1, threshold=0.5, precision=precision)
+        assert torch.isfinite(r.filtered(L)).sum(-1).tolist() == [5] * 4
+        assert len(decide(r, L, np.full(4, 5))) == 1
+    assert decide(rule(top_k=1, precision=precision), L, np.full(4, 5)) == ((0, 0),)  # T = 0: lowest id
 
 
 def test_the_two_confidence_sources_commit_different_positions():
@@ -63,8 +78,8 @@ def test_the_two_confidence_sources_commit_different_positions():
     L[1, 1], L[1, 2] = 10.0, 10.0 + np.log(0.4 / 0.6)  # p ~ 0.6 unfiltered, 0.6 filtered
     state = np.full(2, V - 1)
     r = lambda c: DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, top_k=2, confidence=c)
-    assert r("unfiltered").decide(L, state, 0, 0) == ((1, 1),)
-    assert r("filtered").decide(L, state, 0, 0) == ((0, 0),)
+    assert decide(r("unfiltered"), L, state) == ((1, 1),)
+    assert decide(r("filtered"), L, state) == ((0, 0),)
 
 
 def test_an_unknown_confidence_source_is_refused():
@@ -102,7 +117,7 @@ def test_top_k_top_p_filter(data):
     p = data.draw(st.none() | st.floats(0.01, 1.0))
     kept = torch.isfinite(filter_top_k_top_p(z, k, p))[0]
     order = sorted(range(V), key=lambda v: (-z[0, v].item(), v))
-    n = V if k is None else k
+    n = V if k is None else sum(1 for v in range(V) if z[0, v] >= z[0, order[k - 1]])  # ties with the k-th kept
     if p is not None:
         probs = torch.softmax(z[0, order[:n]], -1).tolist()  # keep while the mass before <= p
         n = next(i + 1 for i in range(n) if i == n - 1 or sum(probs[: i + 1]) > p)
@@ -118,16 +133,14 @@ def test_noise_cache_keeps_only_the_current_block():
 @pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
 @pytest.mark.parametrize("T", [0.0, 0.5, 1.0, 2.0])
 def test_the_naive_oracle_follows_the_same_confidence_source(confidence, T):
-    from spotref.reference import naive_decision
-
     V = 40
     L = torch.zeros(2, V, dtype=torch.float64)
     L[0, 0], L[1, 1], L[1, 2] = 3.0, 10.0, 10.0 + np.log(0.4 / 0.6)
     state = np.full(2, V - 1)
-    noise = DecisionRule(V - 1, V, 2, T, seed=3).noise(0, 0, "cpu").numpy() if T > 0 else None
+    noise = gumbel(3, 0, 0, 2, V).numpy() if T > 0 else None
     r = DecisionRule(mask_id=V - 1, vocab_size=V, block_size=2, temperature=T, seed=3, top_k=2, confidence=confidence)
     naive = naive_decision(L.numpy() * 1.0, state, V - 1, T, noise, None, 2, None, confidence)
-    assert tuple(naive) == r.decide(L, state, 0, 0)
+    assert tuple(naive) == decide(r, L, state)
 
 
 @pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
