@@ -31,8 +31,9 @@ def main() -> None:
     print("| precision | T | top-k | two passes (ms) | one pass (ms) |\n|---|---|---|---|---|")
     for precision, T, top_k in CASES:
         rule = DecisionRule(V - 1, V, B, T, 0, top_k, None, None, "filtered", precision)
-        two = lambda: (lambda x: (x, rule.confidences(logits, x)))(rule.tokens(logits, range(B), 0, 0))
-        one = lambda: rule.drawn(logits, range(B), 0, 0)
+        noise = rule.block_noise(0)
+        two = lambda: (lambda x: (x, rule.confidences(logits, x)))(rule.tokens(logits, range(B), noise, 0))
+        one = lambda: rule.drawn(logits, range(B), noise, 0)
         assert all(torch.equal(a, b) for a, b in zip(two(), one()))
         print(f"| {precision} | {T:g} | {top_k or '-'} | {best_ms(two):.0f} | {best_ms(one):.0f} |")
 

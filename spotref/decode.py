@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
 import torch
 
 from spotref.draft import Draft, Drafter, View, apply
+from spotref.noise import BlockNoise
 from spotref.rules import DecisionRule
 
 
@@ -122,7 +123,9 @@ class Block:
         self.passes = 0                      # verify forwards run on this block
         self.stats = stats if stats is not None else Stats()
         self.decisions = []                  # the target's decisions in this block, in order
-        self._drafter_rule = rule.copy()     # the drafter's own: nothing it does reaches a decision
+        self.noise = rule.block_noise(index)  # g_k of this block, what its decisions read
+        # the drafter's own rule and noise: nothing it does reaches a decision
+        self._drafter_rule, self._drafter_noise = replace(rule), rule.block_noise(index)
         self._tree = None                    # the proposed tree, until its logits are accepted
 
     @property
@@ -149,7 +152,7 @@ class Block:
         with self.stats.timed("draft_s"):                                     # 1. draft
             view = None if self.stale is None or self.drafter is None else View.of(
                 self.state, self.step, self.index, self.stale, self._drafter_rule, self.budget, self.depth,
-                [pos for pos, _ in self.decisions[-1]])                    # the bonus: after the stale pass
+                [pos for pos, _ in self.decisions[-1]], self._drafter_noise)  # the bonus: after the stale pass
             draft = propose(self.drafter, view)
         with self.stats.timed("book_s"):                                      # 2. build
             max_set = 1 if self.rule.threshold is None else len(self.state)
@@ -167,7 +170,7 @@ class Block:
         logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[:len(tree)]
         with self.stats.timed("book_s"):                                      # 4. walk
             self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
-                                                              self.index, self.stats)
+                                                              self.noise, self.stats)
         self._tree = None                  # only now: logits the rule refuses leave the rows pending
         self.decisions += taken
         self.passes += 1
@@ -227,20 +230,21 @@ def propose(drafter: Drafter | None, view: View | None) -> Draft:
     return draft
 
 
-def accept(rule, core, tree, logits, block: int, stats: Stats):
+def accept(rule, core, tree, logits, noise: BlockNoise, stats: Stats):
     """Walk the verified tree by state equality; the bonus decision at the deepest accepted state.
 
-    logits: (U, B, V), one row per tree state. Returns the new state, its step, the stale logits
-    for the next round (those of the deepest accepted state) and the decisions taken."""
+    logits: (U, B, V), one row per tree state; noise: the block's. Returns the new state, its
+    step, the stale logits for the next round (those of the deepest accepted state) and the
+    decisions taken."""
     decided = {}
 
     def decide(row):
-        decided[row] = rule.decide(logits[row], tree.states[row], block, int(tree.steps[row]))
+        decided[row] = rule.decide(logits[row], tree.states[row], noise, int(tree.steps[row]))
         return decided[row]
 
     path, bonus = core.walk(tree, decide)
     last, taken = path[-1], [decided[r] for r in path if decided[r]]
-    stats.record(block, int(tree.steps[0]), taken, len(tree))
+    stats.record(noise.block, int(tree.steps[0]), taken, len(tree))
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 

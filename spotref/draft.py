@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from spotref.checks import check_probs
+from spotref.noise import BlockNoise
 from spotref.rules import DecisionRule
 
 
@@ -88,7 +89,7 @@ class View:
     """What a drafter may read at the current state (one per round).
 
     A drafter cannot change the output through its view: ``View.of`` hands it copies (the state
-    read-only) and the decoder gives it its own copy of the rule, with its own noise cache.
+    read-only) and the decoder gives it its own copy of the rule and its own noise of the block.
     ``coupled_tokens`` keeps what it computed for a step in ``_coupled`` (a field the constructor
     sets empty), so a drafter asking again costs nothing."""
 
@@ -100,18 +101,21 @@ class View:
     budget: int                    # node budget N (root included)
     depth: int                     # depth cap D
     unseen: np.ndarray             # (B,) bool: committed since the stale pass (its bonus decision)
+    noise: BlockNoise              # g_k of the block, what coupled tokens are drawn with
     _coupled: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # step -> (B,) tokens
 
     @classmethod
-    def of(cls, state, step, block, stale_logits, rule, budget, depth, unseen=()) -> "View":
+    def of(cls, state, step, block, stale_logits, rule, budget, depth, unseen=(), noise=None) -> "View":
         """A view over copies of the decoder's state (read-only) and stale logits; ``unseen``:
-        the positions committed after the stale pass (the last round's bonus decision)."""
+        the positions committed after the stale pass (the last round's bonus decision);
+        ``noise``: the block's ``BlockNoise`` (by default a fresh one of the rule's seed)."""
         tokens = state.copy()
         tokens.flags.writeable = False
         mask = np.zeros(len(tokens), dtype=bool)
         mask[list(unseen)] = True
         mask.flags.writeable = False
-        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth), mask)
+        noise = rule.block_noise(int(block)) if noise is None else noise
+        return cls(tokens, int(step), int(block), stale_logits.clone(), rule, int(budget), int(depth), mask, noise)
 
     @property
     def temperature(self) -> float:
@@ -139,7 +143,7 @@ class View:
         """(B,) the stale tokens of every position under the noise of ``step``."""
         if step not in self._coupled:
             B = len(self.tokens)
-            self._coupled[step] = self.rule.tokens(self.stale_logits, range(B), self.block, step).cpu().numpy()
+            self._coupled[step] = self.rule.tokens(self.stale_logits, range(B), self.noise, step).cpu().numpy()
         return self._coupled[step]
 
     def stale_confidence(self) -> np.ndarray:

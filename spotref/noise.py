@@ -17,7 +17,7 @@ Where it is exact: ``u`` is integer maths, the same bits on every device. ``log`
 float64 ``log`` differs from the CPU's in the last bit of about 0.7% of the entries (measured on
 an H200, issue 37), which can flip a sample. So g is defined as computed on the CPU (the same
 bits under every CPU capability level, tested) and the decision rule moves it to the logits'
-device (``DecisionRule.noise``): one (B, V) float64 transfer per (block, step), cached per block;
+device: one (B, V) float64 transfer per (block, step), kept for the block by ``BlockNoise``;
 ``benchmarks/gpu_check.py`` measures its cost.
 """
 from __future__ import annotations
@@ -68,3 +68,20 @@ def uniform(seed: int, block: int, step: int, B: int, V: int, device=None) -> to
 def gumbel(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
     """g_k: (B, V) float64 standard Gumbel noise of (seed, block, step)."""
     return -torch.log(-torch.log(uniform(seed, block, step, B, V, device)))
+
+
+class BlockNoise:
+    """g_k of one block, for every step k: computed on the CPU at first use, moved to the device
+    asked for and kept there while the block is decided. The rule holds no noise: whoever decides
+    (a ``Block``, a drafter's view, a recorder) owns one of these per block."""
+
+    def __init__(self, seed: int, block: int, block_size: int, vocab_size: int):
+        self.seed, self.block, self.shape = seed, block, (block_size, vocab_size)
+        self._g = {}                                     # (step, device) -> (B, V) float64
+
+    def __call__(self, step: int, device="cpu") -> torch.Tensor:
+        """g_k: (B, V) float64 on ``device`` for step ``k = step`` of the block."""
+        key = (step, str(device))
+        if key not in self._g:
+            self._g[key] = gumbel(self.seed, self.block, step, *self.shape).to(device)
+        return self._g[key]

@@ -24,21 +24,22 @@ In bf16 a confident model's probabilities mostly round to exactly 1, so the deci
 a tie: ties in confidence go to the lowest position, ties in tokens to the lowest id
 (``torch.topk``'s order among ties is implementation-defined and never used).
 
-Every other place that samples a coupled token, its runner-up or a confidence (the view, the
-drafters, the recorders) calls ``scores``, ``sample``, ``runner_up`` and ``confidences`` here.
+The rule holds parameters only; the noise of a block is a ``spotref.noise.BlockNoise`` that
+whoever decides owns and passes in. Every other place that samples a coupled token, its
+runner-up or a confidence (the view, the drafters, the recorders) calls ``scores``, ``sample``,
+``runner_up`` and ``confidences`` here.
 
 All maths runs on the logits' device. A decision is a tuple of ``(position, token)`` pairs
 sorted by position: the form of ``Draft.commits`` and of the state-equality check.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from spotref.noise import gumbel
+from spotref.noise import BlockNoise
 
 Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
 CONFIDENCES = ("filtered", "unfiltered")
@@ -50,7 +51,7 @@ SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming th
 
 @dataclass
 class DecisionRule:
-    """Decision parameters of one generation, and the noise cache of its current block."""
+    """Decision parameters of one generation."""
 
     mask_id: int
     vocab_size: int
@@ -62,7 +63,6 @@ class DecisionRule:
     threshold: float | None = None
     confidence: str = "filtered"     # or "unfiltered": see the module docstring
     precision: str = "auto"          # the dtype decisions are taken in: see the module docstring
-    _noise: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCES:
@@ -79,19 +79,9 @@ class DecisionRule:
                              f"{', '.join(DTYPES)}; name one as precision")
         return logits.dtype
 
-    def copy(self) -> "DecisionRule":
-        """The same parameters with a noise cache of its own."""
-        return dataclasses.replace(self, _noise={})
-
-    def noise(self, block: int, step: int, device) -> torch.Tensor:
-        """g_k: (B, V) float64 on ``device``, computed on the CPU (where it is defined: see
-        ``spotref.noise``), cached for the current block only."""
-        key = (block, step, str(device))
-        if key not in self._noise:
-            if any(b != block for b, _, _ in self._noise):
-                self._noise.clear()
-            self._noise[key] = gumbel(self.seed, block, step, self.block_size, self.vocab_size).to(device)
-        return self._noise[key]
+    def block_noise(self, block: int) -> BlockNoise:
+        """A fresh cache of the noise g_k of ``block`` under this rule's seed."""
+        return BlockNoise(self.seed, block, self.block_size, self.vocab_size)
 
     def scaled(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> L / T (L at T = 0) in D, with MASK at -inf."""
@@ -117,22 +107,22 @@ class DecisionRule:
         """p: (M, V) in D -> (M, V) float64: ``log p`` (``p`` itself at T = 0, drawn without noise)."""
         return p.double().log() if self.temperature > 0 else p.double()
 
-    def sample(self, z: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
+    def sample(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
         """Tokens (M,) of scores ``z: (M, V)`` at block ``positions`` under step's noise."""
-        return self.perturbed(z, positions, block, step).argmax(-1)
+        return self.perturbed(z, positions, noise, step).argmax(-1)
 
-    def runner_up(self, z: torch.Tensor, positions, block: int, step: int):
+    def runner_up(self, z: torch.Tensor, positions, noise: BlockNoise, step: int):
         """(tokens, runner-up tokens) (M,): the best and second best of z + g_k."""
-        y = self.perturbed(z, positions, block, step)
+        y = self.perturbed(z, positions, noise, step)
         x = y.argmax(-1)
         y[torch.arange(len(x), device=y.device), x] = -torch.inf
         return x, y.argmax(-1)
 
-    def perturbed(self, z: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
-        """z + g_k at ``positions`` (a copy of z at T = 0)."""
+    def perturbed(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
+        """z + g_k at ``positions`` (a copy of z at T = 0, where ``noise`` is not read)."""
         if self.temperature == 0:
             return z.clone()
-        return z + self.noise(block, step, z.device)[torch.as_tensor(positions, device=z.device)]
+        return z + noise(step, z.device)[torch.as_tensor(positions, device=z.device)]
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """(M, V) in D: the distribution confidences are taken from (filtered or not)."""
@@ -143,26 +133,27 @@ class DecisionRule:
         """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``, a D number."""
         return self.probs(logits).gather(1, x[:, None])[:, 0].double()
 
-    def tokens(self, logits: torch.Tensor, positions, block: int, step: int) -> torch.Tensor:
+    def tokens(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
         """Sampled tokens (M,) of rows ``logits: (M, V)`` at block ``positions`` under step's noise."""
-        return self.sample(self.scores(logits), positions, block, step)
+        return self.sample(self.scores(logits), positions, noise, step)
 
-    def drawn(self, logits: torch.Tensor, positions, block: int, step: int) -> tuple:
+    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
         """(``tokens``, their ``confidences``) (M,), (M,): the same numbers from one filter and
         one softmax of the rows (``decide``'s path; the vocabulary of SDAR-8B makes them count)."""
         p = torch.softmax(self.filtered(logits), -1)                               # (M, V) in D
-        x = self.sample(self.scored(p), positions, block, step)
+        x = self.sample(self.scored(p), positions, noise, step)
         unfiltered = self.confidence == "unfiltered" and (self.top_k, self.top_p) != (None, None)
         q = torch.softmax(self.scaled(logits), -1) if unfiltered else p
         return x, q.gather(1, x[:, None])[:, 0].double()
 
-    def decide(self, logits: torch.Tensor, state: np.ndarray, block: int, step: int) -> Commits:
-        """logits: (B, V) at ``state`` (B,), MASK where uncommitted -> the decision's commits."""
+    def decide(self, logits: torch.Tensor, state: np.ndarray, noise: BlockNoise, step: int) -> Commits:
+        """logits: (B, V) at ``state`` (B,), MASK where uncommitted, at ``step`` of the block whose
+        noise is ``noise`` -> the decision's commits."""
         masked = np.flatnonzero(state == self.mask_id)
         if len(masked) == 0:
             return ()
         rows = logits[torch.as_tensor(masked, device=logits.device)]              # (M, V)
-        x, c = self.drawn(rows, masked, block, step)                               # (M,), (M,)
+        x, c = self.drawn(rows, masked, noise, step)                               # (M,), (M,)
         if self.threshold is not None and bool((c > self.threshold).any()):   # exact comparison
             chosen = torch.nonzero(c > self.threshold)[:, 0]
         else:

@@ -52,8 +52,8 @@ def bend_the_rule(view):
 
 def poison_the_noise(view):
     for k in range(view.step, view.step + 4):
-        view.rule.noise(view.block, k, view.stale_logits.device).fill_(100.0)
-    view.rule.noise(view.block, view.step, "cpu")[:, 9] = 1e6
+        view.noise(k, view.stale_logits.device).fill_(100.0)
+    view.noise(view.step, "cpu")[:, 9] = 1e6
 
 
 ATTACKS = [write_state, write_state_locked, write_unseen, write_stale_logits, bend_the_rule, poison_the_noise]

@@ -113,7 +113,7 @@ def test_the_models_are_confident_enough_to_tie():
         rule = DecisionRule(m.mask_id, m.config.vocab_size, 8)
         x = torch.randint(0, 46, (32, 16), generator=torch.Generator().manual_seed(0))
         logits = m(x)[:, 8:]  # (32, 8, V)
-        c = torch.stack([rule.confidences(l, rule.tokens(l, range(8), 0, 0)) for l in logits])
+        c = torch.stack([rule.confidences(l, rule.tokens(l, range(8), rule.block_noise(0), 0)) for l in logits])
         ties[dtype] = float(((c == c.max(-1, keepdim=True).values).sum(-1) > 1).float().mean())
     assert ties[torch.bfloat16] >= 0.5 and ties[torch.float32] <= 0.25, ties
 
@@ -160,8 +160,8 @@ def test_ties_go_to_the_lowest_position_and_the_lowest_token():
     L = torch.full((B, V), -30.0, dtype=torch.bfloat16)
     L[:, 2] = L[:, 4] = 30.0  # two tokens tie at every position
     rule = DecisionRule(5, V, B)
-    assert rule.decide(L, np.array([5, 5, 0, 5]), 0, 0) == ((0, 2),)
-    assert rule.decide(L, np.array([1, 5, 5, 5]), 0, 0) == ((1, 2),)
+    assert rule.decide(L, np.array([5, 5, 0, 5]), rule.block_noise(0), 0) == ((0, 2),)
+    assert rule.decide(L, np.array([1, 5, 5, 5]), rule.block_noise(0), 0) == ((1, 2),)
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
@@ -170,7 +170,7 @@ def test_logits_that_overflow_the_precision_are_refused(precision):
     L[:, 0] = 1e5 if precision == "float16" else 3e38
     rule = DecisionRule(4, 5, 2, temperature=0.5, precision=precision)
     with pytest.raises(ValueError, match=f"overflow {precision}|overflow torch.{precision}"):
-        rule.decide(L, np.array([4, 4]), 0, 0)
+        rule.decide(L, np.array([4, 4]), rule.block_noise(0), 0)
 
 
 PINS = json.loads((Path(__file__).parent / "data" / "float64_pins.json").read_text())

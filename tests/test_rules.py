@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ def rule(V=6, B=4, **kw):
 
 def decide(r, L, state, block=0, step=0):
     """``r``'s decision on ``L`` at ``state``, step ``step`` of ``block``."""
-    return r.decide(L, state, block, step)
+    return r.decide(L, state, r.block_noise(block), step)
 
 
 def test_one_position_rule_commits_the_most_confident_masked_position():
@@ -99,7 +101,7 @@ def test_gumbel_max_follows_softmax(seed, T):
     V, n = 5, 4000
     r = DecisionRule(mask_id=V - 1, vocab_size=V, block_size=n, temperature=T, seed=seed)
     logits = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.0]).expand(n, V)
-    x = r.tokens(logits, range(n), block=0, step=0)
+    x = r.tokens(logits, range(n), r.block_noise(0), step=0)
     freq = torch.bincount(x, minlength=V).double() / n
     z = logits[0].double() / T
     z[V - 1] = -torch.inf
@@ -124,10 +126,14 @@ def test_top_k_top_p_filter(data):
     assert kept.tolist() == [v in order[:n] for v in range(V)]
 
 
-def test_noise_cache_keeps_only_the_current_block():
-    r = rule(temperature=1.0)
-    r.noise(0, 0, "cpu"), r.noise(0, 1, "cpu"), r.noise(1, 0, "cpu")
-    assert set(r._noise) == {(1, 0, "cpu")}  # (block, step, device)
+def test_the_rule_holds_parameters_only():
+    r = rule(temperature=1.0, seed=3)
+    assert [f.name for f in dataclasses.fields(r)] == [
+        "mask_id", "vocab_size", "block_size", "temperature", "seed", "top_k", "top_p", "threshold", "confidence",
+        "precision",
+    ]  # fmt: skip
+    noise = r.block_noise(2)
+    assert torch.equal(noise(5), gumbel(3, 2, 5, 4, 6)) and noise(5) is noise(5)  # computed once per step
 
 
 @pytest.mark.parametrize("confidence", ["filtered", "unfiltered"])
@@ -153,5 +159,5 @@ def test_drawn_is_tokens_and_confidences_from_one_pass(precision, T, top_k, top_
     r = DecisionRule(19, 20, 6, T, 3, top_k, top_p, None, confidence, precision)
     logits = (torch.randn(6, 20, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
     logits[:, 4] = logits[:, 7]  # a tie
-    x, c = r.drawn(logits, range(6), 2, 5)
-    assert torch.equal(x, r.tokens(logits, range(6), 2, 5)) and torch.equal(c, r.confidences(logits, x))
+    x, c = r.drawn(logits, range(6), r.block_noise(2), 5)
+    assert torch.equal(x, r.tokens(logits, range(6), r.block_noise(2), 5)) and torch.equal(c, r.confidences(logits, x))

@@ -62,7 +62,7 @@ class ViewInputs:
 
     def pair(self, m: int):
         """(coupled tokens, runner-up tokens), each (B,) int64, under the noise of step m."""
-        return self.view.rule.runner_up(self.filtered, range(len(self.tokens)), self.view.block, m)
+        return self.view.rule.runner_up(self.filtered, range(len(self.tokens)), self.view.noise, m)
 
     def coupled(self, m: int):
         """(tokens (B,) int64, their stale probabilities (B,)) under the noise of step m."""
