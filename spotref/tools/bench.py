@@ -64,6 +64,7 @@ from spotref.tools.bench_run import (  # noqa: F401  (answer_blocks, gen: read b
     run_auto,
     run_drafter,
     run_exact,
+    table_row,
     target_setup,
 )
 from spotref.tools.report import progress
@@ -71,22 +72,7 @@ from spotref.tools.trajectories import record
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
-    per = lambda a, b: a / max(b, 1)
-    return Row(
-        setup.name,
-        f"{T:g}",
-        name,
-        N,
-        per(m["passes"], m["tokens"]),
-        per(ex["passes"], m["passes"]),
-        per(ex["denoise"], m["denoise"]),
-        per(m["answer_passes"], m["answer_tokens"]),
-        per(ex["answer_passes"], m["answer_passes"]),
-        m["commits"],
-        m["tokens"] / max(m["wall"], 1e-9),
-        ex["wall"] / max(m["wall"], 1e-9),
-        f"{100 * m['book']:.0f}%",
-    )
+    return table_row(Row, m, ex, target=setup.name, T=f"{T:g}", drafter=name, N=N)
 
 
 def bench_target(setup: Setup, options: BenchOptions, rows: list, bar) -> None:

@@ -15,7 +15,7 @@ import torch
 from spotref.load.targets import DEFAULT_TARGET
 from spotref.tools import bench_sets
 from spotref.tools.bench_options import BenchOptions
-from spotref.tools.report import parse_table, pyplot, save_png, table
+from spotref.tools.report import parse_table, pyplot, row_from_cells, save_png, table
 
 COLUMNS = [
     "target",
@@ -250,18 +250,7 @@ def rows_from_report(text: str, source: str = "the report") -> list:
     table_ = parse_table(text, COLUMNS[:4])
     if not table_ and not parse_table(text, bench_sets.SET_COLUMNS[:5]):
         raise ValueError(f"{source}: no benchmark table in it")
-    num = lambda c: float(c) if c else float("nan")
-    return [
-        Row(
-            c["target"],
-            c["T"],
-            c["drafter"],
-            int(c["N"]) if c["N"].isdigit() else c["N"],
-            *(num(c.get(col, "")) for col in COLUMNS[4:-1]),
-            c.get("bookkeeping", ""),
-        )
-        for c in table_
-    ]
+    return [row_from_cells(Row, COLUMNS, c) for c in table_]
 
 
 def stability_from_report(text: str) -> dict:

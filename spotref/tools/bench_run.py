@@ -174,3 +174,25 @@ def metrics(results: list) -> dict:
         wall=wall,
         book=sum(r.stats["draft_s"] + r.stats["book_s"] for r in results) / max(wall, 1e-9),
     )
+
+
+def table_row(cls, m: dict, ex: dict, **keys):
+    """One table line of ``cls`` (``bench_report.Row``, ``bench_sets.SetRow``): the ``keys`` that
+    name it (target, T, drafter, N, ...) and a configuration's totals ``m`` (``metrics``) against
+    its reference run's ``ex`` (exact decoding, or threshold decoding alone), each field by name."""
+    per = lambda a, b: a / max(b, 1)
+    wall = max(m["wall"], 1e-9)
+    measured = dict(
+        passes_per_token=per(m["passes"], m["tokens"]),
+        tokens_per_pass=per(m["tokens"], m["passes"]),
+        fewer_passes=per(ex["passes"], m["passes"]),
+        fewer_denoise=per(ex["denoise"], m["denoise"]),
+        answer_passes_per_token=per(m["answer_passes"], m["answer_tokens"]),
+        answer_fewer_passes=per(ex["answer_passes"], m["answer_passes"]),
+        commits_per_round=m["commits"],
+        tokens_per_s=m["tokens"] / wall,
+        speed_up=ex["wall"] / wall,
+        bookkeeping=f"{100 * m['book']:.0f}%",
+    )
+    values = {**measured, **keys}
+    return cls(**{f: values[f] for f in cls._fields})

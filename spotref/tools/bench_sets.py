@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from spotref.tools.bench_options import BenchOptions
-from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact
-from spotref.tools.report import parse_tables, pyplot, save_png, table
+from spotref.tools.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact, table_row
+from spotref.tools.report import parse_tables, pyplot, row_from_cells, save_png, table
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
 AUTO_DRAFTERS = ("confidence", "spot")  # the ones with a budget="auto" row (its N from the one-position cost model)
@@ -60,22 +60,7 @@ class SetRow(NamedTuple):
 
 
 def set_row(setup, T: float, tau: float, name: str, N, m: dict, ex: dict) -> SetRow:
-    per = lambda a, b: a / max(b, 1)
-    return SetRow(
-        setup.name,
-        f"{T:g}",
-        f"{tau:g}",
-        name,
-        N,
-        per(m["passes"], m["tokens"]),
-        per(m["tokens"], m["passes"]),
-        per(ex["passes"], m["passes"]),
-        per(ex["answer_passes"], m["answer_passes"]),
-        m["commits"],
-        m["tokens"] / max(m["wall"], 1e-9),
-        ex["wall"] / max(m["wall"], 1e-9),
-        f"{100 * m['book']:.0f}%",
-    )
+    return table_row(SetRow, m, ex, target=setup.name, T=f"{T:g}", tau=f"{tau:g}", drafter=name, N=N)
 
 
 def configs(options: BenchOptions) -> int:
@@ -217,20 +202,7 @@ def section(rows: list, setups: list, default_target: str, png: str | None) -> l
 
 def rows_from_report(text: str) -> list:
     """The SPOT-Sets tables of a written report (one per target), parsed back ([] without one)."""
-    num = lambda c: float(c) if c else float("nan")
-    return [
-        SetRow(
-            c["target"],
-            c["T"],
-            c["tau"],
-            c["drafter"],
-            int(c["N"]) if c["N"].isdigit() else c["N"],
-            *(num(c[col]) for col in SET_COLUMNS[5:-1]),
-            c["bookkeeping"],
-        )
-        for t in parse_tables(text, SET_COLUMNS[:5])
-        for c in t
-    ]
+    return [row_from_cells(SetRow, SET_COLUMNS, c) for t in parse_tables(text, SET_COLUMNS[:5]) for c in t]
 
 
 def plot(rows: list, path: str) -> str | None:

@@ -59,6 +59,17 @@ def parse_tables(text: str, header: list) -> list[list[dict]]:
     return out
 
 
+def row_from_cells(cls, columns: list, cells: dict):
+    """A table line read back (``parse_table``) as the NamedTuple ``cls``, its fields in ``columns``
+    order: the fields up to ``N`` and the last as printed (``N`` an int where it is one: "-" and
+    "auto=N" stay text), the ones between as floats (NaN for a column an older report lacks)."""
+    text = [cells.get(c, "") for c in columns]
+    k = cls._fields.index("N")
+    num = lambda c: float(c) if c else float("nan")
+    N = int(text[k]) if text[k].isdigit() else text[k]
+    return cls(*text[:k], N, *map(num, text[k + 1 : -1]), text[-1])
+
+
 def pyplot():
     """(matplotlib.pyplot, matplotlib.ticker) on the Agg backend, or None when not installed."""
     try:
