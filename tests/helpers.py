@@ -7,21 +7,26 @@ import torch
 
 from spotref.models import SDARConfig, SDARModel
 
+TINY = dict(
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    initializer_range=0.3,
+)  # the tiny shape the tests build (a 2-core CPU runs it in milliseconds)
+
+
+def tiny_config(V=61, B=4, mask_id=None, **fields) -> SDARConfig:
+    """The tests' tiny SDARConfig: vocabulary ``V``, block size ``B``, MASK id ``mask_id`` (default
+    V - 1), the rest ``TINY`` with ``fields`` overriding any of it."""
+    mask = V - 1 if mask_id is None else mask_id
+    return SDARConfig(vocab_size=V, mask_token_id=mask, block_size=B, **{**TINY, **fields})
+
 
 def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.float32, **kw):
-    kw = {"intermediate_size": 48, **kw}
-    cfg = SDARConfig(
-        vocab_size=V,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        mask_token_id=V - 1 if mask_id is None else mask_id,
-        block_size=B,
-        initializer_range=init,
-        **kw,
-    )
+    cfg = tiny_config(V, B, mask_id, num_hidden_layers=layers, initializer_range=init, **kw)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return SDARModel(cfg).to(dtype).eval()

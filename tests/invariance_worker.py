@@ -6,9 +6,10 @@ import json
 import sys
 
 import torch
+from helpers import tiny_config
 
 from spotref.audit import batch_invariance
-from spotref.models import SDARConfig, SDARModel
+from spotref.models import SDARModel
 
 BLOCKS = (1, 3, 5, 7, 9, 16)
 INTERMEDIATE = (24, 40, 100)  # not multiples of 16 or 32
@@ -16,18 +17,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def model(B, I, dtype, seed):
-    cfg = SDARConfig(
-        vocab_size=67,
-        hidden_size=24,
-        intermediate_size=I,
-        num_hidden_layers=2,
-        num_attention_heads=3,
-        num_key_value_heads=1,
-        head_dim=8,
-        mask_token_id=66,
-        block_size=B,
-        initializer_range=0.3,
-    )
+    cfg = tiny_config(67, B, hidden_size=24, intermediate_size=I, num_attention_heads=3, num_key_value_heads=1)
     torch.manual_seed(seed)
     return SDARModel(cfg).to(dtype).eval()
 

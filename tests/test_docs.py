@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPOTREF_SDAR_DIR") or ROOT.parent / "shared" / "sdar-8b-chat")
@@ -112,19 +113,18 @@ CODE = [key for key, b in BLOCKS.items() if b["lang"] in ("python", "bash")]
 def tiny_sdar(tmp_path_factory) -> Path:
     """A tiny random SDAR checkpoint in the official layout, SDAR-8B's vocabulary and MASK id."""
     from spotref.checkpoint import save_pretrained
-    from spotref.models import SDARConfig, SDARModel
+    from spotref.models import SDARModel
 
-    cfg = SDARConfig(
-        vocab_size=151936,
+    cfg = tiny_config(
+        151936,
+        mask_id=151669,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,
-        head_dim=8,
-        mask_token_id=151669,
-        block_size=4,
         max_position_embeddings=1024,
+        initializer_range=0.02,
     )
     with torch.random.fork_rng():
         torch.manual_seed(0)

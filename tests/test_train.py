@@ -8,11 +8,12 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config
 
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import BPETokenizer
-from spotref.models import SDARConfig, SDARModel
+from spotref.models import SDARModel
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train_curriculum import fresh_problem, row_level
 from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
@@ -28,19 +29,7 @@ pytest.importorskip("tqdm")
 
 def tiny_model(B=4, V=40, mask_id=39):
     torch.manual_seed(0)
-    cfg = SDARConfig(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        mask_token_id=mask_id,
-        block_size=B,
-        initializer_range=0.2,
-    )
-    return SDARModel(cfg).eval()
+    return SDARModel(tiny_config(V, B, mask_id, initializer_range=0.2)).eval()
 
 
 def test_bd3_mask_matches_its_definition():

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_config
 
 import spotref
 from spotref.checkpoint import save_pretrained
-from spotref.models import SDARConfig, SDARModel
+from spotref.models import SDARModel
 
 pytest.importorskip(
     "transformers",
@@ -37,19 +38,7 @@ def example():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny random SDAR checkpoint in the official layout (bf16 storage, untied head)."""
-    cfg = SDARConfig(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        mask_token_id=319,
-        block_size=4,
-        max_position_embeddings=512,
-        initializer_range=0.3,
-    )
+    cfg = tiny_config(320, hidden_size=64, intermediate_size=128, head_dim=32, max_position_embeddings=512)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = SDARModel(cfg)
