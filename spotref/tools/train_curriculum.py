@@ -17,22 +17,17 @@ import torch
 from spotref.api import generate
 from spotref.data import gsm
 from spotref.tools.train_data import boosted_results, encode_row, forced_results, row_results, rows_batch, suffix_cuts
-from spotref.tools.train_options import DRILLS, GSM_DEFAULTS, TrainOptions, adaptive_levels, parse_curriculum, row_align
-
-
-def corpus_seed(options: TrainOptions) -> int:
-    """``--corpus-seed``, or the gsm corpus's default."""
-    return GSM_DEFAULTS["corpus_seed"] if options.corpus_seed is None else options.corpus_seed
-
-
-def corpus_level(options: TrainOptions) -> int:
-    """``--corpus-level``, or the gsm corpus's default."""
-    return GSM_DEFAULTS["corpus_level"] if options.corpus_level is None else options.corpus_level
-
-
-def drill_ops(options: TrainOptions) -> str:
-    """``--drill-ops``, or the default mix (runs from before the option)."""
-    return options.drill_ops or gsm.DRILL_OPS
+from spotref.tools.train_options import (
+    DRILLS,
+    TrainOptions,
+    adaptive_levels,
+    corpus_level,
+    corpus_seed,
+    drill_from,
+    drill_ops,
+    parse_curriculum,
+    row_align,
+)
 
 
 def row_level(options: TrainOptions, step: int, j: int, level: int | None = None) -> int:
@@ -90,7 +85,7 @@ def step_rows(rows, tok, options: TrainOptions, step: int, rng: np.random.Genera
             gsm.LEVELS[row_level(o, step, j, level)],
             o.drill_share,
             drill_ops(o),
-            o.drill_from or "range",
+            drill_from(o),
         ).document
         for j in range(o.batch)
     ]

@@ -25,10 +25,13 @@ from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
 from spotref.tools.train_options import (
-    GSM_DEFAULTS,
     TrainOptions,
+    adaptive_levels,
     block_sizes,
     check_export,
+    corpus_level,
+    drill_from,
+    drill_ops,
     parse_curriculum,
     stream_align,
 )
@@ -181,37 +184,36 @@ def training_record(state: dict) -> dict:
 
 def recipe(saved: dict) -> dict:
     """The data recipe of a run's arguments (defaults for options older runs lack), for the metadata."""
-    sched = parse_curriculum(saved["curriculum"]) if saved.get("curriculum") else None
-    fresh = saved.get("fresh_problems", False)
-    level = GSM_DEFAULTS["corpus_level"] if saved.get("corpus_level") is None else saved["corpus_level"]
-    adaptive = [int(v) for v in str(saved["adaptive"]).split(",")] if saved.get("adaptive") else None
-    levels = sorted({lvl for _, lvl in sched}) if sched else adaptive or ([level] if fresh else [])
+    o = TrainOptions.from_record(saved)
+    sched = parse_curriculum(o.curriculum) if o.curriculum else None
+    adaptive = adaptive_levels(o) if o.adaptive else None
+    levels = sorted({lvl for _, lvl in sched}) if sched else adaptive or ([corpus_level(o)] if o.fresh_problems else [])
     return {
-        "rows_per_doc": saved.get("rows_per_doc", False),
-        "answer_only": saved.get("answer_only", False),
-        "answer_header": ANSWER_HEADER if saved.get("answer_only") else None,
-        "eot_weight": saved.get("eot_weight", 1.0),
-        "fresh_problems": fresh,
+        "rows_per_doc": o.rows_per_doc,
+        "answer_only": o.answer_only,
+        "answer_header": ANSWER_HEADER if o.answer_only else None,
+        "eot_weight": o.eot_weight,
+        "fresh_problems": o.fresh_problems,
         "curriculum": [[step, lvl] for step, lvl in sched] if sched else None,
-        "curriculum_lower": saved.get("curriculum_lower", 0.4) if sched or adaptive else None,
+        "curriculum_lower": o.curriculum_lower if sched or adaptive else None,
         "adaptive": {
             "levels": adaptive,
-            "every": saved.get("adapt_every"),
-            "n": saved.get("adapt_n"),
-            "answers": saved.get("adapt_answers"),
-            "equations": saved.get("adapt_equations"),
+            "every": o.adapt_every,
+            "n": o.adapt_n,
+            "answers": o.adapt_answers,
+            "equations": o.adapt_equations,
             "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0",
         }
         if adaptive
         else None,
         "levels": {str(lvl): asdict(gsm.LEVELS[lvl]) for lvl in levels},
-        "rope_theta": saved.get("rope_theta"),
-        "drill_share": saved.get("drill_share", 0.0),
-        "drill_ops": saved.get("drill_ops") or gsm.DRILL_OPS,
-        "drill_from": saved.get("drill_from") or "range",
-        "mask_results": saved.get("mask_results", 0.0),
-        "result_weight": saved.get("result_weight", 1.0),
-        "suffix_results": saved.get("suffix_results", 0.0),
+        "rope_theta": o.rope_theta,
+        "drill_share": o.drill_share,
+        "drill_ops": drill_ops(o),
+        "drill_from": drill_from(o),
+        "mask_results": o.mask_results,
+        "result_weight": o.result_weight,
+        "suffix_results": o.suffix_results,
     }
 
 

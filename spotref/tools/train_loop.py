@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from spotref.data import gsm
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
@@ -30,7 +29,7 @@ from spotref.tools.train_curriculum import adapt, recipe_batch
 from spotref.tools.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from spotref.tools.train_export import export, start_from
 from spotref.tools.train_objective import bd3_loss, bd3_mask, weighted_loss
-from spotref.tools.train_options import TrainOptions, block_sizes, check_recipe, stream_align
+from spotref.tools.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
 
 @dataclass
@@ -106,30 +105,29 @@ def data_options(record: dict, saved: dict) -> dict:
     """What a resumed run must keep, by what sets it: the corpus (name, seed, options, a file's
     SHA-256), the end-of-text padding and the digit splitting. A record without a name (runs
     from before the field) is stdlib's, with the run's --no-english."""
+    o = TrainOptions.from_record(saved)
     file_digest = record.get("sha256") if record.get("name") == "file" else None
     return {
         "--corpus": record.get("name", "stdlib"),
         "--corpus-seed": record.get("seed"),
-        "the corpus options": record.get("options", {"english": saved.get("english", True)}),
+        "the corpus options": record.get("options", {"english": o.english}),
         "--corpus (the file's SHA-256)": file_digest,
-        "--pad-eot": saved.get("pad_eot", False),
-        "--split-digits": saved.get("split_digits", False),
-        "--rows-per-doc": saved.get("rows_per_doc", False),
-        "--answer-only": saved.get("answer_only", False),
-        "--eot-weight": saved.get("eot_weight", 1.0),
-        "--fresh-problems": saved.get("fresh_problems", False),
-        "--curriculum": saved.get("curriculum"),
-        "--curriculum-lower": saved.get("curriculum_lower", 0.4),
-        "--adaptive": saved.get("adaptive"),
-        "--drill-share": saved.get("drill_share", 0.0),
-        "--drill-ops": saved.get("drill_ops") or gsm.DRILL_OPS,
-        "--drill-from": saved.get("drill_from") or "range",
-        "--mask-results": saved.get("mask_results", 0.0),
-        "--result-weight": saved.get("result_weight", 1.0),
-        "--suffix-results": saved.get("suffix_results", 0.0),
-        "the --adapt-* options": [saved.get(k) for k in ("adapt_every", "adapt_n", "adapt_answers", "adapt_equations")]
-        if saved.get("adaptive")
-        else None,
+        "--pad-eot": o.pad_eot,
+        "--split-digits": o.split_digits,
+        "--rows-per-doc": o.rows_per_doc,
+        "--answer-only": o.answer_only,
+        "--eot-weight": o.eot_weight,
+        "--fresh-problems": o.fresh_problems,
+        "--curriculum": o.curriculum,
+        "--curriculum-lower": o.curriculum_lower,
+        "--adaptive": o.adaptive,
+        "--drill-share": o.drill_share,
+        "--drill-ops": drill_ops(o),
+        "--drill-from": drill_from(o),
+        "--mask-results": o.mask_results,
+        "--result-weight": o.result_weight,
+        "--suffix-results": o.suffix_results,
+        "the --adapt-* options": [o.adapt_every, o.adapt_n, o.adapt_answers, o.adapt_equations] if o.adaptive else None,
     }
 
 

@@ -445,8 +445,7 @@ class TrainOptions:
     @classmethod
     def from_record(cls, saved: dict) -> TrainOptions:
         """A run's saved options (``record``), with the defaults of options added since it was trained."""
-        defaults = cls.from_argv(["--name", saved.get("name", "run")]).record()
-        return cls.from_values({**defaults, **saved})
+        return cls.from_values({**default_options(saved.get("name", "run")).record(), **saved})
 
     @classmethod
     def from_values(cls, values: dict) -> TrainOptions:
@@ -466,15 +465,21 @@ class TrainOptions:
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOptions) if f.name not in ("extra", "order"))
 
 
+def default_options(name: str = "run") -> TrainOptions:
+    """Every option at its default, for a run named ``name``: the defaults are written once, in
+    ``add_arguments``; a saved run's options (``from_record``) and the recipe checks read them here."""
+    return TrainOptions.from_argv(["--name", name])
+
+
 # --- checks and derived values ----------------------------------------------------------------
 
 
 def check_recipe(options: TrainOptions) -> None:
     """``ValueError`` naming an option of the gsm recipe that does not apply."""
-    o, rows = options, options.rows_per_doc
+    o, rows, default = options, options.rows_per_doc, default_options()
     needs_rows = [
         ("--answer-only", o.answer_only),
-        ("--eot-weight", o.eot_weight != 1.0),
+        ("--eot-weight", o.eot_weight != default.eot_weight),
         ("--fresh-problems", o.fresh_problems),
     ]
     for name, given in needs_rows:
@@ -504,7 +509,7 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--adaptive draws its problems afresh: it needs --fresh-problems")
     if o.adaptive and o.curriculum:
         raise ValueError("--adaptive replaces --curriculum's fixed schedule: give one of them")
-    if o.curriculum_lower != 0.4 and not (o.curriculum or o.adaptive):
+    if o.curriculum_lower != default.curriculum_lower and not (o.curriculum or o.adaptive):
         raise ValueError("--curriculum-lower applies to --curriculum or --adaptive only")
 
 
@@ -540,6 +545,26 @@ def stream_align(options: TrainOptions) -> int:
     """Where windows may start: anywhere (1), or with ``--pad-eot`` at multiples of every
     block size trained on (their least common multiple)."""
     return row_align(options) if options.pad_eot else 1
+
+
+def corpus_seed(options: TrainOptions) -> int:
+    """``--corpus-seed``, or the gsm corpus's default."""
+    return GSM_DEFAULTS["corpus_seed"] if options.corpus_seed is None else options.corpus_seed
+
+
+def corpus_level(options: TrainOptions) -> int:
+    """``--corpus-level``, or the gsm corpus's default."""
+    return GSM_DEFAULTS["corpus_level"] if options.corpus_level is None else options.corpus_level
+
+
+def drill_ops(options: TrainOptions) -> str:
+    """``--drill-ops``, or the default mix (``gsm.DRILL_OPS``)."""
+    return options.drill_ops or gsm.DRILL_OPS
+
+
+def drill_from(options: TrainOptions) -> str:
+    """``--drill-from``, or ``range`` (the default)."""
+    return options.drill_from or "range"
 
 
 def adaptive_levels(options: TrainOptions) -> list[int]:
