@@ -21,11 +21,10 @@ import torch
 import spotref
 from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
-from spotref.load.drafters import load_drafter
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
-from spotref.names import DRAFTERS, is_checkpoint_name, known_names
+from spotref.names import DRAFTERS, resolve_drafter
 from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
 from spotref.tools.options import Options
 
@@ -156,8 +155,9 @@ class AuditOptions(GenerateOptions):
     batch_rows: int  # batch-invariance check rows; 0: skip the check
 
 
-def resolve_model(spec: str, block_size=None, mask_token_id=None, dtype=None, device=None):
-    """(model, tokenizer or None): a checkpoint directory first, then a bundled target."""
+def load_model_and_tokenizer(spec: str, block_size=None, mask_token_id=None, dtype=None, device=None):
+    """``--model``'s (model, tokenizer or None), loaded: a checkpoint directory first, then a
+    bundled target (``spotref.names.resolve_model`` is another thing: the API's model argument)."""
     path = Path(spec)
     if path.is_dir():
         model = SDARModel.from_pretrained(
@@ -246,18 +246,17 @@ def prompt_ids(options: GenerateOptions, tok) -> list:
 
 
 def drafter_arg(name: str):
-    """None for exact decoding ("none", "exact"), a registered drafter name (resolved for the
-    model later), or what ``spotref.load_drafter`` accepts: a bundled drafter's name or a path."""
+    """None for exact decoding ("none", "exact"); a registered name (``DRAFTERS``) as it is, which
+    ``generate`` resolves for the model; else the drafter ``names.resolve_drafter`` gives for a
+    bundled drafter's name or a ``.pt`` path, loaded before the model so a bad one is named first."""
     if name in ("none", "exact"):
         return None
     if name in DRAFTERS:
         return name
-    if is_checkpoint_name(name):
-        try:
-            return load_drafter(name)
-        except ValueError as e:
-            raise ValueError(f"--drafter {name!r}: {e}") from None
-    raise ValueError(f"--drafter {name!r} is unknown; known: none, {known_names()}")
+    try:
+        return resolve_drafter(name, model=None)  # not a registered name: the model is not read
+    except ValueError as e:  # resolve_drafter's own message names the drafter; load_drafter's names the file
+        raise ValueError(f"--{e}" if str(e).startswith("drafter ") else f"--drafter {name!r}: {e}") from None
 
 
 def check_chat_args(options: GenerateOptions) -> None:
@@ -277,7 +276,7 @@ def setup(options: GenerateOptions):
     check_chat_args(o)
     torch.set_num_threads(o.threads)
     drafter = drafter_arg(o.drafter)
-    model, tok = resolve_model(o.model, o.block_length, o.mask_id, o.dtype, o.device)
+    model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
     ids = prompt_ids(o, tok)
     stops = [] if o.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
