@@ -19,6 +19,7 @@ fresh run directory (``run_dir``, under the git-ignored ``runs/``) unless told o
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 import shutil
@@ -29,17 +30,21 @@ from pathlib import Path
 RUNS = Path("runs")
 PACKAGE = Path(__file__).resolve().parent  # the installed spotref package
 CHECKOUT_DOCS = PACKAGE.parent / "docs"  # a source checkout's docs/
-_SHIPPED_OK = [False]  # inside shipped_writes()
+_SHIPPED_WRITES = contextvars.ContextVar("spotref_shipped_writes", default=False)
+# The write guard's one piece of state: True inside ``shipped_writes()``. A context variable, so
+# the permission belongs to the code inside the block (its thread or asyncio task) and ends with
+# it: another thread, or a task started elsewhere, still sees False.
 
 
 @contextlib.contextmanager
 def shipped_writes(allowed: bool = True):
-    """Within the block (when ``allowed``), writers may replace shipped files."""
-    before, _SHIPPED_OK[0] = _SHIPPED_OK[0], bool(allowed) or _SHIPPED_OK[0]
+    """Within the block (when ``allowed``), writers may replace shipped files; a block with
+    ``allowed`` False keeps what the enclosing block allows."""
+    token = _SHIPPED_WRITES.set(bool(allowed) or _SHIPPED_WRITES.get())
     try:
         yield
     finally:
-        _SHIPPED_OK[0] = before
+        _SHIPPED_WRITES.reset(token)
 
 
 def shipped(path) -> bool:
@@ -56,7 +61,7 @@ def check_writable(path) -> Path:
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
     path = Path(path)
-    if shipped(path) and not _SHIPPED_OK[0]:
+    if shipped(path) and not _SHIPPED_WRITES.get():
         raise ValueError(
             f"{path} is a shipped file (inside the spotref package or docs/): pass "
             f"--update-shipped (update_shipped=True) to replace it, or write elsewhere"
@@ -174,10 +179,6 @@ def _mode(path: Path) -> int:
 def atomic_write_text(path, text: str) -> Path:
     """``Path(path).write_text(text)`` (UTF-8), atomically."""
     return atomic_write(path, lambda f: f.write(text), binary=False)
-
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    return atomic_write(path, lambda f: f.write(data))
 
 
 def atomic_save(obj, path) -> Path:

@@ -4,6 +4,7 @@ shipped file is run here and the shipped file's bytes are compared before and af
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,32 @@ def test_inside_shipped_writes_the_guard_lets_a_write_through(tmp_path, monkeypa
     with shipped_writes(False):
         with pytest.raises(ValueError):
             atomic_write_text(target, "c")
+
+
+def test_the_permission_ends_with_its_block_and_stays_in_its_thread(tmp_path, monkeypatch):
+    """``shipped_writes`` nests (an inner ``shipped_writes(False)`` keeps the outer permission),
+    ends with its block even on an error, and does not reach another thread."""
+    monkeypatch.setattr(files, "PACKAGE", tmp_path)
+    target = tmp_path / "x.json"
+    with shipped_writes():
+        with shipped_writes(False):
+            atomic_write_text(target, "nested")
+        errors = []
+        worker = threading.Thread(target=lambda: errors.append(write_error(target)))
+        worker.start()
+        worker.join()
+        assert errors and "is a shipped file" in errors[0], "the permission reached another thread"
+    with pytest.raises(RuntimeError), shipped_writes():
+        raise RuntimeError("inside the block")
+    assert "is a shipped file" in write_error(target), "the permission outlived its block"
+
+
+def write_error(path) -> str:
+    try:
+        atomic_write_text(path, "refused")
+    except ValueError as e:
+        return str(e)
+    return ""
 
 
 @pytest.mark.parametrize(
