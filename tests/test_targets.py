@@ -1,5 +1,6 @@
 """Bundled targets: the load_target contract, tokenizers, and clear errors on bad input."""
 
+import json
 import shutil
 
 import pytest
@@ -151,3 +152,46 @@ def test_a_chat_target_encodes_a_question_as_it_was_trained():
     assert gsm.encode_chat([{"role": "user", "content": q}]) == gsm.encode_chat(q)
     with pytest.raises(ValueError, match="'stdlib-b16' is trained on plain text: prompt it with encode"):
         stdlib.encode_chat(q)
+
+
+def test_each_file_is_stored_once_and_a_shared_one_is_never_overwritten(tmp_path):
+    """save_target names a file of the directory that holds the same bytes (one run exported at
+    two block sizes; one tokenizer) instead of writing a copy; load_target reads the shared file,
+    its SHA-256 checked; other bytes for a file another target names are refused before any write."""
+    from helpers import tiny_model
+
+    from spotref.load.targets import save_target
+
+    tok, model = ByteTokenizer(), tiny_model(V=258, B=4, mask_id=257)
+    meta = lambda m, name: {"name": name, "config": m.config.to_dict()}
+    save_target(model, tok, meta(model, "a-b4"), tmp_path, "a-b4")
+    model.config.block_size = 8  # the same weights at another block size
+    save_target(model, tok, meta(model, "a-b8"), tmp_path, "a-b8")
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["a-b4.json", "a-b4.safetensors", "a-b4.tokenizer.json", "a-b8.json"], files
+    assert list_targets(tmp_path) == ["a-b4", "a-b8"]
+    b8 = load_target("a-b8", directory=tmp_path)
+    assert b8.model.block_size == 8 and b8.meta["weights"]["file"] == "a-b4.safetensors"
+    b4 = load_target("a-b4", directory=tmp_path).model.state_dict()
+    assert all(torch.equal(v, b4[k]) for k, v in b8.model.state_dict().items())
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    other = tiny_model(V=258, B=4, mask_id=257, seed=1)
+    with pytest.raises(ValueError, match="a-b4.safetensors is also the file of the target.s. a-b8"):
+        save_target(other, tok, meta(other, "a-b4"), tmp_path, "a-b4")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before, "a refused save wrote"
+    save_target(other, tok, meta(other, "c"), tmp_path, "c")  # other weights under a new name: a file of its own
+    assert load_target("c", directory=tmp_path).meta["weights"]["file"] == "c.safetensors"
+    assert load_target("c", directory=tmp_path).meta["tokenizer"]["file"] == "a-b4.tokenizer.json"
+
+
+def test_a_shared_weights_file_is_still_checked_against_each_target_that_names_it(copy_of_default):
+    d, weights = copy_of_default
+    meta = load_target(DEFAULT_TARGET, directory=d).meta
+    (d / "twin.json").write_text(json.dumps({**meta, "name": "twin"}))
+    assert load_target("twin", directory=d).meta["weights"]["file"] == weights.name
+    raw = bytearray(weights.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    weights.write_bytes(bytes(raw))
+    for name in (DEFAULT_TARGET, "twin"):
+        with pytest.raises(ValueError, match="SHA-256 does not match"):
+            load_target(name, directory=d)

@@ -1,11 +1,13 @@
 """Bundled targets: small real SDAR models trained here (``spotref.tools.train``) on grade-school
 math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``).
 
-Each target is three files in ``spotref/load/targets/``: ``NAME.safetensors`` (float16 weights with
-the HF names of ``SDARModel``), ``NAME.tokenizer.json`` and ``NAME.json`` (metadata: config,
-tokenizer, corpus, training command and time, held-out loss, quality numbers, and the SHA-256
-of the weights, checked at load time so a corrupt or truncated file fails loudly).
-``save_target`` writes the three files (the trainer's export calls it), the metadata last.
+Each target is its metadata ``NAME.json`` in ``spotref/load/targets/`` (config, tokenizer,
+corpus, training command and time, held-out loss, quality numbers) and the two files it names
+beside it: float16 weights with the HF names of ``SDARModel`` (``NAME.safetensors``) and the
+tokenizer (``NAME.tokenizer.json``), each with its SHA-256, checked at load time so a corrupt,
+truncated or swapped file fails loudly. Each file is stored once: targets with the same weights
+(one run exported at two block sizes) or the same tokenizer name one file. ``save_target`` writes
+a target so (the trainer's export calls it), the metadata last.
 
 >>> import spotref
 >>> "stdlib-b32" in spotref.list_targets()
@@ -27,7 +29,7 @@ import torch
 
 from spotref.checkpoint import check_field_types, read_json
 from spotref.checks import check_int
-from spotref.files import atomic_path, atomic_write_text
+from spotref.files import atomic_write, atomic_write_text
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.tokenizer import chat_format
 from spotref.models import SDARConfig, SDARModel
@@ -90,13 +92,22 @@ class Target:
 
 
 def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:
-    """Names of the bundled targets (those with both metadata and weights), sorted."""
-    d = Path(directory)
-    return sorted(
-        p.stem
-        for p in d.glob("*.json")
-        if not p.name.endswith(".tokenizer.json") and p.with_suffix(".safetensors").exists()
-    )
+    """Names of the bundled targets (a metadata file whose weights file is there), sorted."""
+    return sorted(p.stem for p in metadata_files(directory) if weights_of(p).exists())
+
+
+def metadata_files(directory: Path | str) -> list[Path]:
+    """The targets' metadata files ``NAME.json`` of a directory (its tokenizers left out)."""
+    return [p for p in Path(directory).glob("*.json") if not p.name.endswith(".tokenizer.json")]
+
+
+def weights_of(meta_path: Path) -> Path:
+    """The weights file a target's metadata names; ``NAME.safetensors`` where the metadata cannot
+    be read (``load_target`` then names what is wrong with it)."""
+    try:
+        return inside(meta_path, _files_named(meta_path)[0], "weights.file")
+    except (IndexError, TypeError, ValueError):
+        return meta_path.with_suffix(".safetensors")
 
 
 def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
@@ -246,41 +257,76 @@ def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
 
 
 def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Path:
-    """Write a target as ``load_target`` reads it: ``NAME.safetensors`` (float16, the tied head
-    left out), ``NAME.tokenizer.json`` and ``NAME.json`` (``meta`` with its "weights" and
-    "tokenizer" entries filled in, the SHA-256 of both files among them), each atomically and the
-    metadata last, so a kill leaves the old target or one refused by name. Returns the weights."""
+    """Write a target as ``load_target`` reads it: its weights (float16, the tied head left out)
+    and its tokenizer, each stored once (``stored_file``: a file of the directory that holds these
+    very bytes already, else ``NAME.safetensors`` / ``NAME.tokenizer.json``, written atomically),
+    then ``NAME.json`` (``meta`` with its "weights" and "tokenizer" entries filled in, the file
+    and the SHA-256 of each among them), so a kill leaves the old target or one refused by name.
+    Returns the weights file."""
     try:
-        from safetensors.torch import save_file  # optional dependency (the [cli] extra)
+        from safetensors.torch import save  # optional dependency (the [cli] extra)
     except ImportError:
         raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(directory)
     sd = {
         k: v.detach().to(torch.float16).contiguous()
         for k, v in model.state_dict().items()
         if not (model.config.tie_word_embeddings and k == "lm_head.weight")
     }
-    weights, text = directory / f"{name}.safetensors", tokenizer.to_json()
-    with atomic_path(weights) as tmp:
-        save_file(sd, str(tmp))
-    atomic_write_text(directory / f"{name}.tokenizer.json", text)
+    raw, text = save(sd), tokenizer.to_json().encode("utf-8")
+    weights = stored_file(directory, name, ".safetensors", raw)
+    tok_file = stored_file(directory, name, ".tokenizer.json", text)  # both found before either is written
+    for path, data in ((weights, raw), (tok_file, text)):
+        if not holds(path, data):
+            atomic_write(path, lambda f, data=data: f.write(data))
     meta = {
         **meta,
-        "weights": {
-            "file": weights.name,
-            "dtype": "float16",
-            "bytes": weights.stat().st_size,
-            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-        },
+        "weights": {"file": weights.name, "dtype": "float16", "bytes": len(raw), "sha256": _sha256(raw)},
         "tokenizer": {
             "kind": tokenizer.kind,
-            "file": f"{name}.tokenizer.json",
+            "file": tok_file.name,
             "vocab_size": tokenizer.vocab_size,
             "eos_id": tokenizer.eos_id,
             "mask_id": tokenizer.mask_id,
             "split_digits": tokenizer.split_digits,
-            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "sha256": _sha256(text),
         },
     }
     atomic_write_text(directory / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return weights
+
+
+def stored_file(directory: Path, name: str, suffix: str, data: bytes) -> Path:
+    """Where a target's file of this kind (``suffix``) is stored: ``NAME + suffix``, or another
+    target's file that holds these very bytes already (weights shared by one run's exports at two
+    block sizes, a shared tokenizer), else ``NAME + suffix`` to write. ``ValueError`` when that
+    file is another target's too and the bytes differ: writing them would break that target."""
+    own = directory / f"{name}{suffix}"
+    for p in [own, *sorted(q for q in directory.glob(f"*{suffix}") if q != own)]:
+        if holds(p, data):
+            return p
+    users = sorted(m.stem for m in metadata_files(directory) if m.stem != name and own.name in _files_named(m))
+    if users:
+        raise ValueError(
+            f"{own} is also the file of the target(s) {', '.join(users)}: other bytes in it would "
+            f"break them; export under another name"
+        )
+    return own
+
+
+def holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a file with exactly the bytes ``data`` (its size, then its SHA-256)."""
+    return path.is_file() and path.stat().st_size == len(data) and _sha256(path.read_bytes()) == _sha256(data)
+
+
+def _files_named(meta_path: Path) -> tuple:
+    """The weights and tokenizer files a target's metadata names (none where it cannot be read)."""
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        return meta["weights"]["file"], meta["tokenizer"]["file"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

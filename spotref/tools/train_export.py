@@ -1,7 +1,7 @@
 """What a run leaves: the exported target, weight averages, and the lineage of every set of weights.
 
-``export`` writes a target (``NAME.safetensors`` in float16, ``NAME.tokenizer.json``, and the
-metadata ``NAME.json`` that ``spotref.load_target`` reads first), each file atomically;
+``export`` writes a target (its float16 weights and tokenizer, each stored once, and the metadata
+``NAME.json`` that ``spotref.load_target`` reads first: ``save_target``), each file atomically;
 ``export_run`` exports a run's checkpoint (or one of its snapshots) without training further,
 at any block size it was trained on; ``average_run`` averages a run's weights with others'.
 ``start_from`` loads the weights ``--init`` names; each of these records where the weights came
