@@ -142,42 +142,45 @@ def test_corpus_split_is_by_document_and_reproducible():
 
 
 def args_for(tmp_path, *extra):
-    return TrainOptions.from_argv(
-        [
-            "--name",
-            "tiny",
-            "--runs",
-            str(tmp_path / "runs"),
-            "--corpus-limit",
-            "3",
-            "--tokenizer",
-            "bpe300",
-            "--hidden",
-            "32",
-            "--intermediate",
-            "64",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--seq-len",
-            "32",
-            "--block-size",
-            "8",
-            "--batch",
-            "2",
-            "--eval-every",
-            "10",
-            "--ckpt-every",
-            "5",
-            "--no-progress",
-            *extra,
-        ]
-    )
+    return TrainOptions.from_argv(tiny_argv(tmp_path, *extra))
+
+
+def tiny_argv(tmp_path, *extra) -> list:
+    """A tiny run's command line (``spotref train-target``'s options), ``extra`` last."""
+    return [
+        "--name",
+        "tiny",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--corpus-limit",
+        "3",
+        "--tokenizer",
+        "bpe300",
+        "--hidden",
+        "32",
+        "--intermediate",
+        "64",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "16",
+        "--seq-len",
+        "32",
+        "--block-size",
+        "8",
+        "--batch",
+        "2",
+        "--eval-every",
+        "10",
+        "--ckpt-every",
+        "5",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_options_are_built_once_and_record_what_the_command_line_gave():
@@ -1033,3 +1036,53 @@ def test_mask_results_masks_every_written_result_of_the_chosen_rows():
                 extra = masked[i] & ~plain[2][i]
                 assert set(np.flatnonzero(extra.numpy())) <= set(pos.tolist())
         assert (x_t[masked] == tok.mask_id).all() and (w[~masked] == 0).all()
+
+
+class Payload:
+    """What a hostile checkpoint could hold: unpickling it calls ``os.mkdir(marker)`` (any code
+    could stand there)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (self.marker,)
+
+
+@pytest.fixture
+def hostile(tiny_run, tmp_path):
+    """A run directory whose checkpoint is a real one with a ``Payload`` in its state; the marker
+    it would create; a check that an unrestricted ``torch.load`` would indeed run it."""
+    tmp, _ = tiny_run
+    run, marker = shutil.copytree(tmp / "runs" / "tiny", tmp_path / "runs" / "tiny"), tmp_path / "ran"
+    ck = torch.load(run / "ckpt.pt", weights_only=True)
+    torch.save({**ck, "state": {**ck["state"], "note": Payload(marker)}}, run / "ckpt.pt")
+    torch.load(run / "ckpt.pt", weights_only=False)  # what reading it with pickle would do
+    assert marker.is_dir(), "the crafted checkpoint is not hostile: the test would prove nothing"
+    marker.rmdir()
+    return run, marker
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(hostile, tmp_path, capsys):
+    """Every path that reads a run checkpoint (--init, a resume, export_run, average_run) loads
+    tensors and plain data only: the hostile file is refused by name and its code never runs."""
+    from spotref.tools.cli import main
+    from spotref.tools.train_export import average_run
+
+    run, marker = hostile
+    refused = "refused, not loaded: it holds objects other than tensors and plain data"
+    init = ["--name", "other", "--tokenizer", str(run / "tokenizer.json"), "--init", str(run / "ckpt.pt")]
+    argv = ["train-target", *tiny_argv(tmp_path, *init)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert refused in err and "Traceback" not in err
+    for read in (
+        lambda: train(args_for(tmp_path, "--steps", "21")),  # resumes runs/tiny/ckpt.pt
+        lambda: export_run(run, tmp_path / "out", "t"),
+        lambda: average_run(run, [], tmp_path / "avg"),
+    ):
+        with pytest.raises(ValueError, match=refused):
+            read()
+    assert not marker.exists(), "reading the checkpoint ran its code"

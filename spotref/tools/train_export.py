@@ -12,6 +12,7 @@ started from or averaged), so an export names its whole history.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,6 +40,26 @@ from spotref.tools.train_options import (
 # --- where weights come from (--init, averages) ----------------------------------------------
 
 
+def read_checkpoint(path) -> dict:
+    """A run checkpoint or snapshot (``runs/NAME/ckpt.pt``, ``snapshots/step-N.pt``: a dict with
+    "model" and "state"), read with ``torch.load(weights_only=True)``: a file from elsewhere loads
+    only tensors and plain data (dict, list, tuple, str, int, float, bool, None), which is all a
+    checkpoint holds, and never runs code as it loads. Anything else: ``ValueError`` naming it."""
+    try:
+        ck = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:  # what torch's allow-list refused, e.g. "GLOBAL posix.system"
+        why = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line), "")
+        raise ValueError(
+            f"{path}: refused, not loaded: it holds objects other than tensors and plain data, "
+            f"which could run code as they load{f' ({why})' if why else ''}"
+        ) from None
+    except Exception as e:  # a missing, truncated or foreign file: torch's and zipfile's own errors
+        raise ValueError(f"cannot read the checkpoint {path}: {type(e).__name__}: {e}") from None
+    if not isinstance(ck, dict) or not {"model", "state"} <= ck.keys():
+        raise ValueError(f"{path} is not a spotref run checkpoint (a dict with 'model' and 'state')")
+    return ck
+
+
 def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
 
@@ -49,7 +70,7 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     ``deepen`` (``--init-deepen``): weights with fewer layers fill the model's first layers
     (``deepened``)."""
     if spec.endswith(".pt"):
-        init = torch.load(spec, weights_only=False)
+        init = read_checkpoint(spec)
         weights, record = init["model"], lineage(spec, init["state"])
         run = Path(spec).parent.parent if Path(spec).parent.name == "snapshots" else Path(spec).parent
         saved = run / "tokenizer.json"  # a snapshot's tokenizer is its run's
@@ -234,7 +255,7 @@ def average_run(run_dir: Path, others: list[str], out_dir: Path) -> Path:
             f"write the average to a new directory"
         )
     check_writable(out_dir / "ckpt.pt")
-    ck = torch.load(run_dir / "ckpt.pt", weights_only=False)
+    ck = read_checkpoint(run_dir / "ckpt.pt")
     tok = run_tokenizer(run_dir)
     model = SDARModel(SDARConfig.from_dict(ck["state"]["config"]))
     total = {k: v.float().clone() for k, v in ck["model"].items()}  # the running sum
@@ -266,11 +287,11 @@ def export_run(
     exported block size, on the run's own corpus. A bundled target is replaced only with
     ``update_shipped=True``; the outputs are checked before the work."""
     check_export(name, str(out_dir))
-    ck = torch.load(checkpoint or Path(run_dir) / "ckpt.pt", weights_only=False)
+    ck = read_checkpoint(checkpoint or Path(run_dir) / "ckpt.pt")
     state, options = ck["state"], TrainOptions.from_record(ck["state"]["args"])
     init = options.init
     if init and "init" not in state and init.endswith(".pt") and Path(init).is_file():  # a run from before the record
-        state = {**state, "init": lineage(init, torch.load(init, weights_only=False)["state"])}
+        state = {**state, "init": lineage(init, read_checkpoint(init)["state"])}
     options = dataclasses.replace(options, block_size=block_size or options.block_size)
     if options.block_size not in block_sizes(options):
         raise ValueError(f"the run was trained on block sizes {block_sizes(options)}, not {options.block_size}")

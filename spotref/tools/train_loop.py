@@ -27,7 +27,7 @@ from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
 from spotref.tools.train_curriculum import adapt, recipe_batch
 from spotref.tools.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
-from spotref.tools.train_export import export, start_from
+from spotref.tools.train_export import export, read_checkpoint, start_from
 from spotref.tools.train_objective import bd3_loss, bd3_mask, weighted_loss
 from spotref.tools.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
@@ -56,7 +56,7 @@ def train(options: TrainOptions) -> dict:
     check_recipe(options)
     record = corpus.record()
     ckpt_path = Path(options.runs, options.name) / "ckpt.pt"
-    ck = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    ck = read_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if ck is not None:
         check_resume(ck["state"], record, options)
     ckpt_path.parent.mkdir(parents=True, exist_ok=True)
