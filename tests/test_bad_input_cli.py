@@ -100,7 +100,17 @@ def test_bad_option_values_are_argparse_errors_naming_the_option(capsys, argv, o
     assert f"argument {option}: " in option_error(capsys, argv)
 
 
-@pytest.mark.parametrize("argv", [[], ["nope"], ["--version"], ["demo", "--nope"], ["generate", "--model", "x"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["nope"],
+        ["--version"],
+        ["demo", "--nope"],
+        ["generate", "--model", "x"],
+        ["generate", *MODEL, "--chat", "--raw"],  # one or the other
+    ],
+)
 def test_bad_command_lines(capsys, argv):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -118,6 +128,8 @@ def test_bad_command_lines(capsys, argv):
         (["generate", "--model", DEFAULT_TARGET, "--prompt-ids", "1,2", "--chat"], "--chat wraps --prompt text"),
         (["generate", *MODEL, "--chat"], "--chat: --model 'stdlib-b32' has no chat format"),
         (["audit", *MODEL, "--chat", "--system", "x"], "--chat: --model"),
+        (["generate", "--model", DEFAULT_TARGET, "--prompt-ids", "1,2", "--raw"], "--raw sends --prompt text as it is"),
+        (["generate", "--model", DEFAULT_TARGET, "--prompt", "x", "--raw", "--no-think"], "which --raw leaves out"),
         (["generate", *MODEL, "--drafter", "bogus"], "--drafter 'bogus' is unknown"),
         (["generate", *MODEL, "--drafter", "nope.pt"], "--drafter 'nope.pt': no drafter checkpoint"),
         (["generate", *MODEL, "--temperature", "1e-320"], "temperature 1e-320 is below"),

@@ -255,19 +255,26 @@ def test_real_bundled_target(capsys):
     assert outs[0] == outs[1]
 
 
-def test_a_chat_trained_bundled_target_takes_chat_and_says_so_without_it(capsys):
+def test_a_chat_trained_bundled_target_takes_a_plain_question_in_its_chat_format(capsys):
+    """``spotref generate --model gsm-b32 --prompt QUESTION`` answers it: the prompt goes in the
+    target's chat format by default (as with --chat); --raw sends the text as it is."""
     from spotref.load.tokenizer import chat_format
 
     q = "Tom has 5 apples and buys 7 more. How many apples does he have?"
-    rc, out, err = run(capsys, "generate", "--model", "gsm-b32", "--chat", "--prompt", q, "--max-new-tokens", 64)
     target = spotref.load_target("gsm-b32")
     assert target.encode_chat(q) == target.encode(chat_format(q))
     res = spotref.generate(target, target.encode_chat(q), 64, drafter="confidence", stop_ids=target.stop_ids)
     text = target.tokenizer.decode(res.tokens[:-1] if res.tokens[-1:] == target.stop_ids else res.tokens)
     assert text.endswith("<|im_end|>")  # the chat targets write the turn's end as text, then end-of-text
-    assert rc == 0 and out == text.removesuffix("<|im_end|>") + "\n" and "####" in out
-    rc, _, err = run(capsys, "generate", "--model", "gsm-b32", "--prompt", q, "--max-new-tokens", 8)
-    assert rc == 0 and "trained on chat-formatted problems; --chat wraps" in err
+    for chat in ([], ["--chat"]):
+        rc, out, err = run(capsys, "generate", "--model", "gsm-b32", *chat, "--prompt", q, "--max-new-tokens", 64)
+        assert rc == 0 and out == text.removesuffix("<|im_end|>") + "\n" and "####" in out, err
+        assert "note:" not in err
+    raw = spotref.generate(target, target.encode(q), 8, drafter="confidence", stop_ids=target.stop_ids)
+    rc, out, _ = run(capsys, "generate", "--model", "gsm-b32", "--raw", "--prompt", q, "--max-new-tokens", 8)
+    assert rc == 0 and out == target.tokenizer.decode(raw.tokens[:-1] if raw.tokens[-1:] == [0] else raw.tokens) + "\n"
+    rc, _, err = run(capsys, "generate", "--model", "gsm-b32", "--prompt", chat_format(q), "--max-new-tokens", 4)
+    assert rc == 0 and "holds chat markup and is wrapped once more; --raw sends it as it is" in err
     rc, _, err = run(capsys, "generate", "--model", "stdlib-b32", "--chat", "--prompt", "x")
     assert rc == 2 and "has no chat format" in err
 

@@ -62,13 +62,21 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
-    p.add_argument(
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument(
         "--chat",
         action="store_true",
-        help="wrap --prompt in the Qwen3 chat format (checkpoints with a chat tokenizer only)",
+        help="wrap --prompt in the Qwen3 chat format, as the user's turn: the default for a bundled "
+        "target trained on chat turns (gsm-b32, gsm-b16); a checkpoint directory with a chat tokenizer "
+        "takes it only with --chat",
     )
-    p.add_argument("--system", default=None, help="system message (needs --chat)")
-    p.add_argument("--no-think", action="store_true", help="an empty <think> block (needs --chat)")
+    fmt.add_argument(
+        "--raw",
+        action="store_true",
+        help="send --prompt as it is, without a chat-trained target's chat format",
+    )
+    p.add_argument("--system", default=None, help="system message (in the chat format: not with --raw)")
+    p.add_argument("--no-think", action="store_true", help="an empty <think> block (in the chat format)")
     p.add_argument(
         "--max-new-tokens",
         type=nonneg_int,
@@ -124,8 +132,9 @@ class GenerateOptions(Options):
     model: str  # --model, a checkpoint directory or a bundled target's name
     prompt: str | None  # --prompt text; None: --prompt-ids
     prompt_ids: str | None  # --prompt-ids as given, comma-separated (``prompt_ids`` parses it)
-    chat: bool
-    system: str | None  # --system message (needs --chat)
+    chat: bool  # wrap --prompt in the chat format (``chat_prompt``)
+    raw: bool  # --prompt as it is, also for a chat-trained target
+    system: str | None  # --system message (in the chat format)
     no_think: bool
     max_new_tokens: int
     block_length: int | None  # block size B; None: the config's
@@ -180,7 +189,7 @@ def load_model_and_tokenizer(spec: str, block_size=None, mask_token_id=None, dty
 
 class ChatText:
     """The tokenizer of a bundled target trained on chat-formatted text, with the target's
-    ``encode_chat`` (``Target.encode_chat``): ``--chat`` wraps a prompt in that format."""
+    ``encode_chat`` (``Target.encode_chat``): ``--prompt`` goes in that format unless ``--raw``."""
 
     def __init__(self, target):
         self.tok, self.encode_chat = target.tokenizer, target.encode_chat
@@ -220,7 +229,8 @@ def check_pair(model, tok) -> None:
 
 
 def prompt_ids(options: GenerateOptions, tok) -> list:
-    """The prompt's token ids: --prompt-ids as given, else --prompt encoded (in the chat format with --chat)."""
+    """The prompt's token ids: --prompt-ids as given, else --prompt encoded, in the chat format
+    where ``chat_prompt`` says so."""
     o = options
     if o.prompt_ids is not None:
         try:
@@ -229,20 +239,25 @@ def prompt_ids(options: GenerateOptions, tok) -> list:
             raise ValueError(f"--prompt-ids must be comma-separated integers, got {o.prompt_ids!r}") from None
     if tok is None:
         raise ValueError(f"--model {o.model!r} has no tokenizer files: use --prompt-ids")
-    if o.chat and not hasattr(tok, "encode_chat"):
-        raise ValueError(
-            f"--chat: --model {o.model!r} has no chat format (a bundled target is "
-            f"trained on plain text): leave out --chat"
-        )
-    if not o.chat:
-        if isinstance(tok, ChatText) and "<|im_start|>" not in o.prompt:
-            print(
-                f"note: --model {o.model} is trained on chat-formatted problems; --chat wraps --prompt in that format",
-                file=sys.stderr,
-            )
+    if not chat_prompt(o, tok):
+        refuse_chat_options(o, "needs --chat (it only changes the chat format)")
         return tok.encode(o.prompt)
+    if "<|im_start|>" in o.prompt and not o.chat:
+        print("note: --prompt holds chat markup and is wrapped once more; --raw sends it as it is", file=sys.stderr)
     msgs = ([{"role": "system", "content": o.system}] if o.system else []) + [{"role": "user", "content": o.prompt}]
     return tok.encode(chat_format(msgs, enable_thinking=False if o.no_think else None))
+
+
+def chat_prompt(options: GenerateOptions, tok) -> bool:
+    """Whether --prompt goes in the chat format, as the user's turn: with --chat, and by default
+    for a bundled target trained on chat turns (its tokenizer a ``ChatText``); never with --raw.
+    ``ValueError`` for --chat on a model without a chat format."""
+    if options.chat and not hasattr(tok, "encode_chat"):
+        raise ValueError(
+            f"--chat: --model {options.model!r} has no chat format (a bundled target is "
+            f"trained on plain text): leave out --chat"
+        )
+    return options.chat or (isinstance(tok, ChatText) and not options.raw)
 
 
 def drafter_arg(name: str):
@@ -260,14 +275,23 @@ def drafter_arg(name: str):
 
 
 def check_chat_args(options: GenerateOptions) -> None:
-    """--system and --no-think only mean something with --chat, and --chat only with --prompt."""
+    """What can be told before the model loads: --chat and --raw only apply to --prompt text,
+    and --system and --no-think only to a prompt in the chat format (not --prompt-ids, not --raw)."""
     o = options
-    if not o.chat:
-        for flag, given in (("--system", o.system is not None), ("--no-think", o.no_think)):
-            if given:
-                raise ValueError(f"{flag} needs --chat (it only changes the chat format)")
+    if o.prompt is None and (o.chat or o.raw):
+        flag, what = ("--chat", "wraps --prompt text") if o.chat else ("--raw", "sends --prompt text as it is")
+        raise ValueError(f"{flag} {what}: it does not apply to --prompt-ids")
+    if o.raw:
+        refuse_chat_options(o, "only changes the chat format, which --raw leaves out")
     elif o.prompt is None:
-        raise ValueError("--chat wraps --prompt text: it does not apply to --prompt-ids")
+        refuse_chat_options(o, "needs --chat (it only changes the chat format)")
+
+
+def refuse_chat_options(options: GenerateOptions, why: str) -> None:
+    """``ValueError`` naming --system or --no-think, when given, and ``why`` it does not apply."""
+    for flag, given in (("--system", options.system is not None), ("--no-think", options.no_think)):
+        if given:
+            raise ValueError(f"{flag} {why}")
 
 
 def setup(options: GenerateOptions):
