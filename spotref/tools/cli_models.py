@@ -59,24 +59,7 @@ DRAFTER_NAMES = "confidence, confidence-chain, calibrated, spot, a bundled draft
 def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     """The arguments of both sub-commands (generate and audit)."""
     p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", help="prompt text")
-    src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument(
-        "--chat",
-        action="store_true",
-        help="wrap --prompt in the Qwen3 chat format, as the user's turn: the default for a bundled "
-        "target trained on chat turns (gsm-b32, gsm-b16); a checkpoint directory with a chat tokenizer "
-        "takes it only with --chat",
-    )
-    fmt.add_argument(
-        "--raw",
-        action="store_true",
-        help="send --prompt as it is, without a chat-trained target's chat format",
-    )
-    p.add_argument("--system", default=None, help="system message (in the chat format: not with --raw)")
-    p.add_argument("--no-think", action="store_true", help="an empty <think> block (in the chat format)")
+    add_prompt_args(p)
     p.add_argument(
         "--max-new-tokens",
         type=nonneg_int,
@@ -123,6 +106,28 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     add_threads(p)
     p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
+
+
+def add_prompt_args(p) -> None:
+    """The prompt (text or token ids) and its chat format."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap --prompt in the Qwen3 chat format, as the user's turn: the default for a bundled "
+        "target trained on chat turns (gsm-b32, gsm-b16); a checkpoint directory with a chat tokenizer "
+        "takes it only with --chat",
+    )
+    fmt.add_argument(
+        "--raw",
+        action="store_true",
+        help="send --prompt as it is, without a chat-trained target's chat format",
+    )
+    p.add_argument("--system", default=None, help="system message (in the chat format: not with --raw)")
+    p.add_argument("--no-think", action="store_true", help="an empty <think> block (in the chat format)")
 
 
 @dataclass(frozen=True)
