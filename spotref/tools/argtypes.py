@@ -115,6 +115,16 @@ def add_threads(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_prompt_tokens(p: argparse.ArgumentParser) -> None:
+    """``--prompt-tokens`` (default 64) for a tool that decodes held-out prompts (``tools.prompts``)."""
+    p.add_argument(
+        "--prompt-tokens",
+        type=positive_int,
+        default=64,
+        help="tokens per prompt: a text to continue (code) is cut to this; a question or chat prompt is taken whole",
+    )
+
+
 def plain(doc: str) -> str:
     """A docstring's first line as help text: without the RST ``literal`` markup."""
     return doc.strip().splitlines()[0].replace("``", "")

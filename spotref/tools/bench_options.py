@@ -14,7 +14,15 @@ import argparse
 import functools
 from dataclasses import dataclass
 
-from spotref.tools.argtypes import choice_list, int_list, nonneg_int, positive_int, real_list, seed_int
+from spotref.tools.argtypes import (
+    add_prompt_tokens,
+    choice_list,
+    int_list,
+    nonneg_int,
+    positive_int,
+    real_list,
+    seed_int,
+)
 from spotref.tools.options import Options
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
@@ -64,12 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompts", type=positive_int, default=None, help="held-out prompts per target (default 8; with --quick 2)"
     )
-    p.add_argument(
-        "--prompt-tokens",
-        type=positive_int,
-        default=64,
-        help="tokens per prompt: a text to continue (code) is cut to this; a question or chat prompt is taken whole",
-    )
+    add_prompt_tokens(p)
     p.add_argument(
         "--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; with --quick 24)"
     )

@@ -30,7 +30,7 @@ import torch
 from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
 from spotref.tools import trajectories as tj
-from spotref.tools.argtypes import add_threads, positive_int, tool_main
+from spotref.tools.argtypes import add_prompt_tokens, add_threads, positive_int, tool_main
 from spotref.tools.options import Options
 from spotref.tools.prompts import TrajectorySpec, recorded
 from spotref.tools.report import table
@@ -124,12 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", help="targets (default: all in --targets-dir)")
     p.add_argument("--targets-dir", default=None, help="load targets from here (default: bundled)")
     p.add_argument("--test-prompts", type=positive_int, default=10, help="held-out prompts per target")
-    p.add_argument(
-        "--prompt-tokens",
-        type=positive_int,
-        default=64,
-        help="tokens per prompt: a text to continue (code) is cut to this; a question or chat prompt is taken whole",
-    )
+    add_prompt_tokens(p)
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt")
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument("--out", default=None, help="report path (default: runs/stability-TIME/stability.md)")

@@ -44,7 +44,15 @@ from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.tools import train_sets as ts
 from spotref.tools import trajectories as tj
-from spotref.tools.argtypes import add_threads, nonneg_int, positive_int, positive_real, seed_int, tool_main
+from spotref.tools.argtypes import (
+    add_prompt_tokens,
+    add_threads,
+    nonneg_int,
+    positive_int,
+    positive_real,
+    seed_int,
+    tool_main,
+)
 from spotref.tools.options import Options
 from spotref.tools.prompts import TrajectorySpec, recorded
 from spotref.tools.report import progress
@@ -55,12 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
     p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
-    p.add_argument(
-        "--prompt-tokens",
-        type=positive_int,
-        default=64,
-        help="tokens per prompt: a text to continue (code) is cut to this; a question or chat prompt is taken whole",
-    )
+    add_prompt_tokens(p)
     p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens recorded per prompt")
     p.add_argument("--steps", type=positive_int, default=1500, help="training steps")
     p.add_argument("--batch", type=positive_int, default=64, help="examples per step")
