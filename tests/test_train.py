@@ -17,7 +17,7 @@ from spotref.models import SDARModel
 from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.tools.train_curriculum import fresh_problem, row_level
 from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
-from spotref.tools.train_export import export_run
+from spotref.tools.train_export import export_run, read_checkpoint
 from spotref.tools.train_loop import snapshot_due, train
 from spotref.tools.train_objective import bd3_loss, bd3_mask, noise_blocks
 from spotref.tools.train_options import TrainOptions, add_arguments, parse_curriculum
@@ -145,6 +145,11 @@ def args_for(tmp_path, *extra):
     return TrainOptions.from_argv(tiny_argv(tmp_path, *extra))
 
 
+def init_from(run) -> list:
+    """``--init`` the run's checkpoint, with the tokenizer it was trained with."""
+    return ["--init", str(run / "ckpt.pt"), "--tokenizer", str(run / "tokenizer.json")]
+
+
 def tiny_argv(tmp_path, *extra) -> list:
     """A tiny run's command line (``spotref train-target``'s options), ``extra`` last."""
     return [
@@ -259,10 +264,7 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
             "tuned",
             "--steps",
             "3",
-            "--init",
-            str(src / "ckpt.pt"),
-            "--tokenizer",
-            str(src / "tokenizer.json"),
+            *init_from(src),
             "--export",
             str(tmp_path / "targets"),
         )
@@ -271,7 +273,7 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     assert init["checkpoint"] == str(src / "ckpt.pt") and init["step"] == state["step"] == 20
     assert init["commands"] == state["commands"] and tuned["step"] == 3
     ck_path = tmp_path / "runs" / "tuned" / "ckpt.pt"
-    ck = torch.load(ck_path, weights_only=False)
+    ck = read_checkpoint(ck_path)
     del ck["state"]["init"]  # as a run from before the record
     torch.save(ck, ck_path)
     export_run(tmp_path / "runs" / "tuned", tmp_path / "again", "tuned", block_size=8)
@@ -294,19 +296,16 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
             "tuned",
             "--steps",
             "3",
-            "--init",
-            str(src / "ckpt.pt"),
-            "--tokenizer",
-            str(src / "tokenizer.json"),
+            *init_from(src),
         )
     )
     run = tmp_path / "runs" / "tuned"
     out = average_run(run, [str(src / "ckpt.pt"), str(tmp / "targets" / "tiny.json")], tmp_path / "avg")
     with pytest.raises(ValueError, match="already holds a run checkpoint"):  # another run's: kept
         average_run(run, [str(src / "ckpt.pt")], src)
-    a, b = (torch.load(p, weights_only=False) for p in (run / "ckpt.pt", src / "ckpt.pt"))
+    a, b = (read_checkpoint(p) for p in (run / "ckpt.pt", src / "ckpt.pt"))
     shipped = load_target(tmp / "targets" / "tiny.json").model.state_dict()
-    got = torch.load(out, weights_only=False)
+    got = read_checkpoint(out)
     for k, v in got["model"].items():
         want = (a["model"][k].float() + b["model"][k].float() + shipped[k].float()) / 3
         assert torch.allclose(v.float(), want, atol=1e-6) and not torch.equal(v, a["model"][k])
@@ -382,10 +381,7 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
                 "wider",
                 "--steps",
                 "1",
-                "--init",
-                str(src / "ckpt.pt"),
-                "--tokenizer",
-                str(src / "tokenizer.json"),
+                *init_from(src),
                 "--hidden",
                 "48",
             )
@@ -440,8 +436,8 @@ def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     train(args_for(tmp_path, "--steps", "20", "--until", "10"))
     resumed = train(args_for(tmp_path, "--steps", "20"))
     straight = tiny_run[0] / "runs" / "tiny" / "ckpt.pt"
-    a = torch.load(straight, weights_only=False)["model"]
-    b = torch.load(tmp_path / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    a = read_checkpoint(straight)["model"]
+    b = read_checkpoint(tmp_path / "runs" / "tiny" / "ckpt.pt")["model"]
     assert resumed["step"] == 20
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
 
@@ -612,7 +608,7 @@ def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
     tmp, state = gsm_run
     kept = sorted((tmp / "runs" / "tiny" / "snapshots").glob("step-*.pt"))
     assert kept and [s["file"] for s in state["snapshots"]] == [f"snapshots/{p.name}" for p in kept]
-    first = torch.load(kept[0], weights_only=False)
+    first = read_checkpoint(kept[0])
     assert set(first) == {"model", "state"} and first["state"]["step"] == state["snapshots"][0]["step"]
     export_run(tmp / "runs" / "tiny", tmp_path, "early", block_size=4, checkpoint=kept[0])
     early = load_target("early", directory=tmp_path)
@@ -810,8 +806,8 @@ def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     )
     train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", "--until", "2", *RECIPE))
     resumed = train(args_for(tmp_path / "b", "--steps", "4", "--seq-len", "256", *RECIPE))
-    a = torch.load(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    a = read_checkpoint(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt")["model"]
+    b = read_checkpoint(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt")["model"]
     assert straight["step"] == resumed["step"] == 4 and all(torch.equal(a[k], b[k]) for k in a)
     target = load_target("tiny", directory=tmp_path / "targets")
     recipe = target.meta["training"]["recipe"]
@@ -898,8 +894,8 @@ def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_pat
     resumed = train(args_for(tmp_path / "b", "--steps", "4", *adaptive))
     assert [e["moved_to"] for e in straight["adaptive_evals"]] == [1, 2] and straight["level"] == 2
     assert resumed["adaptive_evals"] == straight["adaptive_evals"]
-    a = torch.load(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt", weights_only=False)["model"]
+    a = read_checkpoint(tmp_path / "a" / "runs" / "tiny" / "ckpt.pt")["model"]
+    b = read_checkpoint(tmp_path / "b" / "runs" / "tiny" / "ckpt.pt")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     meta = load_target("tiny", directory=tmp_path / "targets").meta["training"]
     assert meta["recipe"]["adaptive"]["levels"] == [0, 1, 2] and meta["adaptive_evals"] == straight["adaptive_evals"]
@@ -1059,7 +1055,7 @@ def hostile(tiny_run, tmp_path):
     run, marker = shutil.copytree(tmp / "runs" / "tiny", tmp_path / "runs" / "tiny"), tmp_path / "ran"
     ck = torch.load(run / "ckpt.pt", weights_only=True)
     torch.save({**ck, "state": {**ck["state"], "note": Payload(marker)}}, run / "ckpt.pt")
-    torch.load(run / "ckpt.pt", weights_only=False)  # what reading it with pickle would do
+    torch.load(run / "ckpt.pt", weights_only=False)  # what reading it with pickle would do: it runs the payload
     assert marker.is_dir(), "the crafted checkpoint is not hostile: the test would prove nothing"
     marker.rmdir()
     return run, marker
@@ -1073,8 +1069,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(hostile, tmp_
 
     run, marker = hostile
     refused = "refused, not loaded: it holds objects other than tensors and plain data"
-    init = ["--name", "other", "--tokenizer", str(run / "tokenizer.json"), "--init", str(run / "ckpt.pt")]
-    argv = ["train-target", *tiny_argv(tmp_path, *init)]
+    argv = ["train-target", *tiny_argv(tmp_path, "--name", "other", *init_from(run))]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert refused in err and "Traceback" not in err
