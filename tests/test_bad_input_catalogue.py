@@ -161,6 +161,7 @@ def test_decode_refuses_what_is_not_token_ids(bad, message):
 
 
 def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
+    import hashlib
     import json
     import os
 
@@ -180,12 +181,15 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
     refused(lambda m: m["tokenizer"].update(file="../targets/gsm-b32.tokenizer.json"), "must name a file beside it")
     refused(lambda m: m["config"].update(mask_token_id=5), "tokenizer's MASK id is 1, the model's mask_token_id 5")
     (tmp_path / "bytes.json").write_text(json.dumps({"kind": "bytes"}))
+    other = hashlib.sha256((tmp_path / "bytes.json").read_bytes()).hexdigest()  # named, with its SHA-256: read
     refused(
-        lambda m: m["tokenizer"].update(file="bytes.json"), "tokenizer.s MASK id is 257, the model.s mask_token_id 1"
+        lambda m: m["tokenizer"].update(file="bytes.json", sha256=other),
+        "tokenizer.s MASK id is 257, the model.s mask_token_id 1",
     )
     meta["config"]["mask_token_id"] = 257  # the same MASK id, other sizes
     refused(
-        lambda m: m["tokenizer"].update(file="bytes.json"), "the tokenizer has 258 ids, the model.s vocabulary 1024"
+        lambda m: m["tokenizer"].update(file="bytes.json", sha256=other),
+        "the tokenizer has 258 ids, the model.s vocabulary 1024",
     )
 
 
