@@ -25,16 +25,16 @@ if TYPE_CHECKING:
 
 # --- targets ----------------------------------------------------------------------------------
 
-_TARGETS: dict = {}  # (metadata path, mtimes of metadata and weights) -> Target
+_TARGETS: dict = {}  # (metadata path, mtimes of metadata and the weights it names) -> Target
 
 
 def target(name: str, directory: Path | str | None = None) -> Target:
     """``load_target(name, directory)``, loaded once per process while its files are unchanged.
     The Target is shared: take ``load_target`` for a copy of your own to change."""
-    from spotref.load.targets import TARGETS_DIR, load_target  # a model object needs no loader
+    from spotref.load.targets import TARGETS_DIR, load_target, weights_of  # a model object needs no loader
 
     meta = Path(name) if name.endswith(".json") else Path(directory or TARGETS_DIR, f"{name}.json")
-    key = (str(meta.resolve()), _mtime(meta), _mtime(meta.with_suffix(".safetensors")))
+    key = (str(meta.resolve()), _mtime(meta), _mtime(weights_of(meta)))  # the weights its metadata names
     if key not in _TARGETS:
         _TARGETS[key] = load_target(name, directory or TARGETS_DIR)
     return _TARGETS[key]

@@ -195,3 +195,20 @@ def test_a_shared_weights_file_is_still_checked_against_each_target_that_names_i
     for name in (DEFAULT_TARGET, "twin"):
         with pytest.raises(ValueError, match="SHA-256 does not match"):
             load_target(name, directory=d)
+
+
+def test_a_named_target_is_loaded_again_when_the_weights_its_metadata_names_change(copy_of_default):
+    """names.target's cache is keyed by the file the metadata names (a shared one included), so a
+    target sharing another's weights is not served stale after that file is rewritten."""
+    import os
+
+    from spotref import names
+
+    d, weights = copy_of_default
+    meta = load_target(DEFAULT_TARGET, directory=d).meta
+    (d / "twin.json").write_text(json.dumps({**meta, "name": "twin"}))
+    first = names.target("twin", d)
+    assert names.target("twin", d) is first
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the shared file rewritten
+    assert names.target("twin", d) is not first

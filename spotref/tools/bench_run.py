@@ -16,7 +16,6 @@ import torch
 import spotref
 from spotref import names
 from spotref.conformance import first_divergence, oracle_drafter
-from spotref.drafters.budget import auto_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
@@ -152,7 +151,16 @@ def run_auto(setup: Setup, T: float, name: str, options: BenchOptions, threshold
     """budget="auto" for drafter ``name``: (the N the cost model picks, its metrics, exact
     decoding's wall time re-measured right before it: the machine is shared and drifts)."""
     drafter = resolve_drafter(make_drafter(name, setup, None), setup.model)
-    d, N = auto_drafter(setup.model, drafter, options.grid.depth, T)
+    spec = spotref.Speculator.for_model(  # the route generate takes: measured under the run's own rule
+        setup.model,
+        temperature=T,
+        seed=options.seed,
+        threshold=threshold,
+        drafter=drafter,
+        budget="auto",
+        depth=options.grid.depth,
+    )
+    d, N = spec.drafter, spec.budget
     fresh = metrics([gen(setup, p, T, options, threshold=threshold) for p in setup.prompts])
     return N, metrics(run_drafter(setup, T, name, N, options, drafter=d, threshold=threshold)), fresh["wall"]
 
