@@ -2,6 +2,7 @@
 
 Every argument is checked before the first forward; a bad one raises ``ValueError`` naming it.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,11 +27,25 @@ from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_dra
 from spotref.rules import CONFIDENCES, DTYPES, PRECISIONS, SERVED, DecisionRule
 
 
-def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-             threshold: float | None = None, drafter=None, budget: int = 16, depth: int = 8,
-             top_k: int | None = None, top_p: float | None = None, stop_ids=None,
-             fused_store: bool = False, core=None, confidence: str = "filtered",
-             precision: str | None = None, width: int | None = None) -> Result:
+def generate(
+    model,
+    prompt_ids,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    threshold: float | None = None,
+    drafter=None,
+    budget: int = 16,
+    depth: int = 8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_ids=None,
+    fused_store: bool = False,
+    core=None,
+    confidence: str = "filtered",
+    precision: str | None = None,
+    width: int | None = None,
+) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
     model: an ``SDARModel`` (or an object with its contract), a bundled ``Target`` or its name.
@@ -47,13 +62,25 @@ def generate(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, s
     stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
     if not isinstance(fused_store, (bool, np.bool_)):
         raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
-    spec = Speculator.for_model(model, temperature=temperature, seed=seed, threshold=threshold,
-                                top_k=top_k, top_p=top_p, drafter=drafter, budget=budget,
-                                depth=depth, confidence=confidence, core=core, precision=precision,
-                                width=width)
+    spec = Speculator.for_model(
+        model,
+        temperature=temperature,
+        seed=seed,
+        threshold=threshold,
+        top_k=top_k,
+        top_p=top_p,
+        drafter=drafter,
+        budget=budget,
+        depth=depth,
+        confidence=confidence,
+        core=core,
+        precision=precision,
+        width=width,
+    )
     stats, t = Stats(), time.perf_counter()
-    tokens = decode(model, prompt, int(max_new_tokens), stops, partial(fill_block, spec.block),
-                    stats, bool(fused_store))
+    tokens = decode(
+        model, prompt, int(max_new_tokens), stops, partial(fill_block, spec.block), stats, bool(fused_store)
+    )
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
 
@@ -76,17 +103,40 @@ class Speculator:
     (``model.denoise(cache, rows, one_forward=blk.one_forward)``).
     """
 
-    def __init__(self, vocab_size: int, block_size: int, mask_id: int, temperature: float = 0.0,
-                 seed: int = 0, threshold: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, drafter="confidence", budget=16, depth: int = 8,
-                 confidence: str = "filtered", core=None, model=None, precision: str | None = None,
-                 width: int | None = None):
-        check_int("vocab_size", vocab_size, 2)            # 1 would hold only MASK: nothing to commit
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        mask_id: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        threshold: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        drafter="confidence",
+        budget=16,
+        depth: int = 8,
+        confidence: str = "filtered",
+        core=None,
+        model=None,
+        precision: str | None = None,
+        width: int | None = None,
+    ):
+        check_int("vocab_size", vocab_size, 2)  # 1 would hold only MASK: nothing to commit
         check_int("block_size", block_size, 1)
         check_int("mask_id", mask_id, 0, vocab_size - 1)
-        self.rule = decision_rule(int(vocab_size), int(block_size), int(mask_id), temperature, seed,
-                                  threshold, top_k, top_p, confidence,
-                                  serving_precision(model) if precision is None else precision)
+        self.rule = decision_rule(
+            int(vocab_size),
+            int(block_size),
+            int(mask_id),
+            temperature,
+            seed,
+            threshold,
+            top_k,
+            top_p,
+            confidence,
+            serving_precision(model) if precision is None else precision,
+        )
         if budget != "auto":
             check_int("budget", budget, 1, LIMIT - 1)
         self.depth = check_int("depth", depth, 0, LIMIT - 1)
@@ -115,26 +165,38 @@ class Speculator:
 
     def block(self, index: int, state, stats: Stats | None = None) -> Block:
         """A ``Block`` for block ``index`` (absolute, from position 0) starting at ``state``."""
-        check_int("index", index, 0, LIMIT - 1)          # the noise key holds 64 bits; positions less
+        check_int("index", index, 0, LIMIT - 1)  # the noise key holds 64 bits; positions less
         rule = self.rule
         state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
-        return Block(rule, self.drafter, self.core, self.budget, self.depth, int(index),
-                     np.asarray(state, np.int64), stats, self.width)
+        return Block(
+            rule,
+            self.drafter,
+            self.core,
+            self.budget,
+            self.depth,
+            int(index),
+            np.asarray(state, np.int64),
+            stats,
+            self.width,
+        )
 
 
 def speculator_drafter(drafter, model):
     """The resolved drafter; a model's own drafter asked for without the model is named."""
     if model is None and isinstance(drafter, str) and drafter in MODEL_DRAFTERS:
-        raise ValueError(f"drafter {drafter!r} is the target's own trained drafter: use "
-                         f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)")
+        raise ValueError(
+            f"drafter {drafter!r} is the target's own trained drafter: use "
+            f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)"
+        )
     return resolve_drafter(drafter, model)
 
 
-def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, top_k, top_p,
-                  confidence, precision="auto") -> DecisionRule:
+def decision_rule(
+    V: int, B: int, mask_id: int, temperature, seed, threshold, top_k, top_p, confidence, precision="auto"
+) -> DecisionRule:
     """The checked decision parameters of one generation (each bad one named)."""
     check_temperature(temperature)
-    check_int("seed", seed, 0, 2 ** 64 - 1)
+    check_int("seed", seed, 0, 2**64 - 1)
     if threshold is not None:
         check_real("threshold", threshold, lo=0.0, hi=1.0, open_lo=True, open_hi=True)
     if top_k is not None:
@@ -145,8 +207,18 @@ def decision_rule(V: int, B: int, mask_id: int, temperature, seed, threshold, to
         raise ValueError(f"confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise ValueError(f"precision must be None or one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return DecisionRule(mask_id, V, B, float(temperature), int(seed), top_k, top_p,
-                        None if threshold is None else float(threshold), confidence, precision)
+    return DecisionRule(
+        mask_id,
+        V,
+        B,
+        float(temperature),
+        int(seed),
+        top_k,
+        top_p,
+        None if threshold is None else float(threshold),
+        confidence,
+        precision,
+    )
 
 
 def check_width(width, budget) -> int | None:
@@ -157,8 +229,9 @@ def check_width(width, budget) -> int | None:
         return None
     width = check_int("width", width, 1, LIMIT - 1)
     if budget != "auto" and budget > width:
-        raise ValueError(f"budget {budget} exceeds the verify width {width}: a pass verifies at most "
-                         f"width states (budget <= width)")
+        raise ValueError(
+            f"budget {budget} exceeds the verify width {width}: a pass verifies at most width states (budget <= width)"
+        )
     return width
 
 

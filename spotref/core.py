@@ -20,6 +20,7 @@ whatever it refuses it hands to the same checks, so both raise the same message.
 ``tests/test_core.py`` runs both against a brute-force oracle and ``spotref.EXTENSION`` says
 which one the decoders use.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,7 @@ from spotref.checks import (
     check_tree,
 )
 
-__all__ = ["LIMIT", "Tree", "build_tree", "walk"]      # the names _ext/core.pyx mirrors
+__all__ = ["LIMIT", "Tree", "build_tree", "walk"]  # the names _ext/core.pyx mirrors
 
 
 class Tree:
@@ -48,7 +49,7 @@ class Tree:
 
     def __init__(self, node_states, node_steps, mask_id, vocab_size, max_set):
         """Merge the nodes' (state, step) pairs into distinct rows, in order of first appearance."""
-        self._index = {}                                # (tuple(state), step) -> row
+        self._index = {}  # (tuple(state), step) -> row
         states, steps = [], []
         for state, step in zip(node_states, node_steps):
             key = (tuple(state), step)
@@ -75,7 +76,7 @@ class Tree:
         check_int("child: row", row, 0, len(self) - 1)
         state = self.states[row].tolist()
         check_decision(row, commits, state, self.mask_id, self.vocab_size, self.max_set)
-        if not commits:                                 # a complete state: nothing follows
+        if not commits:  # a complete state: nothing follows
             return -1
         return self._index.get((tuple(_applied(state, commits)), int(self.steps[row]) + 1), -1)
 
@@ -97,7 +98,7 @@ def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, 
     check_build_args(root_step, mask_id, vocab_size, max_set, budget, depth)
     root = check_state("draft root", root, mask_id, vocab_size)
     check_shape(parents, commits, budget)
-    states, depths = [root], [0]                        # every node's state and depth below the root
+    states, depths = [root], [0]  # every node's state and depth below the root
     for i in range(1, len(parents)):
         p, cs = parents[i], commits[i]
         check_node(i, p, cs, states, depths, mask_id, vocab_size, max_set, depth)

@@ -11,6 +11,7 @@ transition is the target's own decision at that state with that state's noise, s
 tokens are those of exact decoding whatever the drafter proposes; exact decoding is the same
 ``Block`` with no drafter (the root alone: one state, one decision per pass).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,25 +29,25 @@ from spotref.rules import DecisionRule
 
 @dataclass
 class Result:
-    tokens: list          # generated tokens, prompt excluded
-    passes: int           # every target forward: prefill + denoise/verify + store
+    tokens: list  # generated tokens, prompt excluded
+    passes: int  # every target forward: prefill + denoise/verify + store
     stats: dict
 
 
 @dataclass
 class Stats:
     passes: int = 0
-    starts: list = field(default_factory=list)       # (block, step) at each denoise/verify pass
-    accepted: list = field(default_factory=list)     # decisions per denoise/verify pass
-    committed: list = field(default_factory=list)    # positions per denoise/verify pass
+    starts: list = field(default_factory=list)  # (block, step) at each denoise/verify pass
+    accepted: list = field(default_factory=list)  # decisions per denoise/verify pass
+    committed: list = field(default_factory=list)  # positions per denoise/verify pass
     draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
-    trajectory: list = field(default_factory=list)   # (block, step, commits) in commit order
-    blocks: list = field(default_factory=list)       # (new tokens, passes) per decoded block; passes:
-                                                     # its denoise/verify passes and its store
-    stopped: bool = False                            # the last decoded block holds a stop id
+    trajectory: list = field(default_factory=list)  # (block, step, commits) in commit order
+    blocks: list = field(default_factory=list)  # (new tokens, passes) per decoded block; passes:
+    # its denoise/verify passes and its store
+    stopped: bool = False  # the last decoded block holds a stop id
     model_s: float = 0.0
     draft_s: float = 0.0
-    book_s: float = 0.0                              # tree building, decisions, acceptance
+    book_s: float = 0.0  # tree building, decisions, acceptance
 
     @contextlib.contextmanager
     def timed(self, field_name: str):
@@ -113,20 +114,30 @@ class Block:
     bad logits raise ``ValueError``: neither can corrupt the block.
     """
 
-    def __init__(self, rule: DecisionRule, drafter: Drafter | None, core, budget: int, depth: int, index: int,
-                 state: np.ndarray, stats: Stats | None = None, width: int | None = None):
+    def __init__(
+        self,
+        rule: DecisionRule,
+        drafter: Drafter | None,
+        core,
+        budget: int,
+        depth: int,
+        index: int,
+        state: np.ndarray,
+        stats: Stats | None = None,
+        width: int | None = None,
+    ):
         self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
         self.budget, self.depth, self.index = budget, depth, index
         self.state = np.array(state, dtype=np.int64)  # (B,) MASK where uncommitted
-        self.step = 0                        # decisions taken in this block
-        self.stale = None                    # (B, V) the last pass's logits at its deepest accepted state
-        self.passes = 0                      # verify forwards run on this block
+        self.step = 0  # decisions taken in this block
+        self.stale = None  # (B, V) the last pass's logits at its deepest accepted state
+        self.passes = 0  # verify forwards run on this block
         self.stats = stats if stats is not None else Stats()
-        self.decisions = []                  # the target's decisions in this block, in order
+        self.decisions = []  # the target's decisions in this block, in order
         self.noise = rule.block_noise(index)  # g_k of this block, what its decisions read
         # the drafter's own rule and noise: nothing it does reaches a decision
         self._drafter_rule, self._drafter_noise = replace(rule), rule.block_noise(index)
-        self._tree = None                    # the proposed tree, until its logits are accepted
+        self._tree = None  # the proposed tree, until its logits are accepted
 
     @property
     def done(self) -> bool:
@@ -149,16 +160,36 @@ class Block:
             raise RuntimeError("propose() called twice: accept() the logits of the rows it returned first")
         if self.done:
             raise RuntimeError(f"block {self.index} is done: nothing to propose")
-        with self.stats.timed("draft_s"):                                     # 1. draft
-            view = None if self.stale is None or self.drafter is None else View.of(
-                self.state, self.step, self.index, self.stale, self._drafter_rule, self.budget, self.depth,
-                [pos for pos, _ in self.decisions[-1]], self._drafter_noise)  # the bonus: after the stale pass
+        with self.stats.timed("draft_s"):  # 1. draft
+            view = (
+                None
+                if self.stale is None or self.drafter is None
+                else View.of(
+                    self.state,
+                    self.step,
+                    self.index,
+                    self.stale,
+                    self._drafter_rule,
+                    self.budget,
+                    self.depth,
+                    [pos for pos, _ in self.decisions[-1]],
+                    self._drafter_noise,
+                )
+            )  # the bonus: after the stale pass
             draft = propose(self.drafter, view)
-        with self.stats.timed("book_s"):                                      # 2. build
+        with self.stats.timed("book_s"):  # 2. build
             max_set = 1 if self.rule.threshold is None else len(self.state)
-            self._tree = self.core.build_tree(self.state, self.step, draft.parents, draft.commits,
-                                              self.rule.mask_id, self.rule.vocab_size, max_set,
-                                              self.budget, self.depth)
+            self._tree = self.core.build_tree(
+                self.state,
+                self.step,
+                draft.parents,
+                draft.commits,
+                self.rule.mask_id,
+                self.rule.vocab_size,
+                max_set,
+                self.budget,
+                self.depth,
+            )
         return padded(self._tree.states, self.width)
 
     def accept(self, logits) -> None:
@@ -167,11 +198,12 @@ class Block:
             raise RuntimeError("accept() without propose(): propose() the rows, run them, then accept")
         tree = self._tree
         R = len(tree) if self.width is None else self.width
-        logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[:len(tree)]
-        with self.stats.timed("book_s"):                                      # 4. walk
-            self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits,
-                                                              self.noise, self.stats)
-        self._tree = None                  # only now: logits the rule refuses leave the rows pending
+        logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[: len(tree)]
+        with self.stats.timed("book_s"):  # 4. walk
+            self.state, self.step, self.stale, taken = accept(
+                self.rule, self.core, tree, logits, self.noise, self.stats
+            )
+        self._tree = None  # only now: logits the rule refuses leave the rows pending
         self.decisions += taken
         self.passes += 1
 
@@ -202,7 +234,7 @@ def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
         raise ValueError(f"logits of shape {tuple(logits.shape)}, want {shape} (R proposed rows, B, V)")
     if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
         raise ValueError("logits hold NaN or +inf")
-    finite = (~torch.isneginf(logits)).sum(-1)                       # (R, B): one pass, no copy
+    finite = (~torch.isneginf(logits)).sum(-1)  # (R, B): one pass, no copy
     if bool((finite == 0).any()):
         raise ValueError("logits: a position has no finite logit (all -inf)")
     only_mask = (finite == 1) & ~torch.isneginf(logits[..., mask_id])
@@ -216,7 +248,7 @@ def fill_block(new_block, target: BoundTarget, index: int, state: np.ndarray) ->
     """Fill one block through the step API: propose, one forward, accept, until done."""
     block = new_block(index, state, target.stats)
     while not block.done:
-        block.accept(target.denoise(block.propose(), block.one_forward))     # 3. verify: (R, B, V)
+        block.accept(target.denoise(block.propose(), block.one_forward))  # 3. verify: (R, B, V)
     return block.state
 
 
@@ -248,8 +280,7 @@ def accept(rule, core, tree, logits, noise: BlockNoise, stats: Stats):
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
-def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats,
-           fused_store: bool = False) -> list:
+def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats, fused_store: bool = False) -> list:
     """The outer block loop shared by every decoder: ``fill(target, index, state)`` (``fill_block``
     bound to a block factory) decides each block; returns the generated tokens."""
     B, mask_id = model.block_size, model.mask_id
@@ -259,16 +290,16 @@ def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stat
     target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
     generated, stops = [], set(stop_ids or ())
     for b in range(n_full, n_blocks):
-        tail, before = prompt[b * B:], stats.passes    # the fixed prompt tail (first block only)
+        tail, before = prompt[b * B :], stats.passes  # the fixed prompt tail (first block only)
         state = np.full(B, mask_id, dtype=np.int64)
         state[: len(tail)] = tail
         state = fill(target, b, state)
-        new = state[len(tail):].tolist()
+        new = state[len(tail) :].tolist()
         generated += new
-        target.store(state)                            # as SDAR: every block
+        target.store(state)  # as SDAR: every block
         stats.blocks.append((len(new), stats.passes - before))
         if stops.intersection(new):
-            stats.stopped = True                       # SDAR's rule: the block holding it finishes
+            stats.stopped = True  # SDAR's rule: the block holding it finishes
             break
     generated = generated[:max_new_tokens]
     for i, t in enumerate(generated):

@@ -5,6 +5,7 @@ step, the stale logits of the previous pass, and the coupled-noise sampler. It p
 of candidate states; the decoder verifies them all in one forward and keeps what the target
 itself would have decided, so a drafter can cost passes but never change the output.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class Draft:
 
     def __post_init__(self):
         object.__setattr__(self, "parents", _frozen(self.parents, levels=1))
-        object.__setattr__(self, "commits", _frozen(self.commits, levels=3))    # nodes, pairs, (position, token)
+        object.__setattr__(self, "commits", _frozen(self.commits, levels=3))  # nodes, pairs, (position, token)
         if self.probs is not None:
             object.__setattr__(self, "probs", check_probs(self.probs, self.parents))
 
@@ -93,15 +94,15 @@ class View:
     ``coupled_tokens`` keeps what it computed for a step in ``_coupled`` (a field the constructor
     sets empty), so a drafter asking again costs nothing."""
 
-    tokens: np.ndarray             # (B,) int64, MASK where uncommitted
-    step: int                      # decisions already taken in this block
-    block: int                     # block index (absolute, from position 0)
-    stale_logits: torch.Tensor     # (B, V): the previous pass's logits, in their dtype
+    tokens: np.ndarray  # (B,) int64, MASK where uncommitted
+    step: int  # decisions already taken in this block
+    block: int  # block index (absolute, from position 0)
+    stale_logits: torch.Tensor  # (B, V): the previous pass's logits, in their dtype
     rule: DecisionRule
-    budget: int                    # node budget N (root included)
-    depth: int                     # depth cap D
-    unseen: np.ndarray             # (B,) bool: committed since the stale pass (its bonus decision)
-    noise: BlockNoise              # g_k of the block, what coupled tokens are drawn with
+    budget: int  # node budget N (root included)
+    depth: int  # depth cap D
+    unseen: np.ndarray  # (B,) bool: committed since the stale pass (its bonus decision)
+    noise: BlockNoise  # g_k of the block, what coupled tokens are drawn with
     _coupled: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # step -> (B,) tokens
 
     @classmethod
@@ -171,7 +172,7 @@ class DraftBuilder:
     def __init__(self, root: np.ndarray, step: int = 0):
         self.parents, self.commits = [-1], [()]
         self.states, self.steps, self.depths = [root], [step], [0]
-        self.nodes = {(root.tobytes(), step): 0}         # (state, step) -> the first node holding it
+        self.nodes = {(root.tobytes(), step): 0}  # (state, step) -> the first node holding it
 
     @classmethod
     def replay(cls, draft: Draft, root: np.ndarray, step: int = 0) -> "DraftBuilder":

@@ -34,6 +34,7 @@ pass. Two ways to run a pass give that:
 
 Both run the same layer code; rows alone is a forward of one row, row by row.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -151,20 +152,20 @@ class Attention(nn.Module):
         if N == 1 and P:
             k, v = (torch.cat((p[None], new), 2) for p, new in zip(past, (k, v)))
             past, P = None, 0
-        qg = q.reshape(N, kvh, g * L, d)                                     # (N, kvh, gL, d)
-        s = [torch.matmul(qg, k.transpose(2, 3))]                            # (N, kvh, gL, S)
+        qg = q.reshape(N, kvh, g * L, d)  # (N, kvh, gL, d)
+        s = [torch.matmul(qg, k.transpose(2, 3))]  # (N, kvh, gL, S)
         S = s[0].shape[-1]
-        if P:                                                                # one product per K/V head
-            flat = qg.transpose(0, 1).reshape(kvh, N * g * L, d)             # (kvh, N gL, d)
+        if P:  # one product per K/V head
+            flat = qg.transpose(0, 1).reshape(kvh, N * g * L, d)  # (kvh, N gL, d)
             s.insert(0, torch.bmm(flat, past[0].transpose(1, 2)).view(kvh, N, g * L, P).transpose(0, 1))
-        mask = torch.cat((mask.new_zeros(L, S + P - L), mask), 1)           # (L, P + S)
-        att = torch.cat(s, -1).view(N, kvh, g, L, P + S) * d ** -0.5 + mask  # as Qwen3: times d^-1/2
+        mask = torch.cat((mask.new_zeros(L, S + P - L), mask), 1)  # (L, P + S)
+        att = torch.cat(s, -1).view(N, kvh, g, L, P + S) * d**-0.5 + mask  # as Qwen3: times d^-1/2
         att = torch.softmax(att, dim=-1).view(N, kvh, g * L, P + S)
-        y = torch.matmul(att[..., P:], v)                                    # (N, kvh, gL, d)
+        y = torch.matmul(att[..., P:], v)  # (N, kvh, gL, d)
         if P:
             a = att[..., :P].transpose(0, 1).reshape(kvh, N * g * L, P)
             y = torch.bmm(a, past[1]).view(kvh, N, g * L, d).transpose(0, 1) + y
-        y = y.reshape(N, self.h, L, d).transpose(1, 2).reshape(N, L, self.h * d)   # (N, L, h d)
+        y = y.reshape(N, self.h, L, d).transpose(1, 2).reshape(N, L, self.h * d)  # (N, L, h d)
         return self.o_proj(y)
 
 
@@ -208,22 +209,23 @@ class KVCache:
     """K/V of the complete blocks before the current one: per layer (kvh, P, d)."""
 
     def __init__(self, layers):
-        self.layers = layers          # list of (k, v)
+        self.layers = layers  # list of (k, v)
 
     @property
     def length(self) -> int:
         return self.layers[0][0].shape[1] if self.layers else 0
 
-    def append(self, new):           # new: per layer (k, v) each (1, kvh, B, d)
-        self.layers = [(torch.cat((k, nk[0]), 1), torch.cat((v, nv[0]), 1))
-                       for (k, v), (nk, nv) in zip(self.layers, new)]
+    def append(self, new):  # new: per layer (k, v) each (1, kvh, B, d)
+        self.layers = [
+            (torch.cat((k, nk[0]), 1), torch.cat((v, nv[0]), 1)) for (k, v), (nk, nv) in zip(self.layers, new)
+        ]
 
 
 class SDARModel(nn.Module):
     """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range);
     a new model is in eval mode, ready to decode (training code calls ``.train()`` itself)."""
 
-    config_class = SDARConfig          # what ``from_pretrained`` builds the config with
+    config_class = SDARConfig  # what ``from_pretrained`` builds the config with
 
     def __init__(self, config: SDARConfig):
         super().__init__()
@@ -246,8 +248,9 @@ class SDARModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
         """Load a local SDAR checkpoint directory (config.json + safetensors)."""
-        return load_pretrained(cls, path, block_size=block_size, mask_token_id=mask_token_id,
-                               dtype=dtype, device=device)
+        return load_pretrained(
+            cls, path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
+        )
 
     def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
         """Write a checkpoint directory that ``from_pretrained`` reads back bit for bit."""
@@ -270,8 +273,8 @@ class SDARModel(nn.Module):
         d = self.config.head_dim
         inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, d, 2, device=device).float() / d))
         pos = torch.arange(start, start + L, device=device).float()
-        freqs = torch.outer(pos, inv_freq)                    # (L, d/2)
-        emb = torch.cat((freqs, freqs), dim=-1)               # (L, d)
+        freqs = torch.outer(pos, inv_freq)  # (L, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (L, d)
         dtype = self.lm_head.weight.dtype
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -279,7 +282,7 @@ class SDARModel(nn.Module):
         """Additive block-causal mask (L, L) among tokens start .. start + L - 1."""
         B = self.block_size
         blk = (start + torch.arange(L, device=device)) // B
-        visible = blk[None, :] <= blk[:, None]                # (L, L)
+        visible = blk[None, :] <= blk[:, None]  # (L, L)
         zero = torch.zeros((), dtype=self.lm_head.weight.dtype, device=device)
         return torch.where(visible, zero, torch.finfo(zero.dtype).min)
 
@@ -290,7 +293,7 @@ class SDARModel(nn.Module):
         P = cache.length if cache is not None else 0
         cos, sin = self._rope(P, L, ids.device)
         mask = self._mask(P, L, ids.device)
-        x, new = self.model.embed_tokens(ids), []             # (N, L, H)
+        x, new = self.model.embed_tokens(ids), []  # (N, L, H)
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, cache.layers[i] if cache is not None else None)
             new.append(kv)
@@ -298,14 +301,14 @@ class SDARModel(nn.Module):
 
     def _rows(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """ids: (N, L) -> logits (N, L, V), each row a forward of its own."""
-        return torch.cat([self.lm_head(self._run(ids[i:i + 1], cache)[0]) for i in range(len(ids))])
+        return torch.cat([self.lm_head(self._run(ids[i : i + 1], cache)[0]) for i in range(len(ids))])
 
     def _one_forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         """ids: (N, L) -> logits (N, L, V) from ONE forward of the N rows, padded with copies of
         row 0 to ``padded_rows`` (the kernels' row count; N itself on an accelerator)."""
         N, L = ids.shape
         ids = torch.cat((ids, ids[:1].expand(padded_rows(N, L, ids.device) - N, L)))
-        return self.lm_head(self._run(ids, cache)[0])[:N]     # the lm_head over every row: one shape
+        return self.lm_head(self._run(ids, cache)[0])[:N]  # the lm_head over every row: one shape
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -319,11 +322,11 @@ class SDARModel(nn.Module):
         itself and the clean blocks < i, clean block i the clean blocks <= i, so each block of x_t
         is denoised over its clean prefix as a decoding pass denoises it."""
         L = x.shape[1]
-        cos, sin = (torch.cat((t, t)) for t in self._rope(0, L, x.device))    # (2L, d): positions twice
-        h = self.model.embed_tokens(torch.cat((x_t, x), 1))                    # (N, 2L, H)
+        cos, sin = (torch.cat((t, t)) for t in self._rope(0, L, x.device))  # (2L, d): positions twice
+        h = self.model.embed_tokens(torch.cat((x_t, x), 1))  # (N, 2L, H)
         for layer in self.model.layers:
             h, _ = layer(h, cos, sin, mask, None)
-        return self.lm_head(self.model.norm(h[:, :L]))                       # (N, L, V)
+        return self.lm_head(self.model.norm(h[:, :L]))  # (N, L, V)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> KVCache:
@@ -331,9 +334,21 @@ class SDARModel(nn.Module):
         assert ids.ndim == 1 and len(ids) % self.block_size == 0, f"prefill ids {tuple(ids.shape)}"
         dev = self.lm_head.weight.device
         if len(ids) == 0:
-            return KVCache([(torch.zeros(self.config.num_key_value_heads, 0, self.config.head_dim,
-                                         dtype=self.lm_head.weight.dtype, device=dev),) * 2
-                            for _ in self.model.layers])
+            return KVCache(
+                [
+                    (
+                        torch.zeros(
+                            self.config.num_key_value_heads,
+                            0,
+                            self.config.head_dim,
+                            dtype=self.lm_head.weight.dtype,
+                            device=dev,
+                        ),
+                    )
+                    * 2
+                    for _ in self.model.layers
+                ]
+            )
         _, new = self._run(ids[None].to(dev), None)
         return KVCache([(k[0], v[0]) for k, v in new])
 
@@ -343,22 +358,25 @@ class SDARModel(nn.Module):
 
         one_forward: False runs each row alone; True runs the N rows as ONE forward, a pass at
         the fixed width N (see the module docstring: only passes of one width agree bit for bit)."""
-        assert states.ndim == 2 and states.shape[1] == self.block_size, \
+        assert states.ndim == 2 and states.shape[1] == self.block_size, (
             f"denoise states {tuple(states.shape)}, want (N, {self.block_size})"
+        )
         states = states.to(self.lm_head.weight.device)
         return self._one_forward(states, cache) if one_forward else self._rows(states, cache)
 
     @torch.no_grad()
-    def store_and_denoise(self, cache: KVCache, block: torch.Tensor, states: torch.Tensor,
-                          one_forward: bool = False) -> torch.Tensor:
+    def store_and_denoise(
+        self, cache: KVCache, block: torch.Tensor, states: torch.Tensor, one_forward: bool = False
+    ) -> torch.Tensor:
         """The fused store: SDAR's store pass of ``block`` (B,), then the denoise pass of
         ``states`` (N, B) of the next block, in one call: two forwards (the store's K/V feed the
         denoise's attention), counted by the decoder as one pass, as an engine that overlaps them
         would. Appends the block's K/V to the cache and returns logits (N, B, V), bit for bit
         ``store(cache, block)`` then ``denoise(cache, states, one_forward)``."""
         B = self.block_size
-        assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, \
+        assert block.shape == (B,) and states.ndim == 2 and states.shape[1] == B, (
             f"store_and_denoise block {tuple(block.shape)}, states {tuple(states.shape)}"
+        )
         self.store(cache, block)
         return self.denoise(cache, states, one_forward)
 

@@ -20,6 +20,7 @@ bits under every CPU capability level, tested) and the decision rule moves it to
 device: one (B, V) float64 transfer per (block, step), kept for the block by ``BlockNoise``;
 ``benchmarks/gpu_check.py`` measures its cost.
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,7 +63,7 @@ def uniform(seed: int, block: int, step: int, B: int, V: int, device=None) -> to
     """u: (B, V) float64 in the open interval (0, 1)."""
     counter = torch.arange(1, B * V + 1, dtype=torch.int64, device=device)
     z = _mix_tensor(counter * _signed(GOLDEN) + _signed(noise_key(seed, block, step)))
-    return ((_shr(z, 11).double() + 0.5) * 2.0 ** -53).view(B, V)
+    return ((_shr(z, 11).double() + 0.5) * 2.0**-53).view(B, V)
 
 
 def gumbel(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
@@ -77,7 +78,7 @@ class BlockNoise:
 
     def __init__(self, seed: int, block: int, block_size: int, vocab_size: int):
         self.seed, self.block, self.shape = seed, block, (block_size, vocab_size)
-        self._g = {}                                     # (step, device) -> (B, V) float64
+        self._g = {}  # (step, device) -> (B, V) float64
 
     def __call__(self, step: int, device="cpu") -> torch.Tensor:
         """g_k: (B, V) float64 on ``device`` for step ``k = step`` of the block."""

@@ -32,6 +32,7 @@ runner-up or a confidence (the view, the drafters, the recorders) calls ``scores
 All maths runs on the logits' device. A decision is a tuple of ``(position, token)`` pairs
 sorted by position: the form of ``Draft.commits`` and of the state-equality check.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,9 +44,8 @@ from spotref.noise import BlockNoise
 
 Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
 CONFIDENCES = ("filtered", "unfiltered")
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
-PRECISIONS = ("auto", *DTYPES)        # "auto": the logits' dtype
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISIONS = ("auto", *DTYPES)  # "auto": the logits' dtype
 SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming the serving precision, first found
 
 
@@ -61,8 +61,8 @@ class DecisionRule:
     top_k: int | None = None
     top_p: float | None = None
     threshold: float | None = None
-    confidence: str = "filtered"     # or "unfiltered": see the module docstring
-    precision: str = "auto"          # the dtype decisions are taken in: see the module docstring
+    confidence: str = "filtered"  # or "unfiltered": see the module docstring
+    precision: str = "auto"  # the dtype decisions are taken in: see the module docstring
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCES:
@@ -75,8 +75,10 @@ class DecisionRule:
         if self.precision != "auto":
             return DTYPES[self.precision]
         if logits.dtype not in DTYPES.values():
-            raise ValueError(f"logits of dtype {logits.dtype}: precision='auto' decides in "
-                             f"{', '.join(DTYPES)}; name one as precision")
+            raise ValueError(
+                f"logits of dtype {logits.dtype}: precision='auto' decides in "
+                f"{', '.join(DTYPES)}; name one as precision"
+            )
         return logits.dtype
 
     def block_noise(self, block: int) -> BlockNoise:
@@ -90,8 +92,10 @@ class DecisionRule:
         z[:, self.mask_id] = -torch.inf
         z = z / self.temperature if self.temperature > 0 else z
         if bool(torch.isposinf(z).any()) or bool(torch.isnan(z).any()):
-            raise ValueError(f"logits / T overflow {D} (T = {self.temperature}, largest logit "
-                             f"{float(logits.max())}): decide in a wider precision")
+            raise ValueError(
+                f"logits / T overflow {D} (T = {self.temperature}, largest logit "
+                f"{float(logits.max())}): decide in a wider precision"
+            )
         return z
 
     def filtered(self, logits: torch.Tensor) -> torch.Tensor:
@@ -140,7 +144,7 @@ class DecisionRule:
     def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
         """(``tokens``, their ``confidences``) (M,), (M,): the same numbers from one filter and
         one softmax of the rows (``decide``'s path; the vocabulary of SDAR-8B makes them count)."""
-        p = torch.softmax(self.filtered(logits), -1)                               # (M, V) in D
+        p = torch.softmax(self.filtered(logits), -1)  # (M, V) in D
         x = self.sample(self.scored(p), positions, noise, step)
         unfiltered = self.confidence == "unfiltered" and (self.top_k, self.top_p) != (None, None)
         q = torch.softmax(self.scaled(logits), -1) if unfiltered else p
@@ -152,12 +156,12 @@ class DecisionRule:
         masked = np.flatnonzero(state == self.mask_id)
         if len(masked) == 0:
             return ()
-        rows = logits[torch.as_tensor(masked, device=logits.device)]              # (M, V)
-        x, c = self.drawn(rows, masked, noise, step)                               # (M,), (M,)
-        if self.threshold is not None and bool((c > self.threshold).any()):   # exact comparison
+        rows = logits[torch.as_tensor(masked, device=logits.device)]  # (M, V)
+        x, c = self.drawn(rows, masked, noise, step)  # (M,), (M,)
+        if self.threshold is not None and bool((c > self.threshold).any()):  # exact comparison
             chosen = torch.nonzero(c > self.threshold)[:, 0]
         else:
-            chosen = c.argmax()[None]                         # first maximum: the lowest position
+            chosen = c.argmax()[None]  # first maximum: the lowest position
         x, chosen = x.tolist(), chosen.tolist()
         return tuple((int(masked[i]), x[i]) for i in chosen)
 
@@ -171,14 +175,14 @@ def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) 
     applies them, in z's dtype; ties in the order go to the lower index."""
     if top_k is None and top_p is None:
         return z
-    order = torch.sort(z, dim=-1, descending=True, stable=True).indices       # (M, V)
-    keep = torch.ones_like(z, dtype=torch.bool)                                # in sorted order
+    order = torch.sort(z, dim=-1, descending=True, stable=True).indices  # (M, V)
+    keep = torch.ones_like(z, dtype=torch.bool)  # in sorted order
     if top_k is not None and top_k < z.shape[-1]:
-        kth = z.gather(1, order[:, top_k - 1:top_k])                           # (M, 1)
-        keep = z.gather(1, order) >= kth                   # the top k and every tie with the k-th
-    if top_p is not None:                                     # over the top-k survivors
+        kth = z.gather(1, order[:, top_k - 1 : top_k])  # (M, 1)
+        keep = z.gather(1, order) >= kth  # the top k and every tie with the k-th
+    if top_p is not None:  # over the top-k survivors
         p = torch.softmax(z.gather(1, order).masked_fill(~keep, -torch.inf), -1)
-        before = torch.cumsum(p, -1)[:, :-1]                   # mass strictly before each entry
+        before = torch.cumsum(p, -1)[:, :-1]  # mass strictly before each entry
         keep[:, 1:] &= before <= top_p
     kept = torch.zeros_like(keep).scatter(1, order, keep)
     return z.masked_fill(~kept, -torch.inf)
