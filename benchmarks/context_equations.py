@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from equation_drills import answer  # noqa: E402
 
 import spotref  # noqa: E402
+from spotref.bench import quality_math  # noqa: E402
+from spotref.cli.report import progress, table  # noqa: E402
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
-from spotref.tools import quality_math  # noqa: E402
-from spotref.tools.report import progress, table  # noqa: E402
 
 OUTCOMES = ("right", "wrong length", "wrong digits")
 DIGITS = re.compile(r"\d+")

@@ -1,6 +1,6 @@
 """The one family of argument checks: each bad value raises ``ValueError`` naming the argument,
 before any work. The scalar checks (``is_index``, ``check_int``, ``check_real``) serve every
-room and the command line (``tools/argtypes``); then come the contract of the tree core
+room and the command line (``spotref/cli/argtypes.py``); then come the contract of the tree core
 (``spotref.core`` and its compiled twin: a draft, a decision, a tree), a draft's node
 probabilities, the model config (``SDARConfig``) and ``spotref.generate``'s sequences. Not part
 of the algorithm: nothing here decides a token, and nothing here imports torch (a tensor is

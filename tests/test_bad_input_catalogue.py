@@ -195,7 +195,7 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
 
 @pytest.mark.parametrize("option", ["--targets-dir", "--drafters-dir"])
 def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
-    from spotref.tools.cli import main
+    from spotref.cli.main import main
 
     assert main(["bench", "--quick", option, "/nonexistent", "--out", str(tmp_path / "r.md")]) == 2
     assert f"{option} '/nonexistent' is not a directory" in capsys.readouterr().err

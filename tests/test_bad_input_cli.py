@@ -1,4 +1,4 @@
-"""Bad command lines, run in-process (``spotref.tools.cli.main``).
+"""Bad command lines, run in-process (``spotref.cli.main.main``).
 
 A bad option value is an argparse error: ``SystemExit(2)`` and a usage message that names the
 option. A bad input found later is one line ``spotref CMD: error: ...`` and status 2. Ctrl-C is
@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from spotref.bench import bench
+from spotref.cli import main as cli
+from spotref.cli.main import main
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
-from spotref.tools import bench, cli, train_drafter
-from spotref.tools.cli import main
+from spotref.train import train_drafter
 
 pytest.importorskip("safetensors")
 MODEL = ["--model", "stdlib-b32", "--prompt", "def f(x):"]  # a code target: no chat format
@@ -149,9 +151,9 @@ def test_bad_input_found_later_is_one_line(capsys, argv, message):
 
 
 def test_drafter_option_takes_what_load_drafter_takes(capsys):
+    from spotref.cli.generate import drafter_arg
     from spotref.drafters.spot import SpotDrafter
     from spotref.load.drafters import ORDER_DIR
-    from spotref.tools.cli_models import drafter_arg
 
     assert isinstance(drafter_arg("stdlib-b16"), SpotDrafter)
     assert isinstance(drafter_arg(str(ORDER_DIR / "stdlib-b16.pt")), SpotDrafter)
@@ -181,10 +183,10 @@ def interrupt(*args, **kwargs):
 @pytest.mark.parametrize(
     "target, argv, prog",
     [
-        ("spotref.tools.demo.run", ["demo", "--model", "random"], "spotref demo"),
-        ("spotref.tools.cli_models.run_generate", ["generate", *MODEL], "spotref generate"),
-        ("spotref.tools.bench.run", ["bench"], "spotref bench"),
-        ("spotref.tools.train.run", ["train-target", "--name", "t"], "spotref train-target"),
+        ("spotref.cli.demo.run", ["demo", "--model", "random"], "spotref demo"),
+        ("spotref.cli.generate.run_generate", ["generate", *MODEL], "spotref generate"),
+        ("spotref.bench.bench.run", ["bench"], "spotref bench"),
+        ("spotref.train.train_target.run", ["train-target", "--name", "t"], "spotref train-target"),
     ],
 )
 def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch, target, argv, prog):
@@ -199,8 +201,8 @@ def test_ctrl_c_in_the_module_entry_points(capsys, monkeypatch):
     monkeypatch.setattr(train_drafter, "run", interrupt)
     assert bench.main([]) == 130 and train_drafter.main([DEFAULT_TARGET]) == 130
     assert capsys.readouterr().err.splitlines() == [
-        "python -m spotref.tools.bench: interrupted",
-        "python -m spotref.tools.train_drafter: interrupted",
+        "python -m spotref.bench.bench: interrupted",
+        "python -m spotref.train.train_drafter: interrupted",
     ]
 
 
@@ -223,7 +225,7 @@ def test_every_option_has_plain_help(name):
 
 def test_top_level_help_is_plain_and_does_not_import_torch():
     code = (
-        "import sys; from spotref.tools.cli import main\n"
+        "import sys; from spotref.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'spotref --help imported torch'"
     )

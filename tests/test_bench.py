@@ -7,16 +7,16 @@ import pytest
 from helpers import tiny_model
 
 import spotref
+from spotref.bench import bench, bench_report, bench_run, bench_sets
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
-from spotref.tools import bench, bench_report, bench_run, bench_sets
 
 
 def test_quick_bench_writes_the_report(tmp_path):
     out = tmp_path / "results.md"
     assert bench.main(["--quick", "--targets", "random", "--out", str(out), "--plot", str(tmp_path / "r.png")]) == 0
     text = out.read_text()
-    assert "python -m spotref.tools.bench --quick" in text and "## Goals" in text
+    assert "python -m spotref.bench.bench --quick" in text and "## Goals" in text
     for name in ("exact", "confidence", "calibrated", "spot", "oracle-order", "oracle", "auto="):
         assert f" {name}" in text
     assert "asserted identical to exact decoding" in text
@@ -255,7 +255,7 @@ def test_replot_reads_every_sets_table_and_names_a_report_without_one(tmp_path, 
 
 
 def test_costmodel_table(capsys):
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
     out = capsys.readouterr().out
@@ -265,7 +265,7 @@ def test_costmodel_table(capsys):
 @pytest.mark.parametrize("calls,budgets", [("level", "2,16"), ("root", "4")])
 def test_costmodel_profile(capsys, calls, budgets):
     """Where a round's time goes: one row per N, each part measured."""
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     argv = ["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls, "--budgets", budgets]
     assert costmodel.main(argv) == 0
@@ -278,7 +278,7 @@ def test_costmodel_profile(capsys, calls, budgets):
 
 @pytest.mark.parametrize("budgets", ["0", "2,x", ""])
 def test_costmodel_bad_budgets_name_the_option(capsys, budgets):
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     with pytest.raises(SystemExit):
         costmodel.main(["stdlib-b32", "--profile", "--budgets", budgets])
@@ -287,7 +287,7 @@ def test_costmodel_bad_budgets_name_the_option(capsys, budgets):
 
 def test_gpu_projection_roofline(capsys):
     """SDAR-8B on one H200: memory-bound (flat) up to about 165 tokens per forward, then linear."""
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     t = {N: costmodel.roofline_ms(N) for N in (1, 2, 4, 5, 8, 64)}
     assert 3.0 < t[1] < 3.4 and t[1] == t[2] == t[4] == t[5] and t[8] > t[5]
@@ -300,7 +300,7 @@ def test_gpu_projection_roofline(capsys):
 
 
 def test_fused_store_rows():
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     model = tiny_model(V=61, B=4, init=1.0, seed=3)
     rows = costmodel.fused_store_rows(model, [[1, 2, 3, 4, 5]], 12, None, 1, repeats=1)
@@ -309,7 +309,7 @@ def test_fused_store_rows():
 
 
 def test_drafter_split_adds_up():
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     d = SpotDrafter(OrderModel(8))
@@ -323,8 +323,8 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
     import warnings
 
     import spotref
-    from spotref.tools.corpus import heldout_code
-    from spotref.tools.prompts import prompts_for
+    from spotref.bench.corpus import heldout_code
+    from spotref.train.prompts import prompts_for
 
     t = spotref.load_target("stdlib-b32")
     with warnings.catch_warnings():
@@ -338,7 +338,7 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
 
 def test_prompts_for_takes_questions_and_chat_prompts_whole():
     from spotref.data.corpora import ASSISTANT
-    from spotref.tools.prompts import prompts_for
+    from spotref.train.prompts import prompts_for
 
     chat = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" + ASSISTANT
     pairs = [("Tom has 3 apples and buys 4 more. How many?", 7), (chat, None), ("x" * 10, None), ("y" * 3, None)]

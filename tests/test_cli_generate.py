@@ -7,10 +7,10 @@ import torch
 
 import spotref
 from spotref.checkpoint import save_pretrained
+from spotref.cli.main import main
 from spotref.load import targets
 from spotref.load.tokenizer import load_tokenizer
 from spotref.models import SDARConfig, SDARModel
-from spotref.tools.cli import main
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -223,7 +223,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
             raise KeyError(f"unknown target {name!r}")
         return types.SimpleNamespace(model=model, tokenizer=ByteTokenizer())
 
-    monkeypatch.setattr("spotref.tools.cli_models.load_target", load_target)
+    monkeypatch.setattr("spotref.cli.generate.load_target", load_target)
     rc, out, _ = run(capsys, "generate", "--model", "tiny-bytes", "--prompt", "ab", "--max-new-tokens", 6)
     res = spotref.generate(model, list(b"ab"), 6, stop_ids=[256])
     toks = res.tokens[:-1] if res.tokens and res.tokens[-1] == 256 else res.tokens

@@ -1,6 +1,6 @@
 import pytest
 
-from spotref.tools.cli import main
+from spotref.cli.main import main
 
 
 def test_demo_prints_exact_and_spot_side_by_side(capsys):
@@ -42,7 +42,7 @@ def test_demo_table_counts_answer_blocks_apart():
     """The answer columns leave out the block holding end-of-text (and its passes)."""
     from types import SimpleNamespace as NS
 
-    from spotref.tools import demo
+    from spotref.cli import demo
 
     def result(passes, blocks, stopped):
         stats = dict(wall_s=1.0, committed=[1] * 4, blocks=blocks, stopped=stopped)
@@ -88,7 +88,7 @@ def test_demo_show_grades_a_math_answer(capsys):
     from dataclasses import replace
     from types import SimpleNamespace as NS
 
-    from spotref.tools import demo
+    from spotref.cli import demo
 
     decode = lambda ids: "2 + 3 = 5\n#### " + "".join(map(str, ids))
     env = demo.Setup("math", None, [[1]], stops=[0], texts=["Q: 2 + 3?"], answers=[5], decode=decode)
@@ -110,7 +110,7 @@ def test_demo_gen_length_default_leaves_a_math_solution_room():
     whole solution and its '#### N' line; other targets and the random model get 64."""
     from dataclasses import replace
 
-    from spotref.tools import demo
+    from spotref.cli import demo
 
     def length(argv, answers):
         env = replace(demo.random_setup(1, 0), answers=answers)

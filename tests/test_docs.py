@@ -199,7 +199,7 @@ def entry(argv: list[str]):
     """A callable that runs ``argv`` in this process as the shell would; its exit status."""
     prog, args = argv[0], argv[1:]
     if prog == "spotref":
-        from spotref.tools.cli import main
+        from spotref.cli.main import main
 
         return lambda: main(args)
     assert prog == "python", f"unknown command {' '.join(argv)!r}: add it to tests/test_docs.py"

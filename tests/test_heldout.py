@@ -41,8 +41,8 @@ def test_stdlib_heldout_is_seeded_held_out_code(stdlib_target, stdlib_text, spli
 def test_stdlib_heldout_is_what_the_tools_drew_before(stdlib_target):
     """The demo's and quality's prompts (split None) and the drafter's / benchmark's texts
     (train / test, before their cut to tokens): the shipped numbers stay reproducible."""
-    from spotref.tools.corpus import heldout_code
-    from spotref.tools.quality import heldout_prompts
+    from spotref.bench.corpus import heldout_code
+    from spotref.bench.quality import heldout_prompts
 
     assert [p for p, _ in stdlib_target.heldout(8, seed=0)] == heldout_prompts(8)
     assert [p for p, _ in stdlib_target.heldout(8, seed=1, split="test")] == heldout_code(8, seed=1, split="test")

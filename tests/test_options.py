@@ -1,4 +1,4 @@
-"""Each command builds one typed options object from its parser (spotref.tools.options)."""
+"""Each command builds one typed options object from its parser (spotref.cli.options)."""
 
 import argparse
 import dataclasses
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spotref.tools.options import Options
+from spotref.cli.options import Options
 
 
 def dests(add_arguments) -> list:
@@ -34,7 +34,7 @@ def test_options_refuse_a_namespace_that_differs_from_their_fields():
 
 
 def test_demo_options_match_its_parser():
-    from spotref.tools import demo
+    from spotref.cli import demo
 
     o = demo.DemoOptions.parse(demo.add_arguments, ["--budgets", "4,8", "--no-auto"])
     assert set(o.names()) == set(dests(demo.add_arguments))
@@ -44,7 +44,7 @@ def test_demo_options_match_its_parser():
 
 
 def test_costmodel_options_match_its_parser():
-    from spotref.tools import costmodel
+    from spotref.bench import costmodel
 
     o = costmodel.CostOptions.parse(costmodel.add_arguments, ["stdlib-b32", "--profile", "--budgets", "2,4"])
     assert set(o.names()) == set(dests(costmodel.add_arguments))
@@ -53,7 +53,7 @@ def test_costmodel_options_match_its_parser():
         assert "CostOptions" in str(inspect.signature(f)), f
 
 
-# ---- spotref generate, spotref audit (spotref.tools.cli_models) -------------------------------
+# ---- spotref generate, spotref audit (spotref.cli.generate) -------------------------------
 
 CLI_MODELS_ARGV = ["--model", "stdlib-b16", "--prompt-ids", "1, 2,3", "--seed", "5"]
 
@@ -64,7 +64,8 @@ class ReachedSetup(Exception):
 
 def cli_models_setup_sees(monkeypatch, run, command: str):
     """What ``run`` (``run_generate`` or ``run_audit``) gives ``setup``, parsed by the ``spotref`` parser."""
-    from spotref.tools import cli, cli_models
+    from spotref.cli import generate as cli_models
+    from spotref.cli import main as cli
 
     seen = []
 
@@ -81,7 +82,7 @@ def cli_models_setup_sees(monkeypatch, run, command: str):
 
 
 def test_generate_options_match_its_parser(monkeypatch):
-    from spotref.tools.cli_models import GenerateOptions, add_generate, check_chat_args, prompt_ids, run_generate
+    from spotref.cli.generate import GenerateOptions, add_generate, check_chat_args, prompt_ids, run_generate
 
     o = GenerateOptions.parse(add_generate, CLI_MODELS_ARGV)
     assert type(o) is GenerateOptions and list(o.names()) == dests(add_generate)
@@ -94,7 +95,7 @@ def test_generate_options_match_its_parser(monkeypatch):
 
 
 def test_audit_options_match_its_parser(monkeypatch):
-    from spotref.tools.cli_models import AuditOptions, add_audit, add_generate, run_audit
+    from spotref.cli.generate import AuditOptions, add_audit, add_generate, run_audit
 
     o = AuditOptions.parse(add_audit, CLI_MODELS_ARGV + ["--batch-rows", "3"])
     assert type(o) is AuditOptions and list(o.names()) == dests(add_audit)
@@ -109,8 +110,8 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
     import dataclasses
     import typing
 
-    from spotref.tools import bench, bench_report, bench_run, bench_sets
-    from spotref.tools.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
+    from spotref.bench import bench, bench_report, bench_run, bench_sets
+    from spotref.bench.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
 
     options = BenchOptions.parse(add_arguments, ["--quick", "--targets", "random"])
     assert isinstance(options, BenchOptions) and list(BenchOptions.names()) == dests(add_arguments)
@@ -124,12 +125,12 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
     assert bench.outputs(dataclasses.replace(options, out="r.md")) == ("r.md", "r.png")
 
 
-# ---- spotref train-drafter, spotref quality, python -m spotref.tools.stability -----------------
+# ---- spotref train-drafter, spotref quality, python -m spotref.bench.stability -----------------
 
 
 def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
-    from spotref.tools import train_drafter
-    from spotref.tools.train_drafter import DrafterOptions, add_arguments
+    from spotref.train import train_drafter
+    from spotref.train.train_drafter import DrafterOptions, add_arguments
 
     o = DrafterOptions.parse(add_arguments, ["t", "--out", str(tmp_path / "d.pt"), "--seeds", "3"])
     assert type(o) is DrafterOptions and list(o.names()) == dests(add_arguments)
@@ -145,7 +146,7 @@ def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
     assert train_drafter.out_path(o) == tmp_path / "d.pt"
     spec = train_drafter.trajectory_spec(o)
     assert (spec.prompts, spec.test_prompts, spec.set_prompts, spec.seeds) == (120, 24, 60, 3)
-    assert train_drafter.command(o) == "python -m spotref.tools.train_drafter"
+    assert train_drafter.command(o) == "python -m spotref.train.train_drafter"
 
     seen = []
     monkeypatch.setattr(train_drafter, "load_target", lambda name, directory: name)
@@ -154,13 +155,13 @@ def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
     ((target, options),) = seen
     assert target == "t" and type(options) is DrafterOptions and options.curves_only
     assert options.argv == ("t", "--curves-only")
-    assert train_drafter.command(options) == "python -m spotref.tools.train_drafter t --curves-only"
+    assert train_drafter.command(options) == "python -m spotref.train.train_drafter t --curves-only"
 
 
 def test_quality_options_match_its_parser(monkeypatch, capsys):
+    from spotref.bench import quality
+    from spotref.bench.quality import QualityOptions, add_arguments
     from spotref.load.targets import TARGETS_DIR
-    from spotref.tools import quality
-    from spotref.tools.quality import QualityOptions, add_arguments
 
     o = QualityOptions.parse(add_arguments, ["t"])
     assert type(o) is QualityOptions and list(o.names()) == dests(add_arguments)
@@ -178,8 +179,8 @@ def test_quality_options_match_its_parser(monkeypatch, capsys):
 
 
 def test_stability_options_match_its_parser(monkeypatch, tmp_path):
-    from spotref.tools import stability
-    from spotref.tools.stability import StabilityOptions, add_arguments
+    from spotref.bench import stability
+    from spotref.bench.stability import StabilityOptions, add_arguments
 
     o = StabilityOptions.parse(add_arguments, [])
     assert type(o) is StabilityOptions and list(o.names()) == dests(add_arguments)
@@ -201,8 +202,8 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
     """A command added to ``spotref`` without its typed options fails here."""
     import importlib
 
-    from spotref.tools import cli
-    from spotref.tools.train_options import OPTIONS as TRAIN_OPTIONS
+    from spotref.cli import main as cli
+    from spotref.train.train_options import OPTIONS as TRAIN_OPTIONS
 
     classes = {
         "demo": "DemoOptions",

@@ -159,7 +159,7 @@ def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypa
 
 
 def test_costmodel_compares_whole_and_cut_trees():
-    from spotref.tools.costmodel import round_budget_rows
+    from spotref.bench.costmodel import round_budget_rows
 
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     rows = round_budget_rows(model, spot_for(model), [[1, 2, 3], [4, 5]], 16, 8, 4, 0.0, repeats=1)

@@ -80,10 +80,10 @@ def test_the_check_can_fail(tmp_path):
     rules = tmp_path / "rules.py"
     rules.write_text("import numpy\nfrom spotref.noise import gumbel\n\ndef f():\n    from spotref.names import x\n")
     noise = tmp_path / "noise.py"
-    noise.write_text("from spotref import api\nimport spotref.tools.bench\n")
+    noise.write_text("from spotref import api\nimport spotref.bench.bench\n")
     found = outside(["spotref.noise", "spotref.rules"], {"spotref.noise": noise, "spotref.rules": rules})
     assert found == [
         "spotref.noise imports spotref.api",
-        "spotref.noise imports spotref.tools.bench",
+        "spotref.noise imports spotref.bench.bench",
         "spotref.rules imports spotref.names",
     ]

@@ -18,9 +18,9 @@ from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.load import drafters as loaded
-from spotref.tools import train_drafter
-from spotref.tools import trajectories as tj
-from spotref.tools.trajectories import Recorder, accepted, record
+from spotref.train import train_drafter
+from spotref.train import trajectories as tj
+from spotref.train.trajectories import Recorder, accepted, record
 
 
 def spot_for(model, seed=0, second=0.5, calls="level"):

@@ -26,7 +26,7 @@ def test_three_targets_ship_with_the_default_first_in_line():
 def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
     """The demo's default is gsm-b32, which ships because its recorded quality report (500
     held-out problems, T = 0) meets the bar: >= 50% answers, >= 90% equations, stability >= 0.90."""
-    from spotref.tools.quality_math import BAR
+    from spotref.bench.quality_math import BAR
 
     q = load_target(DEFAULT_TARGET).meta["quality"]
     assert DEFAULT_TARGET == "gsm-b32" and q["meets_bar"] is True and q["problems"] == 500
@@ -131,7 +131,7 @@ def test_byte_tokenizer_round_trip_and_specials():
 
 
 def test_quality_report_runs_on_a_code_target():
-    from spotref.tools.quality import heldout_prompts, passes_bar, report
+    from spotref.bench.quality import heldout_prompts, passes_bar, report
 
     target = load_target("stdlib-b32")
     r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)

@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import tiny_config
 
+from spotref.bench.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import BPETokenizer
 from spotref.models import SDARModel
-from spotref.tools.corpus import build_corpus, is_heldout, whitespace_share
-from spotref.tools.train_curriculum import fresh_problem, row_level
-from spotref.tools.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
-from spotref.tools.train_export import export_run, read_checkpoint
-from spotref.tools.train_loop import snapshot_due, train
-from spotref.tools.train_objective import bd3_loss, bd3_mask, noise_blocks
-from spotref.tools.train_options import TrainOptions, add_arguments, parse_curriculum
+from spotref.train.train_curriculum import fresh_problem, row_level
+from spotref.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
+from spotref.train.train_export import export_run, read_checkpoint
+from spotref.train.train_loop import snapshot_due, train
+from spotref.train.train_objective import bd3_loss, bd3_mask, noise_blocks
+from spotref.train.train_options import TrainOptions, add_arguments, parse_curriculum
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -77,7 +77,7 @@ def test_noised_block_logits_equal_a_decoding_pass():
 
 
 def transcribed_bd3_logits(model, x_t, x, mask):
-    """The training forward as spotref/tools/train.py had it before the model owned it
+    """The training forward as spotref/train/train_target.py had it before the model owned it
     (``bd3_logits`` over ``layer_forward``): the layers' weights through ``F.linear`` and fused
     attention, RoPE tables computed here. x_t, x: (N, L) -> logits (N, L, V) of x_t."""
     F, cfg = torch.nn.functional, model.config
@@ -285,7 +285,7 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
     a target); the export and a run initialised from it name every input; another tokenizer is
     refused as ``--init`` refuses it."""
     from spotref.load.targets import load_target
-    from spotref.tools.train_export import average_run
+    from spotref.train.train_export import average_run
 
     tmp, state = tiny_run
     src = tmp / "runs" / "tiny"
@@ -343,8 +343,8 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     """``--init NAME.json``: the target's weights (float16, as it loads them), its lineage with
     their SHA-256; another tokenizer or another model shape is refused, naming the option."""
     from spotref.load.targets import load_target
-    from spotref.tools.train_export import start_from
-    from spotref.tools.train_loop import make_config
+    from spotref.train.train_export import start_from
+    from spotref.train.train_loop import make_config
 
     tmp, state = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
@@ -392,8 +392,8 @@ def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
     """``--init-deepen``: a 1-layer run's weights start a 3-layer model that computes exactly what
     they did (the added layers are the identity); not deeper, or no ``--init``: refused."""
     from spotref.load.targets import load_target
-    from spotref.tools.train_export import start_from
-    from spotref.tools.train_loop import make_config
+    from spotref.train.train_export import start_from
+    from spotref.train.train_loop import make_config
 
     tmp, _ = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
@@ -563,7 +563,8 @@ def test_drill_share_mixes_drills_into_fresh_problems():
 
 def test_the_math_quality_report(gsm_run, capsys):
     """A gsm target gets the math report: answers by steps, equations, stability without fill."""
-    from spotref.tools import cli, quality_math
+    from spotref.bench import quality_math
+    from spotref.cli import main as cli
 
     tmp, _ = gsm_run
     status = cli.main(
@@ -587,7 +588,7 @@ def test_the_math_quality_report(gsm_run, capsys):
 
 
 def test_a_wrong_result_is_told_apart_by_its_length():
-    from spotref.tools.quality_math import wrong_length
+    from spotref.bench.quality_math import wrong_length
 
     assert wrong_length(38, "-", 34, 14) and wrong_length(33, "+", 46, 179) and wrong_length(60, "/", 5, 1)
     assert not wrong_length(80, "-", 54, 36) and not wrong_length(39, "*", 12, 418)
@@ -595,7 +596,7 @@ def test_a_wrong_result_is_told_apart_by_its_length():
 
 
 def test_equations_are_told_apart_by_operator_and_size():
-    from spotref.tools.quality_math import equation_kind
+    from spotref.bench.quality_math import equation_kind
 
     assert equation_kind(16, "+", 64, 80) == "+ 1-2 digits"
     assert equation_kind(136, "*", 7, 952) == "* 3+ digits"
@@ -627,8 +628,8 @@ def test_a_resumed_run_keeps_its_data_options(gsm_run):
     no_pad = [a for a in GSM_RUN if a != "--pad-eot"]
     with pytest.raises(ValueError, match="--pad-eot"):
         train(args_for(tmp, "--steps", "7", *no_pad))
-    from spotref.tools.train_export import recipe
-    from spotref.tools.train_loop import data_options
+    from spotref.train.train_export import recipe
+    from spotref.train.train_loop import data_options
 
     record = {"name": "gsm", "seed": 5}
     assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]  # runs before it
@@ -708,7 +709,7 @@ def test_bad_corpus_files_are_named(tmp_path, content, message):
 
 
 def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
-    from spotref.tools.cli import main
+    from spotref.cli.main import main
 
     code = main(["train-target", "--name", "t", "--runs", str(tmp_path), "--corpus-size", "10"])
     assert code == 2
@@ -908,7 +909,7 @@ def test_result_weight_weights_the_results_and_the_tokens_after_them():
     """--result-weight: the results and the 2 tokens after each weigh W in the loss; the masks
     drawn are the same as without it."""
     from spotref.load.targets import load_target
-    from spotref.tools.train_data import boosted_results
+    from spotref.train.train_data import boosted_results
 
     tok = load_target("gsm-b32").tokenizer
     p = gsm.drill(np.random.default_rng(9))
@@ -937,7 +938,7 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
     far given, as when the decoder places the result's length); other blocks and rows keep the
     draw, and share 0 draws nothing."""
     from spotref.load.targets import load_target
-    from spotref.tools.train_data import suffix_cuts
+    from spotref.train.train_data import suffix_cuts
 
     tok = load_target("gsm-b32").tokenizer
     rows = [
@@ -976,7 +977,7 @@ def test_mask_and_suffix_results_share_each_rows_result_positions(monkeypatch):
     each row is parsed once however many options pick it, and the draws are those made without
     it; ``result_starts`` is each result's first digit."""
     from spotref.load.targets import load_target
-    from spotref.tools import train_data
+    from spotref.train import train_data
 
     tok = load_target("gsm-b32").tokenizer
     rows = [
@@ -1064,8 +1065,8 @@ def hostile(tiny_run, tmp_path):
 def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(hostile, tmp_path, capsys):
     """Every path that reads a run checkpoint (--init, a resume, export_run, average_run) loads
     tensors and plain data only: the hostile file is refused by name and its code never runs."""
-    from spotref.tools.cli import main
-    from spotref.tools.train_export import average_run
+    from spotref.cli.main import main
+    from spotref.train.train_export import average_run
 
     run, marker = hostile
     refused = "refused, not loaded: it holds objects other than tensors and plain data"

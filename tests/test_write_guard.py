@@ -11,8 +11,8 @@ import pytest
 
 import spotref
 from spotref import files
+from spotref.cli.main import main
 from spotref.files import atomic_write_text, check_writable, shipped_writes
-from spotref.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = Path(spotref.__file__).resolve().parent
@@ -79,7 +79,7 @@ def test_a_tool_refuses_a_shipped_output_before_any_work(capsys, unchanged, argv
 
 
 def test_stability_refuses_docs_before_any_work(capsys, unchanged, monkeypatch):
-    from spotref.tools import stability
+    from spotref.bench import stability
 
     monkeypatch.chdir(ROOT)
     assert stability.main(["--out", "docs/stability.md"]) == 2
@@ -88,7 +88,7 @@ def test_stability_refuses_docs_before_any_work(capsys, unchanged, monkeypatch):
 
 def test_export_run_into_the_bundled_targets_is_refused_before_loading_the_run(unchanged, tmp_path):
     from spotref.load.targets import TARGETS_DIR
-    from spotref.tools.train_export import export_run
+    from spotref.train.train_export import export_run
 
     with pytest.raises(ValueError, match="gsm-b16.safetensors is a shipped file"):
         export_run(tmp_path / "no-such-run", TARGETS_DIR, "gsm-b16")

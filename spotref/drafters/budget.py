@@ -7,7 +7,7 @@ average: the drafter's offline acceptance curve, measured on held-out trajectori
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
 almost linearly past a few rows, so the answer is a small tree; on a GPU with an 8B target,
-t(N) is nearly flat and the answer is large. ``python -m spotref.tools.costmodel`` prints the
+t(N) is nearly flat and the answer is large. ``python -m spotref.bench.costmodel`` prints the
 table behind the choice.
 
 Per round (``RoundBudget``): the drafter drafts at that N, and each round's tree is then cut to

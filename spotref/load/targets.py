@@ -1,4 +1,4 @@
-"""Bundled targets: small real SDAR models trained here (``spotref.tools.train``) on grade-school
+"""Bundled targets: small real SDAR models trained here (``spotref.train.train_target``) on grade-school
 math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``).
 
 Each target is its metadata ``NAME.json`` in ``spotref/load/targets/`` (config, tokenizer,

@@ -1,6 +1,6 @@
-"""Train a SPOT drafter for a target: ``python -m spotref.tools.train_drafter stdlib-b32``.
+"""Train a SPOT drafter for a target: ``python -m spotref.train.train_drafter stdlib-b32``.
 
-1. Record exact-decoding trajectories (``spotref.tools.trajectories``) at T = 0 and T = 1 on
+1. Record exact-decoding trajectories (``spotref.train.trajectories``) at T = 0 and T = 1 on
    ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
 2. Train the order model (``spotref.drafters.order``) on CPU: cross-entropy on the next commit position
    over the masked positions, teacher-forced deeper levels (from a recorded state, also the
@@ -14,7 +14,7 @@
    measure offline acceptance curves (commits per round vs budget) for the cost model, and how
    often its drafted nodes of each path probability were reached (the per-round budget's
    calibration).
-4. Train the set head for SPOT-Sets (``spotref.tools.train_sets``: threshold trajectories at
+4. Train the set head for SPOT-Sets (``spotref.train.train_sets``: threshold trajectories at
    tau 0.9 / 0.7 / 0.5, the order model kept) and report its held-out set accuracy next to the
    confidence sets'; ``--sets-only`` does this step alone on an existing checkpoint.
 5. Save ``runs/drafter-TIME/NAME.pt`` (or ``--out``; ``--update-shipped`` replaces the shipped
@@ -35,16 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spotref.drafters import order
-from spotref.drafters.budget import calibration_table
-from spotref.drafters.calibrated import CalibratedDrafter, calibrate
-from spotref.drafters.spot import SpotDrafter
-from spotref.files import check_writable, run_dir
-from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint, save_order_model
-from spotref.load.targets import TARGETS_DIR, load_target
-from spotref.tools import train_sets as ts
-from spotref.tools import trajectories as tj
-from spotref.tools.argtypes import (
+from spotref.cli.argtypes import (
     add_prompt_tokens,
     add_threads,
     nonneg_int,
@@ -53,9 +44,18 @@ from spotref.tools.argtypes import (
     seed_int,
     tool_main,
 )
-from spotref.tools.options import Options
-from spotref.tools.prompts import TrajectorySpec, recorded
-from spotref.tools.report import progress
+from spotref.cli.options import Options
+from spotref.cli.report import progress
+from spotref.drafters import order
+from spotref.drafters.budget import calibration_table
+from spotref.drafters.calibrated import CalibratedDrafter, calibrate
+from spotref.drafters.spot import SpotDrafter
+from spotref.files import check_writable, run_dir
+from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint, save_order_model
+from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.train import train_sets as ts
+from spotref.train import trajectories as tj
+from spotref.train.prompts import TrajectorySpec, recorded
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class DrafterOptions(Options):
-    """The options of ``spotref train-drafter`` / ``python -m spotref.tools.train_drafter``."""
+    """The options of ``spotref train-drafter`` / ``python -m spotref.train.train_drafter``."""
 
     target: str  # bundled target name
     prompts: int  # training prompts per temperature
@@ -351,7 +351,7 @@ def shipped_curves(spot, cal, test_sets: dict) -> tuple:
 
 def command(options: DrafterOptions) -> str:
     """The command line the checkpoint's header quotes."""
-    return " ".join(["python -m spotref.tools.train_drafter", *options.argv])
+    return " ".join(["python -m spotref.train.train_drafter", *options.argv])
 
 
 def shipped_path(options: DrafterOptions) -> Path:
@@ -527,7 +527,7 @@ def remeasure(target, options: DrafterOptions) -> int:
 
 
 def main(argv=None) -> int:
-    return tool_main("python -m spotref.tools.train_drafter", __doc__, add_arguments, run, argv)
+    return tool_main("python -m spotref.train.train_drafter", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

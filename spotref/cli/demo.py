@@ -22,14 +22,14 @@ import torch
 import spotref
 from spotref import names
 from spotref.api import check_width
+from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
+from spotref.cli.options import Options
+from spotref.cli.report import answer_blocks, progress, table
 from spotref.data.gsm import final_answer
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import resolve_drafter, verify_times
-from spotref.tools.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
-from spotref.tools.options import Options
-from spotref.tools.report import answer_blocks, progress, table
 
 MATH_LENGTH, TEXT_LENGTH = 256, 64  # --gen-length's defaults: room for a whole solution
 

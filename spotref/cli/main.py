@@ -3,7 +3,7 @@
 ``COMMANDS`` maps each sub-command to its one-line help and the module that holds its
 ``add_*`` (options) and ``run*`` (entry point) functions. The module is imported only when its
 command is chosen, so ``spotref --help`` imports no torch. Bad values of an option are argparse
-errors naming it (exit status 2, ``spotref.tools.argtypes``); a bad input found later is one
+errors naming it (exit status 2, ``spotref.cli.argtypes``); a bad input found later is one
 line ``spotref CMD: error: ...`` (exit status 2); Ctrl-C prints ``interrupted`` and exits with
 status 130, without a traceback.
 """
@@ -14,49 +14,49 @@ import argparse
 import importlib
 import sys
 
-from spotref.tools.argtypes import guarded, run_allowed
+from spotref.cli.argtypes import guarded, run_allowed
 
 COMMANDS = {  # name: (one-line help, module, its add-options function, its entry point)
     "demo": (
         "exact vs SPOT decoding side by side, outputs checked identical",
-        "spotref.tools.demo",
+        "spotref.cli.demo",
         "add_arguments",
         "run",
     ),
     "generate": (
         "decode with a checkpoint directory or a bundled target",
-        "spotref.tools.cli_models",
+        "spotref.cli.generate",
         "add_generate",
         "run_generate",
     ),
     "audit": (
         "exact vs speculative decoding: identical, or the first divergence",
-        "spotref.tools.cli_models",
+        "spotref.cli.generate",
         "add_audit",
         "run_audit",
     ),
     "train-target": (
         "train a bundled SDAR target (BD3-LM objective) in runs/NAME/",
-        "spotref.tools.train",
+        "spotref.train.train_target",
         "add_arguments",
         "run",
     ),
     "bench": (
         "every drafter side by side on every bundled target; writes a report into "
         "runs/bench-TIME/ (docs/results.md with --update-shipped)",
-        "spotref.tools.bench",
+        "spotref.bench.bench",
         "add_arguments",
         "run",
     ),
     "quality": (
         "quality report of a target at T = 0 on held-out prompts (exit status 1 below the bar)",
-        "spotref.tools.quality",
+        "spotref.bench.quality",
         "add_arguments",
         "run",
     ),
     "train-drafter": (
         "record trajectories and train a SPOT order model (into runs/drafter-TIME/ unless --out or --update-shipped)",
-        "spotref.tools.train_drafter",
+        "spotref.train.train_drafter",
         "add_arguments",
         "run",
     ),

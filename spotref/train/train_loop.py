@@ -25,11 +25,11 @@ import torch
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
-from spotref.tools.train_curriculum import adapt, recipe_batch
-from spotref.tools.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
-from spotref.tools.train_export import export, read_checkpoint, start_from
-from spotref.tools.train_objective import bd3_loss, bd3_mask, weighted_loss
-from spotref.tools.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
+from spotref.train.train_curriculum import adapt, recipe_batch
+from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
+from spotref.train.train_export import export, read_checkpoint, start_from
+from spotref.train.train_objective import bd3_loss, bd3_mask, weighted_loss
+from spotref.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
 
 @dataclass

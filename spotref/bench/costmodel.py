@@ -1,4 +1,4 @@
-"""``python -m spotref.tools.costmodel``: the table behind ``budget="auto"`` on this machine.
+"""``python -m spotref.bench.costmodel``: the table behind ``budget="auto"`` on this machine.
 
 ``--profile`` measures first where a SPOT round's time goes, per node budget N: the target pass,
 the drafter's order-model calls, its inputs (stale distributions, coupled tokens, features), tree
@@ -22,14 +22,14 @@ import torch
 
 import spotref
 from spotref import decode
+from spotref.cli.argtypes import guarded, int_list, nonneg_int, positive_int
+from spotref.cli.options import Options
+from spotref.cli.report import table
 from spotref.drafters import order
 from spotref.drafters.budget import BUDGETS, RoundBudget, choose_budget, draft_times, expected_commits, verify_times
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.names import drafter_for, resolve_drafter
-from spotref.tools.argtypes import guarded, int_list, nonneg_int, positive_int
-from spotref.tools.options import Options
-from spotref.tools.prompts import prompts_for
-from spotref.tools.report import table
+from spotref.train.prompts import prompts_for
 
 # --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
 H200 = dict(flops=790e12, bandwidth=4.8e12)  # dense bf16 FLOP/s, HBM bytes/s
@@ -193,7 +193,7 @@ DESCRIPTION = (
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.costmodel", description=DESCRIPTION)
+    p = argparse.ArgumentParser(prog="python -m spotref.bench.costmodel", description=DESCRIPTION)
     add_arguments(p)
     return p
 
@@ -247,7 +247,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class CostOptions(Options):
-    """The options of ``python -m spotref.tools.costmodel`` (``add_arguments``), built once by ``run``."""
+    """The options of ``python -m spotref.bench.costmodel`` (``add_arguments``), built once by ``run``."""
 
     target: str  # a bundled target's name
     drafter: str
@@ -265,7 +265,7 @@ class CostOptions(Options):
 
 
 def main(argv=None) -> int:
-    """``python -m spotref.tools.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
+    """``python -m spotref.bench.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
     the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
     p = parser()
     args = p.parse_args(argv)

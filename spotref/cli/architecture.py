@@ -1,6 +1,6 @@
 """The layers of spotref and the imports between them, checked and drawn.
 
-``python -m spotref.tools.architecture`` prints every module by layer with what it imports, and
+``python -m spotref.cli.architecture`` prints every module by layer with what it imports, and
 any import that breaks the layering (a cycle, an import of a higher layer, a ``spotref`` import
 inside a function); ``--png`` draws the picture of docs/architecture.md. The layers, bottom up:
 
@@ -30,7 +30,7 @@ SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
 LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools")
 ENTRY = {"spotref.api", "spotref.names", "spotref.reference", "spotref.conformance", "spotref.audit", "spotref"}
 LAZY = {  # the modules that import on demand, and why
-    "spotref.tools.cli": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
+    "spotref.cli.main": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
     "spotref.names": "the targets' loader when a target is first named, a drafter's module when it is first "
     "named, the cost model when budget='auto' (exact decoding with a model object loads none of them)",
     "spotref.load.targets": "the corpus a target's metadata names, when held-out prompts are asked for",
@@ -46,7 +46,14 @@ def layer(module: str) -> int:
     """The layer index (0 = bottom) of a spotref module."""
     if module in ENTRY:
         return 4
-    for i, package in ((1, "spotref.drafters"), (2, "spotref.data"), (3, "spotref.load"), (5, "spotref.tools")):
+    for i, package in (
+        (1, "spotref.drafters"),
+        (2, "spotref.data"),
+        (3, "spotref.load"),
+        (5, "spotref.cli"),
+        (5, "spotref.train"),
+        (5, "spotref.bench"),
+    ):
         if module == package or module.startswith(package + "."):
             return i
     return 0
@@ -116,7 +123,14 @@ def draw(g: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    faces = {"spotref.drafters", "spotref.data", "spotref.load", "spotref.tools"}  # package faces: no code
+    faces = {
+        "spotref.drafters",
+        "spotref.data",
+        "spotref.load",
+        "spotref.cli",
+        "spotref.train",
+        "spotref.bench",
+    }  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]
     fig, ax = plt.subplots(figsize=(16, 8))
     where = {}
@@ -157,7 +171,7 @@ def draw(g: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.tools.architecture", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m spotref.cli.architecture", description=__doc__.splitlines()[0])
     p.add_argument("--png", action="store_true", help="draw the picture (needs matplotlib)")
     p.add_argument("--update-shipped", action="store_true", help=f"draw it into {SHIPPED_PNG} (default: runs/)")
     args = p.parse_args(argv)

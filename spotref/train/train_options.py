@@ -19,9 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotref.data import gsm
-from spotref.files import check_writable
-from spotref.tools.argtypes import (
+from spotref.cli.argtypes import (
     add_threads,
     int_list,
     nonneg_int,
@@ -31,6 +29,8 @@ from spotref.tools.argtypes import (
     real_range,
     seed_int,
 )
+from spotref.data import gsm
+from spotref.files import check_writable
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
@@ -41,7 +41,7 @@ DRILL_OP_NAMES = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref train-target`` / ``python -m spotref.tools.train``."""
+    """The options of ``spotref train-target`` / ``python -m spotref.train.train_target``."""
     for group in (
         add_run_arguments,
         add_corpus_arguments,
@@ -437,7 +437,7 @@ class TrainOptions:
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> TrainOptions:
-        """The options of a command line, as ``python -m spotref.tools.train`` parses it."""
+        """The options of a command line, as ``python -m spotref.train.train_target`` parses it."""
         p = argparse.ArgumentParser()
         add_arguments(p)
         return cls.from_namespace(p.parse_args(argv))

@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import torch
 
+from spotref.bench import bench_sets
+from spotref.bench.bench_options import BenchOptions
+from spotref.cli.report import parse_table, pyplot, row_from_cells, save_png, table
 from spotref.load.targets import DEFAULT_TARGET
-from spotref.tools import bench_sets
-from spotref.tools.bench_options import BenchOptions
-from spotref.tools.report import parse_table, pyplot, row_from_cells, save_png, table
 
 COLUMNS = [
     "target",
@@ -286,7 +286,7 @@ def report(
 
 def header(options: BenchOptions, seconds: float) -> list[str]:
     g = options.grid
-    cmd = " ".join(["python -m spotref.tools.bench", *options.argv])
+    cmd = " ".join(["python -m spotref.bench.bench", *options.argv])
     sets = f", tau in {{{','.join(f'{t:g}' for t in g.taus)}}} (SPOT-Sets)" if g.taus else ""
     temperatures, budgets = ",".join(f"{t:g}" for t in g.temperatures), ",".join(map(str, g.budgets))
     return [
@@ -387,7 +387,7 @@ def stability_section(stab: list, gain_png) -> list[str]:
         "## Gain against stability",
         "",
         "Token stability measured in this run on the same prompts, new tokens and seed (exact "
-        "decoding recorded once more; `spotref.tools.stability`'s rates): the share of next "
+        "decoding recorded once more; `spotref.bench.stability`'s rates): the share of next "
         "commits whose token is the coupled stale token (d = 0 top-1), or it or the runner-up "
         "(top-2), and top-1 without the commits of a stop id. The figure plots each drafter's "
         "fewer passes at N = 64 (the grid's largest N if it has no 64) against top-1, a point "

@@ -24,8 +24,8 @@ from spotref.files import atomic_save, atomic_write_text, check_writable, shippe
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
-from spotref.tools.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
-from spotref.tools.train_options import (
+from spotref.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
+from spotref.train.train_options import (
     TrainOptions,
     adaptive_levels,
     block_sizes,

@@ -2,7 +2,7 @@
 
 ``add_arguments`` builds the command line (the grid, then the run's settings and its files);
 ``BenchOptions.from_namespace`` turns the parsed namespace, once, into a frozen ``BenchOptions``
-that every function of ``spotref.tools.bench``, ``bench_run``, ``bench_sets`` and
+that every function of ``spotref.bench.bench``, ``bench_run``, ``bench_sets`` and
 ``bench_report`` reads, never the namespace. ``grid`` gives what a run decodes: the options left
 out filled in from ``--quick``'s small grid or the full one (argparse cannot make a default
 depend on another option), with the thresholds checked.
@@ -14,7 +14,7 @@ import argparse
 import functools
 from dataclasses import dataclass
 
-from spotref.tools.argtypes import (
+from spotref.cli.argtypes import (
     add_prompt_tokens,
     choice_list,
     int_list,
@@ -23,7 +23,7 @@ from spotref.tools.argtypes import (
     real_list,
     seed_int,
 )
-from spotref.tools.options import Options
+from spotref.cli.options import Options
 
 DRAFTERS = ("confidence", "calibrated", "spot", "oracle-order", "oracle")
 EXTRA_DRAFTERS = ("spot-root",)  # on request (--drafters): SPOT with one order-model call per round
@@ -132,9 +132,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class BenchOptions(Options):
-    """The options of ``spotref bench`` / ``python -m spotref.tools.bench``, named as
+    """The options of ``spotref bench`` / ``python -m spotref.bench.bench``, named as
     ``add_arguments`` names them (``--with``: ``also``); ``None``: left out (``grid``,
-    ``spotref.tools.bench.outputs`` fill it in)."""
+    ``spotref.bench.bench.outputs`` fill it in)."""
 
     targets: str  # comma list of bundled targets, "all" or "random"
     temperatures: list[float] | None

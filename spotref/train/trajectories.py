@@ -14,7 +14,7 @@ Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
 (``accepted``): acceptance by state equality needs only the true commits.
 
 Prompts: the target's held-out prompts (``Target.heldout``) of the ``train`` or ``test`` split
-(``spotref.tools.prompts.prompts_for``).
+(``spotref.train.prompts.prompts_for``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 import spotref
+from spotref.cli.report import progress
 from spotref.draft import Draft
 from spotref.drafters.inputs import ViewInputs
 from spotref.files import atomic_save
-from spotref.tools.report import progress
 
 DEPTH = 16  # future steps recorded per state (teacher forcing, calibration, offline eval)
 FORMAT = 4  # 4: decided in the target's serving precision (docs/spec.md 2.1); 3: + unseen;

@@ -1,7 +1,7 @@
 """Running one benchmark configuration: a target's setup (model, held-out prompts, its own
 drafters), exact decoding, a drafter over every prompt (asserted identical to exact decoding),
-and the totals a table row is made of. ``spotref.tools.bench`` (one-position rule) and
-``spotref.tools.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
+and the totals a table row is made of. ``spotref.bench.bench`` (one-position rule) and
+``spotref.bench.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ import torch
 
 import spotref
 from spotref import names
+from spotref.bench.bench_options import BenchOptions
+from spotref.cli.report import answer_blocks
 from spotref.conformance import first_divergence, oracle_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import drafter_for, resolve_drafter
-from spotref.tools.bench_options import BenchOptions
-from spotref.tools.prompts import prompts_for
-from spotref.tools.report import answer_blocks
-from spotref.tools.trajectories import record
+from spotref.train.prompts import prompts_for
+from spotref.train.trajectories import record
 
 
 @dataclass

@@ -21,12 +21,12 @@ import torch
 import spotref
 from spotref.audit import audit, batch_invariance, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
+from spotref.cli.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
+from spotref.cli.options import Options
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
 from spotref.names import DRAFTERS, resolve_drafter
-from spotref.tools.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
-from spotref.tools.options import Options
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
