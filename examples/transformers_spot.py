@@ -15,7 +15,7 @@ model code:
 
 The tokens are those of exact decoding with this model whatever the drafter, provided the
 forward is batch invariant (a row's logits do not depend on the other rows; check your hardware
-with ``spotref audit``). ``tests/test_transformers_example.py`` checks identical tokens to
+with ``spotref audit``). ``tests/checkpoints/test_transformers_example.py`` checks identical tokens to
 ``spotref.generate`` on the same checkpoint in float32: on the CPUs tested, transformers' eager
 forward and spotref's give bit-identical logits (docs/checkpoints.md). Where they do not, a near
 tie may break differently between the two implementations (never between SPOT and exact

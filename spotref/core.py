@@ -17,7 +17,7 @@ Python or numpy integer, never a bool (``True`` is not position 1), and every in
 
 The Cython twin mirrors every public name here and checks the same contract on its fast path;
 whatever it refuses it hands to the same checks, so both raise the same message.
-``tests/test_core.py`` runs both against a brute-force oracle and ``spotref.EXTENSION`` says
+``tests/spec/test_core.py`` runs both against a brute-force oracle and ``spotref.EXTENSION`` says
 which one the decoders use.
 """
 

@@ -28,7 +28,7 @@ pass. Two ways to run a pass give that:
   ``n mod 32`` floats of a buffer on a scalar path with another ``exp``, so on CPU the rows are
   padded (copies of row 0) to the least count whose tokens are a multiple of 64
   (``padded_rows``) and no vectorised elementwise loop has a tail. Measured bit-identical on CPU
-  under every capability level this machine has, 1 and 2 threads (``tests/test_batch_invariance.py``);
+  under every capability level this machine has, 1 and 2 threads (``tests/exactness/test_batch_invariance.py``);
   ``benchmarks/gpu_check.py`` checks the same on a GPU (docs/gpu.md). Logits are not identical
   across widths, so every pass of one decode, exact decoding's included, runs at one width.
 

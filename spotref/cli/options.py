@@ -5,7 +5,7 @@ option of its parser, named as argparse names them (``--gen-length``: ``gen_leng
 ``run(args)`` builds the object with ``from_namespace`` as its first step; every function below
 it takes the object, never the namespace. ``from_namespace`` refuses a namespace whose options
 and the class's fields differ (an option added to the parser and not to the class, or the
-reverse), so the two cannot drift apart; tests/test_options.py builds every command's object
+reverse), so the two cannot drift apart; tests/cli/test_options.py builds every command's object
 from its own parser.
 """
 

@@ -19,7 +19,7 @@ pytest.importorskip(
     "transformers",
     reason="the example runs transformers' Qwen3ForCausalLM (a test-only dependency): pip install transformers",
 )
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "transformers_spot.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transformers_spot.py"
 PROMPTS = [
     [5, 17, 200, 3, 99, 42],  # one block cached, a tail fixed in the next
     [1, 2, 3, 4, 5, 6, 7, 8],  # complete blocks only

@@ -2,9 +2,9 @@
 
 A doc cites code in four forms, each resolved against this checkout:
 
-* a repository path, ``spotref/decode.py``, ``tests/test_core.py``, ``docs/gpu.md``,
+* a repository path, ``spotref/decode.py``, ``tests/spec/test_core.py``, ``docs/gpu.md``,
   ``_ext/core.pyx``: the file or folder exists. A path may name something in the file:
-  ``spotref/decode.py: Block``, ``tests/test_conformance.py::test_x``, ``cli_models.py:102``
+  ``spotref/decode.py: Block``, ``tests/exactness/test_conformance.py::test_x``, ``cli_models.py:102``
   (the name resolves; a line number is within the file);
 * a bare file name, ``decode.py``, ``grow.py: walk``: some file of the project has that name
   (``OUTSIDE`` lists the files of other projects the docs name, such as SDAR's ``generate.py``);
@@ -16,7 +16,7 @@ A doc cites code in four forms, each resolved against this checkout:
 Anything else in backticks (shell commands, flags, config keys, formulas, other projects' names
 such as ``torch.topk``) is not a citation of this project and is left alone: a dotted name is read
 as a citation only when its first part is ``spotref``, a module of the package or a class defined
-in it. Fenced code blocks are not read here: tests/test_docs.py runs them.
+in it. Fenced code blocks are not read here: tests/docs/test_docs.py runs them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TOP = ("spotref", "tests", "benchmarks", "examples", "docs", "_ext", ".ci")  # the repository's folders
 SEARCHED = ("spotref", "tests", "benchmarks", "examples", "_ext")  # where a bare file name is looked up
@@ -281,7 +281,7 @@ def test_every_cited_code_name_exists():
         ("no_such_module.py", "no file named no_such_module.py"),
         ("spotref/core.py:100000", "lines, not 100000"),
         ("spotref/no_such_folder/NAME.json", "no folder spotref/no_such_folder"),
-        ("tests/test_core.py::test_no_such_test", "tests/test_core.py has no 'test_no_such_test'"),
+        ("tests/spec/test_core.py::test_no_such_test", "tests/spec/test_core.py has no 'test_no_such_test'"),
     ],
 )
 def test_a_stale_citation_is_caught(span, found):
@@ -304,7 +304,7 @@ def test_a_stale_citation_is_caught(span, found):
         "rules.SERVED",
         "Target.heldout",
         "View.tokens",
-        "tests/test_conformance.py::test_near_tie_models_at_odd_block_sizes",
+        "tests/exactness/test_conformance.py::test_near_tie_models_at_odd_block_sizes",
         "generate.py",
         "spotref/load/targets/NAME.json",
         "tokenizer.file",

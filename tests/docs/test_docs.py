@@ -41,7 +41,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("SPOTREF_SDAR_DIR") or ROOT.parent / "shared" / "sdar-8b-chat")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LANGS = {"python", "bash", "text"}
@@ -71,7 +71,7 @@ NOT_RUN = {("docs/targets.md", 6), ("docs/targets.md", 9)}
 OTHER_COMMANDS = {
     "pip install": "installs packages",
     "python -m pytest": "the test suite itself",
-    "python setup.py build_ext": "compiles the extension (tests/test_core.py checks it is loaded)",
+    "python setup.py build_ext": "compiles the extension (tests/spec/test_core.py checks it is loaded)",
     "mkdir -p": "makes a folder for a later command",
     "git archive": "extracts files of an earlier commit from the repository's history",
 }
@@ -202,7 +202,7 @@ def entry(argv: list[str]):
         from spotref.cli.main import main
 
         return lambda: main(args)
-    assert prog == "python", f"unknown command {' '.join(argv)!r}: add it to tests/test_docs.py"
+    assert prog == "python", f"unknown command {' '.join(argv)!r}: add it to tests/docs/test_docs.py"
     if args[0] == "-m":
         return lambda: as_main(
             [args[1], *args[2:]], lambda: runpy.run_module(args[1], run_name="__main__", alter_sys=True)
@@ -210,7 +210,7 @@ def entry(argv: list[str]):
     if args[0].endswith(".py"):
         path = ROOT / args[0]
         return lambda: as_main([str(path), *args[1:]], lambda: runpy.run_path(str(path), run_name="__main__"))
-    raise AssertionError(f"unknown command {' '.join(argv)!r}: add it to tests/test_docs.py")
+    raise AssertionError(f"unknown command {' '.join(argv)!r}: add it to tests/docs/test_docs.py")
 
 
 def as_main(argv: list[str], run) -> int:

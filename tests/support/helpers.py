@@ -32,6 +32,6 @@ def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.
         return SDARModel(cfg).to(dtype).eval()
 
 
-SDAR_FILES = Path(os.environ.get("SPOTREF_SDAR_DIR") or Path(__file__).resolve().parents[2] / "shared" / "sdar-8b-chat")
+SDAR_FILES = Path(os.environ.get("SPOTREF_SDAR_DIR") or Path(__file__).resolve().parents[3] / "shared" / "sdar-8b-chat")
 # The real SDAR-8B-Chat config.json, weight index and tokenizer files (no weights), for the tests
 # that check spotref against them: SPOTREF_SDAR_DIR names the directory (default: ../shared/...).

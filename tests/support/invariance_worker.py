@@ -1,4 +1,4 @@
-"""Run by tests/test_batch_invariance.py in a subprocess per ATEN_CPU_CAPABILITY level (the level
+"""Run by tests/exactness/test_batch_invariance.py in a subprocess per ATEN_CPU_CAPABILITY level (the level
 is read once, when torch starts). Prints one JSON line: the kernel path and every failing case."""
 
 import itertools

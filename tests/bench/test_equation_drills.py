@@ -6,7 +6,7 @@ from pathlib import Path
 from spotref.data import gsm
 
 spec = importlib.util.spec_from_file_location(
-    "equation_drills", Path(__file__).resolve().parents[1] / "benchmarks" / "equation_drills.py"
+    "equation_drills", Path(__file__).resolve().parents[2] / "benchmarks" / "equation_drills.py"
 )
 ed = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ed)

@@ -173,7 +173,7 @@ def test_logits_that_overflow_the_precision_are_refused(precision):
         rule.decide(L, np.array([4, 4]), rule.block_noise(0), 0)
 
 
-PINS = json.loads((Path(__file__).parent / "data" / "float64_pins.json").read_text())
+PINS = json.loads((Path(__file__).resolve().parents[1] / "support" / "float64_pins.json").read_text())
 
 
 @pytest.mark.parametrize("key", sorted(PINS["tokens"]))

@@ -4,7 +4,7 @@ repository carries its whole specification, numbered as the code cites it."""
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CITE = re.compile(r"docs/spec\.md\s+sections?\s+(\d+(?:\.\d+)?)(?:\s*-\s*(\d+))?")
 
 

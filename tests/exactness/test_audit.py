@@ -10,7 +10,7 @@ import torch
 from spotref.audit import audit, batch_invariance
 from spotref.models import SDARConfig, SDARModel
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def tiny(cls=SDARModel, B=4) -> SDARModel:

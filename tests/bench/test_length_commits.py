@@ -4,7 +4,7 @@ import importlib.util
 from pathlib import Path
 
 spec = importlib.util.spec_from_file_location(
-    "length_commits", Path(__file__).resolve().parents[1] / "benchmarks" / "length_commits.py"
+    "length_commits", Path(__file__).resolve().parents[2] / "benchmarks" / "length_commits.py"
 )
 lc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lc)

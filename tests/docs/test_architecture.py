@@ -1,11 +1,11 @@
 """The layering of docs/architecture.md holds: no cycle, no upward import, small modules and functions
-(the spec's closed list: tests/test_spec_closed.py)."""
+(the spec's closed list: tests/docs/test_spec_closed.py)."""
 
 from pathlib import Path
 
 from spotref.cli import architecture
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_cycle_no_import_up_no_import_inside_a_function():

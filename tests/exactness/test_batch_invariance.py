@@ -16,7 +16,7 @@ from helpers import tiny_model
 
 from spotref.audit import batch_invariance, kernel_path
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 def cpu_flags() -> set:
@@ -42,9 +42,9 @@ def capability_levels() -> list:
 def test_rows_are_bit_identical_under_each_cpu_capability(level):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}
     out = subprocess.run(
-        [sys.executable, str(HERE / "invariance_worker.py")],
+        [sys.executable, str(SUPPORT / "invariance_worker.py")],
         env=env,
-        cwd=HERE,
+        cwd=SUPPORT,
         capture_output=True,
         text=True,
         timeout=600,

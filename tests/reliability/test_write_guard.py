@@ -14,7 +14,7 @@ from spotref import files
 from spotref.cli.main import main
 from spotref.files import atomic_write_text, check_writable, shipped_writes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(spotref.__file__).resolve().parent
 SHIPPED = [
     PKG / "load/targets/gsm-b32.json",

@@ -7,7 +7,7 @@ from pathlib import Path
 from spotref.bench import quality_math
 from spotref.data import gsm
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 spec = importlib.util.spec_from_file_location("context_equations", BENCHMARKS / "context_equations.py")
 ce = importlib.util.module_from_spec(spec)

@@ -180,7 +180,7 @@ def test_conformance_without_hypothesis_says_how_to_install_it(monkeypatch):
 def test_conformance_extra_is_declared():
     import tomllib
 
-    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert any(d.startswith("hypothesis") for d in meta["project"]["optional-dependencies"]["conformance"])
 
 
