@@ -669,3 +669,28 @@ def test_extension_loaded_when_built():
     assert spotref.EXTENSION, f"{built[0].name} exists but spotref.EXTENSION is False"
     assert spotref.core_module() is importlib.import_module("spotref._core")
     assert Path(spotref.core_module().__file__).resolve() in [b.resolve() for b in built]
+
+
+def test_without_extensions_the_pure_core_decodes_identically():
+    """SPOTREF_NO_EXTENSIONS=1 (the install that skips the Cython build) makes the pure core the
+    active one, and a drafted decode through it gives the tokens this process gives (CI runs the
+    suite once: this is the run without the extension, in a subprocess of its own)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, spotref; from helpers import tiny_model; m = tiny_model(V=64, B=8, mask_id=63); "
+        "r = spotref.generate(m, [1, 2, 3], 40, temperature=0.7, drafter='confidence', budget=8, threshold=0.3); "
+        "print(json.dumps([spotref.EXTENSION, spotref.core_module().__name__, r.tokens, r.passes]))"
+    )
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    env = {**os.environ, "SPOTREF_NO_EXTENSIONS": "1", "PYTHONPATH": os.pathsep.join([support, *sys.path])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    extension, core, tokens, passes = json.loads(out.stdout)
+    assert (extension, core) == (False, "spotref.core")
+    from helpers import tiny_model
+
+    m = tiny_model(V=64, B=8, mask_id=63)
+    r = spotref.generate(m, [1, 2, 3], 40, temperature=0.7, drafter="confidence", budget=8, threshold=0.3)
+    assert (tokens, passes) == (list(r.tokens), r.passes)
