@@ -23,7 +23,7 @@ import argparse
 import ast
 from pathlib import Path
 
-from spotref.files import atomic_path, run_dir
+from spotref.files import atomic_path, run_dir, shipped_writes
 
 ROOT = Path(__file__).resolve().parents[1]  # the spotref package
 SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
@@ -184,7 +184,8 @@ def main(argv=None) -> int:
     print("\n".join(["layering broken:", *bad]) if bad else "layering kept: no cycle, no import up")
     if args.png:
         out = SHIPPED_PNG if args.update_shipped else run_dir("architecture") / "architecture.png"
-        draw(g, out)
+        with shipped_writes(args.update_shipped):  # the flag is what lets the shipped picture change
+            draw(g, out)
         print(f"drew {out}")
     return 1 if bad else 0
 

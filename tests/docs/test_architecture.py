@@ -87,3 +87,18 @@ def test_the_package_face_lists_its_public_names_only():
 
     assert dir(spotref) == sorted(spotref.__all__) and "os" not in dir(spotref)
     assert all(getattr(spotref, name) is not None for name in spotref.__all__)
+
+
+def test_the_picture_is_redrawn_into_docs_only_with_update_shipped(monkeypatch):
+    """``--update-shipped`` lets the shipped picture change (the write guard sees the flag)."""
+    import pytest
+
+    from spotref.files import check_writable
+
+    drawn = []
+    monkeypatch.setattr(architecture, "draw", lambda g, out: drawn.append(check_writable(out)))
+    assert architecture.main(["--png", "--update-shipped"]) == 0
+    assert drawn == [architecture.SHIPPED_PNG]
+    monkeypatch.setattr(architecture, "run_dir", lambda name: architecture.SHIPPED_PNG.parent)
+    with pytest.raises(ValueError, match="shipped file"):
+        architecture.main(["--png"])
