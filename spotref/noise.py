@@ -15,7 +15,7 @@ formula; ``tests/spec/test_noise.py`` pins a few values.
 
 Where it is exact: ``u`` is integer maths, the same bits on every device. ``log`` is not: CUDA's
 float64 ``log`` differs from the CPU's in the last bit of about 0.7% of the entries (measured on
-an H200, issue 37), which can flip a sample. So g is defined as computed on the CPU (the same
+an H200), which can flip a sample. So g is defined as computed on the CPU (the same
 bits under every CPU capability level, tested) and the decision rule moves it to the logits'
 device: one (B, V) float64 transfer per (block, step), kept for the block by ``BlockNoise``;
 ``benchmarks/gpu_check.py`` measures its cost.

@@ -16,7 +16,7 @@ chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, sto
   commits after a block's first whose token is the coupled stale token), overall and without the
   commits of end-of-text (``stability_d0_text``: no fill in the number).
 
-The bar (``meets_bar``, issue 11): answers >= 50%, equations >= 90%, ``stability_d0_text`` >= 0.90.
+The bar (``meets_bar``): answers >= 50%, equations >= 90%, ``stability_d0_text`` >= 0.90.
 """
 
 from __future__ import annotations
