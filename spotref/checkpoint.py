@@ -17,6 +17,9 @@ then assigned straight from the files, cast to the requested dtype on the reques
 
 ``save_pretrained`` writes the same layout (one file, or shards and their index), whole or
 absent (``spotref.files.atomic_dir``); what it writes, the reader reads back bit for bit.
+
+Dream's checkpoints (``spotref.dream``) share the layout, the checks and both directions:
+``load_checkpoint`` with Dream's config fields, ``save_pretrained`` with Dream's ``header``.
 """
 
 from __future__ import annotations
@@ -54,7 +57,13 @@ def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, 
     """``cls`` (SDARModel) with the weights of the checkpoint directory ``path``."""
     root = checkpoint_dir(path)
     raw = read_json(root / CONFIG, "the model config")
-    cfg = make_config(cls.config_class, config_fields(raw, block_size, mask_token_id))
+    return load_checkpoint(cls, root, raw, config_fields(raw, block_size, mask_token_id), dtype, device)
+
+
+def load_checkpoint(cls, root: Path, raw: dict, fields: dict, dtype=None, device=None):
+    """``cls`` built from the checked config ``fields`` of ``raw`` (config.json) with the weights of
+    ``root``. Any model with ``model.embed_tokens`` and ``lm_head`` (SDAR, Dream) loads this way."""
+    cfg = make_config(cls.config_class, fields)
     dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
     files = weight_files(root)  # {name: shard path}
     shapes = stored_shapes(files)  # {name: (shape, stored dtype)}
@@ -132,10 +141,7 @@ def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
     config's fields."""
     check_field_types(raw)
     check_supported(raw)
-    d = dict(raw)
-    rope = raw.get("rope_parameters") or {}  # transformers 5 puts rope_theta here
-    if "rope_theta" not in d and "rope_theta" in rope:
-        d["rope_theta"] = rope["rope_theta"]
+    d = with_rope_theta(raw)
     for name, value, flag in (
         ("block_size", block_size, "block_size= (CLI: --block-length)"),
         ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)"),
@@ -145,6 +151,16 @@ def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
             d[name] = value
         if d.get(name) is None:
             raise ValueError(f"config.json has no {name}: pass {flag}")
+    return d
+
+
+def with_rope_theta(raw: dict) -> dict:
+    """A copy of a config.json, with ``rope_theta`` taken from ``rope_parameters`` where only
+    that holds it (transformers 5 writes it there)."""
+    d = dict(raw)
+    rope = raw.get("rope_parameters") or {}
+    if "rope_theta" not in d and "rope_theta" in rope:
+        d["rope_theta"] = rope["rope_theta"]
     return d
 
 
@@ -396,8 +412,17 @@ def listing(items, n: int = 6) -> str:
 # --- the writer ---------------------------------------------------------------------------
 
 
+SDAR_HEADER = {"architectures": ["SDARForCausalLM"], "model_type": "sdar"}
+
+
 def save_pretrained(
-    model, path, dtype=None, max_shard_bytes: int | None = None, shard_of=None, update_shipped: bool = False
+    model,
+    path,
+    dtype=None,
+    max_shard_bytes: int | None = None,
+    shard_of=None,
+    update_shipped: bool = False,
+    header: dict = SDAR_HEADER,
 ) -> Path:
     """Write ``model`` as a checkpoint directory in the official layout; returns the path.
 
@@ -409,13 +434,14 @@ def save_pretrained(
     ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
     or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
+    ``header``: the config.json keys that name the architecture (``architectures``, ``model_type``).
     """
     from safetensors.torch import save_file
 
     check_path("save_pretrained: path", path)
     dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
     with shipped_writes(update_shipped), atomic_dir(path, keep=not_checkpoint) as root:
-        write_files(model, root, dtype, max_shard_bytes, shard_of, save_file)
+        write_files(model, root, dtype, max_shard_bytes, shard_of, save_file, header)
     return Path(path)
 
 
@@ -424,12 +450,12 @@ def not_checkpoint(name: str) -> bool:
     return name not in (CONFIG, SINGLE, INDEX) and not re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)
 
 
-def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file) -> None:
+def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file, header=SDAR_HEADER) -> None:
     """The checkpoint's files into the (fresh) directory ``root``."""
     state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    cfg = {**served_as(model.config.to_dict(), dtype), "architectures": ["SDARForCausalLM"], "model_type": "sdar"}
+    cfg = {**served_as(model.config.to_dict(), dtype), **header}
     atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
     groups = shard_groups(state, max_shard_bytes, shard_of)
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
