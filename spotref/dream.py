@@ -1,0 +1,262 @@
+"""Dream: a Qwen2 decoder run as a whole-canvas diffusion LM, in plain torch.
+
+Qwen2 layers (RMSNorm, RoPE, grouped K/V heads, q/k/v projections WITH a bias, o_proj without,
+SwiGLU) with bidirectional attention: every position attends to every position of the canvas
+(no mask, no cache). Weight names are those of Dream's checkpoints (``model.embed_tokens.weight``,
+``model.layers.N.self_attn.q_proj.bias``, ..., ``lm_head.weight``); config.json's ``model_type``
+is ``Dream``. The head size is ``hidden_size / num_attention_heads`` (Dream's config has no
+``head_dim``).
+
+``model(ids)``: ids (N, L) -> logits (N, L, V), ONE forward of the N rows. The logits are
+returned UNSHIFTED, as Dream's modeling code returns them: ``logits[:, i]`` predicts the token at
+``i + 1``. The shift belongs to the decision (``logit_shift = 1``): the block's logits are read
+from ``cat([logits[:, :1], logits[:, :-1]], 1)``.
+
+Arithmetic follows Dream's attention as transformers' eager Qwen2 writes it: scores times
+``d**-0.5``, the softmax in float32 and cast back, RMSNorm statistics in float32, RoPE's
+cos/sin computed in float32 and cast to the model's dtype. Dream's own attention runs SDPA
+without a mask; in float32 the two agree within 1e-6 (``tests/checkpoints/test_dream.py``).
+Dream's config options its code ignores at inference (``use_sliding_window``, ``sliding_window``,
+``attention_dropout``, ``use_cache``) are kept in ``config.extra`` and ignored here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from spotref.checkpoint import (
+    CONFIG,
+    check_field_types,
+    checkpoint_dir,
+    load_checkpoint,
+    read_json,
+    save_pretrained,
+    with_rope_theta,
+)
+from spotref.checks import INT_MAX, check_int, check_real
+from spotref.models import MLP, RMSNorm, rope
+
+HEADER = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what config.json names
+
+
+@dataclass
+class DreamConfig:
+    """Model hyper-parameters; names and defaults as in Dream's ``configuration_dream.py``, so a
+    config.json that omits a key reads as Dream's code reads it. Construction checks every field:
+    a bad one raises ``ValueError`` naming ``DreamConfig.field``."""
+
+    vocab_size: int = 151936
+    hidden_size: int = 4096
+    intermediate_size: int = 22016
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    mask_token_id: int = 151666
+    pad_token_id: int | None = 151643
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        check_dream_config(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DreamConfig":
+        """Known fields by name; the rest of a real config.json is kept in ``extra``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {**d.pop("extra"), **d}
+
+
+SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+
+
+def check_dream_config(c: DreamConfig) -> None:
+    """Every field of its type and range, and the fields consistent (whole heads, RoPE's pairs,
+    grouped K/V heads, token ids inside the vocabulary)."""
+    for name in SIZES:
+        check_int(f"DreamConfig.{name}", getattr(c, name), 1, INT_MAX)
+    check_real("DreamConfig.rms_norm_eps", c.rms_norm_eps, lo=0, open_lo=True)
+    check_real("DreamConfig.initializer_range", c.initializer_range, lo=0, open_lo=True)
+    check_real("DreamConfig.rope_theta", c.rope_theta, lo=1, open_lo=True)
+    h, kvh = c.num_attention_heads, c.num_key_value_heads
+    if c.hidden_size % h or c.head_dim % 2:
+        raise ValueError(
+            f"DreamConfig.hidden_size ({c.hidden_size}) must be num_attention_heads ({h}) times an "
+            f"even head size (RoPE rotates pairs)"
+        )
+    if h % kvh:
+        raise ValueError(f"DreamConfig.num_attention_heads ({h}) must be a multiple of num_key_value_heads ({kvh})")
+    check_int("DreamConfig.mask_token_id", c.mask_token_id, 0, c.vocab_size - 1)
+    if c.vocab_size == 1:
+        raise ValueError("DreamConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        ids = getattr(c, name)
+        for t in ids if isinstance(ids, list) else [ids]:
+            if t is not None:
+                check_int(f"DreamConfig.{name}", t, 0, c.vocab_size - 1)
+    if not isinstance(c.tie_word_embeddings, bool):
+        raise ValueError(f"DreamConfig.tie_word_embeddings must be True or False, got {c.tie_word_embeddings!r}")
+
+
+def config_fields(raw: dict) -> dict:
+    """The checked fields of a Dream config.json for ``DreamConfig.from_dict``."""
+    if raw.get("model_type", HEADER["model_type"]) != HEADER["model_type"]:
+        raise ValueError(f"config.json's model_type is {raw['model_type']!r}, not a Dream checkpoint ('Dream')")
+    check_field_types(raw)
+    bad = []
+    if raw.get("rope_scaling"):
+        bad.append(f"rope_scaling={raw['rope_scaling']!r}")
+    if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
+        bad.append(f"rope_parameters={raw['rope_parameters']!r}")
+    if raw.get("hidden_act", "silu") != "silu":
+        bad.append(f"hidden_act={raw['hidden_act']!r}")
+    if bad:
+        raise ValueError(f"config.json uses what spotref's Dream model does not support: {', '.join(bad)}")
+    return with_rope_theta(raw)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DreamConfig):
+        super().__init__()
+        H, h, kvh, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.h, self.kvh, self.d = h, kvh, d
+        self.q_proj = nn.Linear(H, h * d, bias=True)
+        self.k_proj = nn.Linear(H, kvh * d, bias=True)
+        self.v_proj = nn.Linear(H, kvh * d, bias=True)
+        self.o_proj = nn.Linear(h * d, H, bias=False)
+
+    def forward(self, x, cos, sin):
+        """x: (N, L, H); cos, sin: (L, d) -> (N, L, H). Bidirectional: no mask.
+        Query heads g i .. g i + g - 1 share K/V head i."""
+        N, L, _ = x.shape
+        q = self.q_proj(x).view(N, L, self.h, self.d).transpose(1, 2)  # (N, h, L, d)
+        k = self.k_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)  # (N, kvh, L, d)
+        v = self.v_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)  # (N, kvh, L, d)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        g = self.h // self.kvh
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, L, d)
+        att = torch.matmul(q, k.transpose(2, 3)) * self.d**-0.5  # (N, h, L, L)
+        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+        y = torch.matmul(att, v)  # (N, h, L, d)
+        return self.o_proj(y.transpose(1, 2).reshape(N, L, self.h * self.d))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DreamConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)  # SwiGLU: down(silu(gate(x)) * up(x)), no biases
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin):  # x: (N, L, H) -> (N, L, H)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """The ``model.`` part of the checkpoint: embeddings, layers, final norm."""
+
+    def __init__(self, cfg: DreamConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class DreamModel(nn.Module):
+    """Dream diffusion LM over the whole canvas. Random init as Dream's (weights normal with std
+    ``initializer_range``, biases zero, norms one); a new model is in eval mode."""
+
+    config_class = DreamConfig  # what ``from_pretrained`` builds the config with
+    family = "dream"
+    logit_shift = 1  # logits[:, i] predicts the token at i + 1
+    block_size = 32  # the default block_length of a decode
+
+    def __init__(self, config: DreamConfig):
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.eval()
+
+    @torch.no_grad()
+    def _init_weights(self):
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, self.config.initializer_range)
+
+    @property
+    def mask_id(self) -> int:
+        return self.config.mask_token_id
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, device=None) -> "DreamModel":
+        """Load a local Dream checkpoint directory (config.json + ``model.safetensors`` or the
+        shards of ``model.safetensors.index.json``). dtype None: the config's ``torch_dtype`` (or
+        ``dtype``, as transformers 5 writes it)."""
+        root = checkpoint_dir(path)
+        raw = read_json(root / CONFIG, "the model config")
+        return load_checkpoint(cls, root, raw, config_fields(raw), dtype, device)
+
+    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
+        """Write Dream's layout, whole or absent; ``from_pretrained`` reads it back bit for bit."""
+        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, header=HEADER)
+
+    def _rope(self, L: int, device):
+        """cos, sin: (L, d) for positions 0 .. L - 1 (float32 maths, then the model's dtype)."""
+        d = self.config.head_dim
+        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, d, 2, device=device).float() / d))  # (d/2,)
+        freqs = torch.outer(torch.arange(L, device=device).float(), inv_freq)  # (L, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (L, d)
+        dtype = self.lm_head.weight.dtype
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (N, L) -> logits (N, L, V), unshifted, gradients kept (for training)."""
+        if ids.ndim != 2:
+            raise ValueError(f"DreamModel takes ids of shape (N, L), got {tuple(ids.shape)}")
+        ids = ids.to(self.lm_head.weight.device)
+        cos, sin = self._rope(ids.shape[1], ids.device)
+        x = self.model.embed_tokens(ids)  # (N, L, H)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.model.norm(x))  # (N, L, V)
+
+    @torch.no_grad()
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (N, L) -> logits (N, L, V): one bidirectional forward of the N rows, unshifted."""
+        return self.logits(ids)
