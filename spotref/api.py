@@ -22,9 +22,9 @@ from spotref.checks import (  # noqa: F401
     check_temperature,
 )
 from spotref.core import LIMIT
-from spotref.decode import Block, Result, Stats, decode, fill_block
+from spotref.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
 from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
-from spotref.rules import CONFIDENCES, DTYPES, PRECISIONS, SERVED, DecisionRule
+from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family
 
 
 def generate(
@@ -42,23 +42,28 @@ def generate(
     stop_ids=None,
     fused_store: bool = False,
     core=None,
-    confidence: str = "filtered",
+    confidence: str | None = None,
     precision: str | None = None,
     width: int | None = None,
+    block_length: int | None = None,
 ) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
-    model: an ``SDARModel`` (or an object with its contract), a bundled ``Target`` or its name.
+    model: an ``SDARModel`` or a whole-canvas model (LLaDA, Dream), or an object with either
+    contract (docs/spec.md section 1.1), a bundled ``Target`` or its name.
     drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
     "spot"), a trained order model (``spotref.load_drafter``) or any ``drafter(view) -> Draft``;
     budget: the node budget N or "auto"; depth: the depth cap D. precision: the rule's dtype
     (None: the model's serving precision); width: None (each row of a pass alone) or W >= budget
-    (every pass one forward of W rows: exact decoding at width W; ``check_width``). docs/spec.md
-    section 7 gives every argument; each is checked before the first forward (``ValueError`` naming it).
+    (every pass one forward of W rows: exact decoding at width W; ``check_width``); confidence:
+    None, the family's own; block_length: None, the model's own (``check_canvas``).
+    docs/spec.md section 7 gives every argument; each is checked before the first forward
+    (``ValueError`` naming it).
     """
     model = resolve_model(model)
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
+    block_length = check_canvas(model, len(prompt), max_new_tokens, block_length)
     stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
     if not isinstance(fused_store, (bool, np.bool_)):
         raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
@@ -76,11 +81,10 @@ def generate(
         core=core,
         precision=precision,
         width=width,
+        block_length=block_length,
     )
-    stats, t = Stats(), time.perf_counter()
-    tokens = decode(
-        model, prompt, int(max_new_tokens), stops, partial(fill_block, spec.block), stats, bool(fused_store)
-    )
+    stats, t, fill = Stats(), time.perf_counter(), partial(fill_block, spec.block)
+    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store), block_length)
     wall = time.perf_counter() - t
     return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
 
@@ -91,6 +95,7 @@ class Speculator:
 
         spec = Speculator(vocab_size=V, block_size=B, mask_id=M, drafter="confidence")
         blk = spec.block(index, state)          # state: int64 (B,), MASK where uncommitted
+                                                # index: the block's (SDAR: absolute; canvas: k)
         while not blk.done:
             rows = blk.propose()                # int64 (R, B): run them through your model
             blk.accept(logits)                  # float (R, B, V) for those rows, same order
@@ -100,7 +105,9 @@ class Speculator:
     (one row per pass). A model's own drafters (``"spot"``, ``"calibrated"``) and
     ``budget="auto"`` need the model: ``Speculator.for_model(model, ...)``. With ``width=W`` every
     ``propose`` returns W rows and ``blk.one_forward`` is True: run them as one forward
-    (``model.denoise(cache, rows, one_forward=blk.one_forward)``).
+    (``model.denoise(cache, rows, one_forward=blk.one_forward)``; a canvas family: one call of the
+    rows' canvases). ``family``: the decision rule's (``rules.for_family``; ``for_model`` takes
+    the model's).
     """
 
     def __init__(
@@ -116,11 +123,12 @@ class Speculator:
         drafter="confidence",
         budget=16,
         depth: int = 8,
-        confidence: str = "filtered",
+        confidence: str | None = None,
         core=None,
         model=None,
         precision: str | None = None,
         width: int | None = None,
+        family: str = "sdar",
     ):
         check_int("vocab_size", vocab_size, 2)  # 1 would hold only MASK: nothing to commit
         check_int("block_size", block_size, 1)
@@ -136,6 +144,7 @@ class Speculator:
             top_p,
             confidence,
             serving_precision(model) if precision is None else precision,
+            family,
         )
         if budget != "auto":
             check_int("budget", budget, 1, LIMIT - 1)
@@ -155,16 +164,23 @@ class Speculator:
             return None, 1
         if model is None:
             raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
+        if family(model) != "sdar":
+            raise ValueError(
+                f'budget="auto" measures SDAR\'s cached passes: give a {family(model)} model an int budget'
+            )
         return auto_budget(model, self.drafter, self.depth, self.rule, self.width)
 
     @classmethod
-    def for_model(cls, model, **kwargs) -> "Speculator":
-        """A speculator for ``model`` (an SDARModel, a bundled Target or a target name)."""
+    def for_model(cls, model, block_length: int | None = None, **kwargs) -> "Speculator":
+        """A speculator for ``model`` (an SDARModel, a whole-canvas model, a bundled Target or a
+        target name), its family's rule, in blocks of ``block_length`` (``check_block_length``)."""
         model = resolve_model(model)
-        return cls(model.config.vocab_size, model.block_size, model.mask_id, model=model, **kwargs)
+        B = check_block_length(model, block_length)
+        return cls(model.config.vocab_size, B, model.mask_id, model=model, family=family(model), **kwargs)
 
     def block(self, index: int, state, stats: Stats | None = None) -> Block:
-        """A ``Block`` for block ``index`` (absolute, from position 0) starting at ``state``."""
+        """A ``Block`` for block ``index`` starting at ``state``: the index the noise is keyed by
+        (SDAR: absolute, from position 0; LLaDA, Dream: k, the generated block, from 0)."""
         check_int("index", index, 0, LIMIT - 1)  # the noise key holds 64 bits; positions less
         rule = self.rule
         state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
@@ -192,9 +208,20 @@ def speculator_drafter(drafter, model):
 
 
 def decision_rule(
-    V: int, B: int, mask_id: int, temperature, seed, threshold, top_k, top_p, confidence, precision="auto"
+    V: int,
+    B: int,
+    mask_id: int,
+    temperature,
+    seed,
+    threshold,
+    top_k,
+    top_p,
+    confidence,
+    precision="auto",
+    family="sdar",
 ) -> DecisionRule:
-    """The checked decision parameters of one generation (each bad one named)."""
+    """The checked decision parameters of one generation (each bad one named), as the family's
+    rule (``rules.for_family``; a confidence of None: the family's own)."""
     check_temperature(temperature)
     check_int("seed", seed, 0, 2**64 - 1)
     if threshold is not None:
@@ -203,22 +230,44 @@ def decision_rule(
         check_int("top_k", top_k, 1)
     if top_p is not None:
         check_real("top_p", top_p, lo=0.0, hi=1.0, open_lo=True)
-    if confidence not in CONFIDENCES:
-        raise ValueError(f"confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise ValueError(f"precision must be None or one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return DecisionRule(
-        mask_id,
-        V,
-        B,
-        float(temperature),
-        int(seed),
-        top_k,
-        top_p,
-        None if threshold is None else float(threshold),
-        confidence,
-        precision,
-    )
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    params = dict(mask_id=mask_id, vocab_size=V, block_size=B, temperature=float(temperature), seed=int(seed))
+    params.update(top_k=top_k, top_p=top_p, threshold=None if threshold is None else float(threshold))
+    params.update(precision=precision, **({} if confidence is None else {"confidence": confidence}))
+    return for_family(family, **params)  # a confidence of None: the family's default
+
+
+def check_block_length(model, block_length) -> int:
+    """The block length of a decode: None, the model's own (``model.block_size``). An SDAR model
+    decodes in the block size it was trained with; a canvas family in any bl from 1 to its
+    positions (``check_canvas``: the whole canvas must fit)."""
+    if block_length is None:
+        return model.block_size
+    bl = check_int("block_length", block_length, 1, model.config.max_position_embeddings)
+    if family(model) == "sdar" and bl != model.block_size:
+        raise ValueError(
+            f"block_length {bl}: an SDAR model decodes in the block size it was trained with "
+            f"({model.block_size}); leave block_length None"
+        )
+    return bl
+
+
+def check_canvas(model, prompt_len: int, max_new_tokens: int, block_length) -> int:
+    """The checked block length (``check_block_length``), for which a canvas family's canvas, the
+    prompt then max_new_tokens rounded up to whole blocks, fits the model's positions (SDAR's
+    blocks: ``check_length``)."""
+    bl = check_block_length(model, block_length)
+    G = -(-max_new_tokens // bl) * bl
+    if family(model) != "sdar" and prompt_len + G > model.config.max_position_embeddings:
+        raise ValueError(
+            f"the canvas, prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) rounded up to "
+            f"blocks of {bl} ({G}), exceeds the model's max_position_embeddings "
+            f"({model.config.max_position_embeddings})"
+        )
+    return bl
 
 
 def check_width(width, budget) -> int | None:

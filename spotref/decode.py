@@ -1,15 +1,22 @@
-"""Exact decoding and SPOT speculative decoding of a block-diffusion LM (docs/spec.md sections 2-3).
+"""Exact decoding and SPOT speculative decoding of a diffusion LM (docs/spec.md sections 1-3).
 
-Both run the same outer loop (``decode``): prefill the complete prompt blocks, then per block
-start from MASK (a prompt tail that ends mid-block stays fixed), fill it, and store it in the
-cache with one more pass (B + 1 forwards per block under the one-position rule, as SDAR's
-generate.py, JetEngine, lmdeploy and sglang count them). A block is filled by a ``Block``, the
-step API (docs/spec.md section 7): ``propose`` the block states to run through the model, ``accept``
-their logits, until ``done``. Each round is draft -> build -> (the caller's) verify forward ->
-walk by state equality, plus the bonus decision at the deepest accepted state. Every accepted
-transition is the target's own decision at that state with that state's noise, so the committed
-tokens are those of exact decoding whatever the drafter proposes; exact decoding is the same
-``Block`` with no drafter (the root alone: one state, one decision per pass).
+Both run the same outer loop (``decode``): bind the model to a *target* by its family (docs/spec.md
+section 1.1), then per block start from MASK, fill it, and store it. A target is all a decoder
+sees of the model: its blocks, ``verify`` (the logits of R states of the current block: one
+pass) and ``store`` (a finished block into the context). ``PrefixTarget`` is SDAR's: a prefix
+KV cache, blocks at absolute multiples of B, a prompt tail that ends mid-block stays fixed, and
+the store is one more pass (B + 1 passes per block under the one-position rule, as SDAR's
+generate.py, JetEngine, lmdeploy and sglang count them). ``CanvasTarget`` is LLaDA's and
+Dream's: the whole canvas (prompt, then masks), bidirectional, no cache; the store writes the
+block into the canvas.
+
+A block is filled by a ``Block``, the step API (docs/spec.md section 7): ``propose`` the block
+states to run through the model, ``accept`` their logits, until ``done``. Each round is draft ->
+build -> (the caller's) verify forward -> walk by state equality, plus the bonus decision at the
+deepest accepted state. Every accepted transition is the target's own decision at that state
+with that state's noise, so the committed tokens are those of exact decoding whatever the
+drafter proposes; exact decoding is the same ``Block`` with no drafter (the root alone: one
+state, one decision per pass).
 """
 
 from __future__ import annotations
@@ -30,20 +37,20 @@ from spotref.rules import DecisionRule
 @dataclass
 class Result:
     tokens: list  # generated tokens, prompt excluded
-    passes: int  # every target forward: prefill + denoise/verify + store
+    passes: int  # every pass: each verify, and SDAR's prefill and stores
     stats: dict
 
 
 @dataclass
 class Stats:
     passes: int = 0
-    starts: list = field(default_factory=list)  # (block, step) at each denoise/verify pass
-    accepted: list = field(default_factory=list)  # decisions per denoise/verify pass
-    committed: list = field(default_factory=list)  # positions per denoise/verify pass
+    starts: list = field(default_factory=list)  # (block, step) at each verify pass
+    accepted: list = field(default_factory=list)  # decisions per verify pass
+    committed: list = field(default_factory=list)  # positions per verify pass
     draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
     trajectory: list = field(default_factory=list)  # (block, step, commits) in commit order
     blocks: list = field(default_factory=list)  # (new tokens, passes) per decoded block; passes:
-    # its denoise/verify passes and its store
+    # its verify passes and its store (a pass for SDAR only)
     stopped: bool = False  # the last decoded block holds a stop id
     model_s: float = 0.0
     draft_s: float = 0.0
@@ -67,16 +74,23 @@ class Stats:
         self.draft_nodes.append(rows)
 
 
-class BoundTarget:
-    """The model bound to one generation's KV cache. Every forward goes through here, counted
-    and timed. With ``fused_store`` a finished block is not stored by a pass of its own: its K/V
-    are computed inside the next block's first denoise pass (bit-identical, one pass fewer per
-    block; the last block is then never stored)."""
+CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasTarget``
+FAMILIES = ("sdar", *CANVAS_FAMILIES)  # SDAR: a prefix cache, ``PrefixTarget``
 
-    def __init__(self, model, prompt_blocks: torch.Tensor, stats: Stats, fused_store: bool = False):
-        self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
-        empty = len(prompt_blocks) == 0
-        self.cache = model.prefill(prompt_blocks) if empty else self._pass(model.prefill, prompt_blocks)
+
+def family(model) -> str:
+    """``model.family``; a model without one is SDAR."""
+    return getattr(model, "family", "sdar")
+
+
+class Target:
+    """What a decoder sees of the model bound to one generation (docs/spec.md section 1.1):
+    ``blocks``, the (block index, fixed prompt tokens it starts with) of each block to decode;
+    ``verify(states (R, bl), one_forward) -> logits (R, bl, V)``, one pass over R states of the
+    current block; ``store(block (bl,))``, the finished block into the context. Every forward
+    goes through ``_pass``: counted and timed."""
+
+    stats: Stats
 
     def _pass(self, fn, *args):
         t = time.perf_counter()
@@ -85,8 +99,26 @@ class BoundTarget:
         self.stats.passes += 1
         return out
 
-    def denoise(self, states: np.ndarray, one_forward: bool = False) -> torch.Tensor:
-        """states: (N, B) -> logits (N, B, V); ``one_forward``: the rows are a pass at a fixed width
+
+class PrefixTarget(Target):
+    """SDAR: the model bound to one generation's prefix KV cache. Blocks of B = ``model.block_size``
+    sit at absolute multiples of B (the block index: absolute, from position 0): the prompt's
+    full blocks are prefilled (one pass), the first decoded block holds the prompt tail, fixed,
+    and ``store`` runs a pass. With ``fused_store`` a finished block is not stored by a pass of
+    its own: its K/V are computed inside the next block's first verify pass (bit-identical, one
+    pass fewer per block; the last block is then never stored)."""
+
+    def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats, fused_store: bool = False):
+        B = model.block_size
+        n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+        self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
+        self.block_length = B
+        self.blocks = [(b, prompt[b * B : (b + 1) * B]) for b in range(n_full, n_blocks)]  # the tail: first only
+        prompt_blocks = torch.tensor(prompt[: n_full * B], dtype=torch.long)  # (n_full * B,)
+        self.cache = model.prefill(prompt_blocks) if n_full == 0 else self._pass(model.prefill, prompt_blocks)
+
+    def verify(self, states: np.ndarray, one_forward: bool = False) -> torch.Tensor:
+        """states: (R, B) -> logits (R, B, V); ``one_forward``: the rows are a pass at a fixed width
         (``Block.one_forward``), run as one forward. A model used only rows alone needs no keyword."""
         states, kw = torch.from_numpy(states), {"one_forward": True} if one_forward else {}
         if self.pending is None:
@@ -101,12 +133,63 @@ class BoundTarget:
             self._pass(self.model.store, self.cache, torch.from_numpy(block))
 
 
+class CanvasTarget(Target):
+    """LLaDA, Dream: the whole canvas, bidirectional, no cache. The canvas is the prompt (P
+    tokens), then G = ceil(max_new_tokens / bl) * bl masks; generated block k (the block index,
+    from 0) covers canvas positions [P + k * bl, P + (k + 1) * bl): LLaDA's generate.py geometry
+    with gen_length = steps = G. Every verify is one pass; ``store`` writes the block into the
+    canvas (no pass). ``model(ids)``: (N, L) -> logits (N, L, V), one forward over the N rows;
+    ``model.logit_shift``: 0 (logits[:, i] predicts i), or 1 (Dream: logits[:, i] predicts i + 1)."""
+
+    def __init__(self, model, prompt: list, max_new_tokens: int, block_length: int, stats: Stats):
+        P, bl = len(prompt), block_length
+        G = -(-max_new_tokens // bl) * bl
+        self.model, self.stats, self.block_length, self.shift = model, stats, bl, model.logit_shift
+        self.blocks = [(k, []) for k in range(G // bl)]  # no prompt token inside a block
+        self.canvas = torch.full((P + G,), model.mask_id, dtype=torch.long)  # (L,) L = P + G
+        self.canvas[:P] = torch.tensor(prompt, dtype=torch.long)
+        self.start = P  # the current block's first canvas position: P + k * bl
+
+    @torch.no_grad()
+    def verify(self, states: np.ndarray, one_forward: bool = False) -> torch.Tensor:
+        """states: (R, bl) -> logits (R, bl, V): R canvases, each the canvas with the current block
+        replaced by a row, run through the model (``one_forward``: one call of all rows; else one
+        call per row). Position i is decided by the logits at i - shift, position 0 by its own:
+        Dream's shift, ``cat([logits[:, :1], logits[:, :-1]], 1)``, read at the block."""
+        bl = self.block_length
+        rows = self.canvas.repeat(len(states), 1)  # (R, L)
+        rows[:, self.start : self.start + bl] = torch.from_numpy(states)
+        read = (torch.arange(self.start, self.start + bl) - self.shift).clamp(min=0)  # (bl,)
+        run = lambda ids: self.model(ids)[:, read]  # (n, L) -> (n, bl, V)
+        return self._pass(lambda: run(rows) if one_forward else torch.cat([run(row[None]) for row in rows]))
+
+    def store(self, block: np.ndarray) -> None:
+        """block: (bl,) written into the canvas; the next block starts after it."""
+        self.canvas[self.start : self.start + self.block_length] = torch.from_numpy(block)
+        self.start += self.block_length
+
+
+def bind(model, prompt: list, max_new_tokens: int, stats: Stats, fused_store=False, block_length=None) -> Target:
+    """The model's target, chosen by its family; ``block_length``: the canvas families' (None:
+    ``model.block_size``; SDAR decodes in its own)."""
+    name = family(model)
+    if name not in FAMILIES:
+        raise ValueError(f"model.family must be one of {', '.join(FAMILIES)}, got {name!r}")
+    if name == "sdar":
+        return PrefixTarget(model, prompt, max_new_tokens, stats, fused_store)
+    if fused_store:
+        raise ValueError(f"fused_store: a {name} model has no cache to store a block into (SDAR only)")
+    return CanvasTarget(model, prompt, max_new_tokens, block_length or model.block_size, stats)
+
+
 class Block:
     """One block decoded round by round: ``propose`` the states to verify, ``accept`` their logits.
 
     The block owns the decision rule, the noise, the drafter, the tree, the walk and the stale
-    logits; the caller owns the model, its cache and batching (docs/spec.md section 7). ``state`` (B,)
-    holds MASK where uncommitted (a prompt tail stays fixed). ``drafter=None``: exact decoding.
+    logits; the caller owns the model, its context (a prefix cache or the canvas) and batching
+    (docs/spec.md section 7). ``index``: the block index the noise is keyed by (SDAR: absolute,
+    from position 0; LLaDA, Dream: k, from 0 after the prompt). ``state`` (B,) holds MASK where
+    uncommitted (SDAR: a prompt tail stays fixed). ``drafter=None``: exact decoding.
     ``width``: None, or every ``propose`` returns exactly that many rows (the tree's states, then
     copies of the root) and ``one_forward`` is True: the caller runs them as one forward of that
     one shape (docs/spec.md sections 4 and 7).
@@ -146,7 +229,8 @@ class Block:
     @property
     def one_forward(self) -> bool:
         """Whether ``propose()``'s rows are a pass at a fixed width, to run as ONE forward
-        (``SDARModel.denoise(cache, rows, one_forward=True)``); False: each row alone."""
+        (SDAR: ``SDARModel.denoise(cache, rows, one_forward=True)``; a canvas family: one call of
+        all rows' canvases); False: each row alone."""
         return self.width is not None
 
     @property
@@ -244,11 +328,11 @@ def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def fill_block(new_block, target: BoundTarget, index: int, state: np.ndarray) -> np.ndarray:
-    """Fill one block through the step API: propose, one forward, accept, until done."""
+def fill_block(new_block, target: Target, index: int, state: np.ndarray) -> np.ndarray:
+    """Fill one block through the step API: propose, one pass, accept, until done."""
     block = new_block(index, state, target.stats)
     while not block.done:
-        block.accept(target.denoise(block.propose(), block.one_forward))  # 3. verify: (R, B, V)
+        block.accept(target.verify(block.propose(), block.one_forward))  # 3. verify: (R, B, V)
     return block.state
 
 
@@ -280,26 +364,27 @@ def accept(rule, core, tree, logits, noise: BlockNoise, stats: Stats):
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
-def decode(model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats, fused_store: bool = False) -> list:
-    """The outer block loop shared by every decoder: ``fill(target, index, state)`` (``fill_block``
-    bound to a block factory) decides each block; returns the generated tokens."""
-    B, mask_id = model.block_size, model.mask_id
+def decode(
+    model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats, fused_store=False, block_length=None
+) -> list:
+    """The outer block loop shared by every decoder and family: ``fill(target, index, state)``
+    (``fill_block`` bound to a block factory) decides each block; returns the generated tokens.
+    ``block_length``: the canvas families' (None: ``model.block_size``)."""
     if max_new_tokens == 0:
         return []
-    n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
-    target = BoundTarget(model, torch.tensor(prompt[: n_full * B], dtype=torch.long), stats, fused_store)
+    target = bind(model, prompt, max_new_tokens, stats, fused_store, block_length)
     generated, stops = [], set(stop_ids or ())
-    for b in range(n_full, n_blocks):
-        tail, before = prompt[b * B :], stats.passes  # the fixed prompt tail (first block only)
-        state = np.full(B, mask_id, dtype=np.int64)
+    for index, tail in target.blocks:  # tail: the fixed prompt tokens the block starts with
+        before = stats.passes
+        state = np.full(target.block_length, model.mask_id, dtype=np.int64)  # (bl,)
         state[: len(tail)] = tail
-        state = fill(target, b, state)
+        state = fill(target, index, state)
         new = state[len(tail) :].tolist()
         generated += new
-        target.store(state)  # as SDAR: every block
+        target.store(state)  # every block, as SDAR and LLaDA
         stats.blocks.append((len(new), stats.passes - before))
         if stops.intersection(new):
-            stats.stopped = True  # SDAR's rule: the block holding it finishes
+            stats.stopped = True  # the block holding it finishes; later blocks never change it
             break
     generated = generated[:max_new_tokens]
     for i, t in enumerate(generated):

@@ -96,7 +96,7 @@ class View:
 
     tokens: np.ndarray  # (B,) int64, MASK where uncommitted
     step: int  # decisions already taken in this block
-    block: int  # block index (absolute, from position 0)
+    block: int  # the block index the noise is keyed by (SDAR: absolute; LLaDA, Dream: k from 0)
     stale_logits: torch.Tensor  # (B, V): the previous pass's logits, in their dtype
     rule: DecisionRule
     budget: int  # node budget N (root included)

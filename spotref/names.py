@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spotref
+from spotref.decode import CANVAS_FAMILIES
 
 if TYPE_CHECKING:
     from spotref.load.targets import Target
@@ -48,8 +49,12 @@ def _mtime(path: Path) -> int | None:
 
 
 def resolve_model(model):
-    """An ``SDARModel`` (or a model with its contract), from a model, a ``Target`` or a name."""
-    contract = lambda m: all(hasattr(m, a) for a in ("config", "prefill", "denoise", "store"))
+    """A model with one family's contract (docs/spec.md section 1.1), from a model, a ``Target``
+    or a name: SDAR's (``SDARModel``: ``prefill``, ``denoise``, ``store``) or the whole canvas's
+    (LLaDA, Dream: ``model(ids)``, a ``family`` of ``decode.CANVAS_FAMILIES``)."""
+    sdar = lambda m: all(hasattr(m, a) for a in ("config", "prefill", "denoise", "store"))
+    canvas = lambda m: callable(m) and hasattr(m, "config") and getattr(m, "family", None) in CANVAS_FAMILIES
+    contract = lambda m: sdar(m) or canvas(m)
     if isinstance(model, str):
         try:
             return target(model).model
@@ -60,8 +65,8 @@ def resolve_model(model):
     if contract(getattr(model, "model", None)) and hasattr(model, "tokenizer"):  # a Target
         return model.model
     raise ValueError(
-        f"model must be an SDARModel, a spotref Target or a bundled target name "
-        f"(spotref.list_targets()), got {type(model).__name__}"
+        f"model must be an SDARModel, a whole-canvas model (family llada or dream), a spotref Target "
+        f"or a bundled target name (spotref.list_targets()), got {type(model).__name__}"
     )
 
 
