@@ -1,5 +1,6 @@
-"""Real SDAR checkpoints: the format (docs/spec.md section 1), ``SDARModel.from_pretrained``'s
-reader and ``save_pretrained``, its writer.
+"""Real checkpoints: the SDAR format (docs/spec.md section 1), ``SDARModel.from_pretrained``'s
+reader and ``save_pretrained``, its writer; and the steps every family's reader and writer share
+(``assign_weights``, ``stored_tensors``, ``save_pretrained`` with the family's ``identity``).
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
@@ -19,7 +20,7 @@ then assigned straight from the files, cast to the requested dtype on the reques
 absent (``spotref.files.atomic_dir``); what it writes, the reader reads back bit for bit.
 
 Dream's checkpoints (``spotref.dream``) share the layout, the checks and both directions:
-``load_checkpoint`` with Dream's config fields, ``save_pretrained`` with Dream's ``header``.
+``load_checkpoint`` with Dream's config fields, ``save_pretrained`` with Dream's ``identity``.
 """
 
 from __future__ import annotations
@@ -68,13 +69,19 @@ def load_checkpoint(cls, root: Path, raw: dict, fields: dict, dtype=None, device
     files = weight_files(root)  # {name: shard path}
     shapes = stored_shapes(files)  # {name: (shape, stored dtype)}
     cfg.tie_word_embeddings = "lm_head.weight" not in shapes
-    model = build_on_meta(cls, cfg)
-    check_tensors(model, shapes, root)
-    state = read_tensors(files, dtype, device)
-    model.load_state_dict(state, strict=False, assign=True)
+    model = assign_weights(build_on_meta(cls, cfg), files, shapes, root, dtype, device)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
+
+
+def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
+    """The meta-built ``model`` with the checkpoint's tensors: names, shapes and stored dtypes
+    checked against it first (one error for all), then each tensor read, cast to ``dtype`` on
+    ``device`` and assigned in place of the meta one. Returns ``model``."""
+    check_tensors(model, shapes, root)
+    model.load_state_dict(read_tensors(files, dtype, device), strict=False, assign=True)
+    return model
 
 
 class _SkipInit(TorchFunctionMode):
@@ -129,7 +136,8 @@ def read_json(path: Path, what: str) -> dict:
 
 
 def make_config(config_class, fields: dict):
-    """``config_class.from_dict(fields)`` (an ``SDARConfig``), its errors named as the checkpoint's."""
+    """``config_class.from_dict(fields)`` (an ``SDARConfig``, a ``LLaDAConfig``), its errors named as
+    the checkpoint's."""
     try:
         return config_class.from_dict(fields)
     except (TypeError, ValueError) as e:
@@ -358,9 +366,7 @@ def stored_shapes(files: dict) -> dict:
 
 def check_tensors(model, shapes: dict, root: Path) -> None:
     """Names, shapes and stored dtypes of the files against the model; one error for all."""
-    want = {n: tuple(p.shape) for n, p in model.state_dict(keep_vars=True).items()}
-    if model.config.tie_word_embeddings:
-        want.pop("lm_head.weight", None)
+    want = {n: tuple(p.shape) for n, p in stored_tensors(model).items()}
     have = {n: v for n, v in shapes.items() if not n.endswith(IGNORED_SUFFIXES)}
     missing = sorted(set(want) - set(have))
     unexpected = sorted(set(have) - set(want))
@@ -403,6 +409,17 @@ def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
     return state
 
 
+def stored_tensors(model) -> dict:
+    """{name: tensor} of what a checkpoint stores: the state dict with a tied tensor once, under
+    its first name (a head tied to the embedding is not stored: SDAR's ``lm_head.weight``)."""
+    out, seen = {}, set()
+    for n, t in model.state_dict(keep_vars=True).items():
+        if id(t) not in seen:
+            seen.add(id(t))
+            out[n] = t
+    return out
+
+
 def listing(items, n: int = 6) -> str:
     items = [str(i) for i in items]
     more = f" and {len(items) - n} more" if len(items) > n else ""
@@ -412,7 +429,7 @@ def listing(items, n: int = 6) -> str:
 # --- the writer ---------------------------------------------------------------------------
 
 
-SDAR_HEADER = {"architectures": ["SDARForCausalLM"], "model_type": "sdar"}
+SDAR_IDENTITY = {"architectures": ["SDARForCausalLM"], "model_type": "sdar"}
 
 
 def save_pretrained(
@@ -422,7 +439,7 @@ def save_pretrained(
     max_shard_bytes: int | None = None,
     shard_of=None,
     update_shipped: bool = False,
-    header: dict = SDAR_HEADER,
+    identity: dict = SDAR_IDENTITY,
 ) -> Path:
     """Write ``model`` as a checkpoint directory in the official layout; returns the path.
 
@@ -434,14 +451,14 @@ def save_pretrained(
     ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
     or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
-    ``header``: the config.json keys that name the architecture (``architectures``, ``model_type``).
+    ``identity``: config.json's ``architectures`` and ``model_type`` (the family's; SDAR's by default).
     """
     from safetensors.torch import save_file
 
     check_path("save_pretrained: path", path)
-    dtype = resolve_dtype(dtype) if dtype is not None else model.lm_head.weight.dtype
+    dtype = resolve_dtype(dtype) if dtype is not None else next(model.parameters()).dtype
     with shipped_writes(update_shipped), atomic_dir(path, keep=not_checkpoint) as root:
-        write_files(model, root, dtype, max_shard_bytes, shard_of, save_file, header)
+        write_files(model, root, dtype, max_shard_bytes, shard_of, save_file, identity)
     return Path(path)
 
 
@@ -450,12 +467,10 @@ def not_checkpoint(name: str) -> bool:
     return name not in (CONFIG, SINGLE, INDEX) and not re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)
 
 
-def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file, header=SDAR_HEADER) -> None:
+def write_files(model, root: Path, dtype, max_shard_bytes, shard_of, save_file, identity=SDAR_IDENTITY) -> None:
     """The checkpoint's files into the (fresh) directory ``root``."""
-    state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
-        state.pop("lm_head.weight")
-    cfg = {**served_as(model.config.to_dict(), dtype), **header}
+    state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in stored_tensors(model).items()}
+    cfg = {**served_as(model.config.to_dict(), dtype), **identity}
     atomic_write_text(root / CONFIG, json.dumps(cfg, indent=2) + "\n")
     groups = shard_groups(state, max_shard_bytes, shard_of)
     if len(groups) == 1 and max_shard_bytes is None and shard_of is None:

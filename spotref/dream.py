@@ -40,7 +40,7 @@ from spotref.checkpoint import (
 from spotref.checks import INT_MAX, check_int, check_real
 from spotref.models import MLP, RMSNorm, rope
 
-HEADER = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what config.json names
+IDENTITY = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what config.json names
 
 
 @dataclass
@@ -126,7 +126,7 @@ def check_dream_config(c: DreamConfig) -> None:
 
 def config_fields(raw: dict) -> dict:
     """The checked fields of a Dream config.json for ``DreamConfig.from_dict``."""
-    if raw.get("model_type", HEADER["model_type"]) != HEADER["model_type"]:
+    if raw.get("model_type", IDENTITY["model_type"]) != IDENTITY["model_type"]:
         raise ValueError(f"config.json's model_type is {raw['model_type']!r}, not a Dream checkpoint ('Dream')")
     check_field_types(raw)
     bad = []
@@ -234,7 +234,7 @@ class DreamModel(nn.Module):
 
     def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
         """Write Dream's layout, whole or absent; ``from_pretrained`` reads it back bit for bit."""
-        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, header=HEADER)
+        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
 
     def _rope(self, L: int, device):
         """cos, sin: (L, d) for positions 0 .. L - 1 (float32 maths, then the model's dtype)."""
