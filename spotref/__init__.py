@@ -19,6 +19,7 @@ _LAZY = {
     "generate": "spotref.api",
     "Speculator": "spotref.api",
     "Result": "spotref.decode",
+    "from_pretrained": "spotref.checkpoint",
     "Draft": "spotref.draft",
     "View": "spotref.draft",
     "ConfidenceDrafter": "spotref.drafters.confidence",
@@ -79,4 +80,5 @@ __all__ = [
     "list_targets",
     "load_target",
     "load_drafter",
+    "from_pretrained",
 ]

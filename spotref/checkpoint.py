@@ -1,6 +1,8 @@
 """Real checkpoints: the SDAR format (docs/spec.md section 1), ``SDARModel.from_pretrained``'s
-reader and ``save_pretrained``, its writer; and the steps every family's reader and writer share
-(``assign_weights``, ``stored_tensors``, ``save_pretrained`` with the family's ``identity``).
+reader and ``save_pretrained``, its writer; the steps every family's reader and writer share
+(``assign_weights``, ``stored_tensors``, ``save_pretrained`` with the family's ``identity``);
+and ``from_pretrained``, which reads any family's checkpoint directory by its config.json's
+``model_type`` (``FAMILIES``).
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
@@ -25,6 +27,8 @@ Dream's checkpoints (``spotref.dream``) share the layout, the checks and both di
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import math
 import re
@@ -82,6 +86,44 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
     check_tensors(model, shapes, root)
     model.load_state_dict(read_tensors(files, dtype, device), strict=False, assign=True)
     return model
+
+
+# config.json's model_type -> the class that reads that family's layout ("module:Class")
+FAMILIES = {
+    "sdar": "spotref.models:SDARModel",
+    "llada": "spotref.llada:LLaDAModel",
+    "Dream": "spotref.dream:DreamModel",
+}
+
+
+def from_pretrained(path, dtype=None, device=None, **options):
+    """The model of the checkpoint directory ``path``, of any family: config.json's
+    ``model_type`` picks the class (``FAMILIES``), whose ``from_pretrained`` reads it. ``options``:
+    that reader's own arguments (SDAR's ``block_size``, ``mask_token_id``)."""
+    root = checkpoint_dir(path)
+    model_type = read_json(root / CONFIG, "the model config").get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(
+            f"config.json in {str(root)!r} has model_type {model_type!r}: spotref reads "
+            f"{', '.join(map(repr, FAMILIES))} (a Qwen3-layout directory: SDARModel.from_pretrained)"
+        )
+    cls = family_class(model_type)
+    known = inspect.signature(cls.from_pretrained).parameters
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"from_pretrained: {cls.__name__} takes no {', '.join(unknown)}")
+    return cls.from_pretrained(root, dtype=dtype, device=device, **options)
+
+
+def family_class(model_type: str):
+    """The class ``FAMILIES`` names for ``model_type``, imported on first use."""
+    module, name = FAMILIES[model_type].split(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise ValueError(f"model_type {model_type!r} needs {module} ({name}), which this spotref lacks") from None
 
 
 class _SkipInit(TorchFunctionMode):

@@ -1,0 +1,332 @@
+"""LLaDA: a LLaMA-like transformer run as a masked diffusion LM over the whole canvas, in plain torch.
+
+Written after reading LLaDA's modeling code (NVlabs/Fast-dLLM ``llada/model/modeling_llada.py``,
+the model of ML-GSAI/LLaDA), for the configuration its checkpoints use (``block_type: "llama"``).
+Each layer: RMSNorm, rotate-half RoPE applied in float32, grouped-query attention with NO mask
+(every position attends to every position of the canvas: bidirectional), SwiGLU; no biases. Then
+a final RMSNorm and the output projection (``ff_out``, or the embedding when ``weight_tying``).
+The logit at position i predicts the token at position i (``logit_shift`` 0). There is no KV
+cache: a pass runs the whole canvas (prompt, generated blocks, masked positions).
+
+The checkpoint (config.json's ``model_type`` "llada"; LLaDA-8B: ``d_model`` 4096, 32 layers,
+32 heads and 32 K/V heads, ``mlp_hidden_size`` 12288, ``vocab_size`` = ``embedding_size``
+126464, ``rope_theta`` 500000, ``mask_token_id`` 126336, ``weight_tying`` false, bfloat16), with
+D = d_model, d = D / n_heads, I = mlp_hidden_size (else mlp_ratio * D), V = vocab_size::
+
+    model.transformer.wte.weight                  (V, D)
+    model.transformer.blocks.N.attn_norm.weight   (D,)
+    model.transformer.blocks.N.q_proj.weight      (D, D)
+    model.transformer.blocks.N.k_proj.weight      (n_kv_heads * d, D)    v_proj the same
+    model.transformer.blocks.N.attn_out.weight    (D, D)
+    model.transformer.blocks.N.ff_norm.weight     (D,)
+    model.transformer.blocks.N.ff_proj.weight     (I, D)                 the gate: silu(ff_proj x) * up_proj x
+    model.transformer.blocks.N.up_proj.weight     (I, D)
+    model.transformer.blocks.N.ff_out.weight      (D, I)
+    model.transformer.ln_f.weight                 (D,)
+    model.transformer.ff_out.weight               (V, D)                 absent when weight_tying
+
+config.json is read as LLaDA's configuration class reads it: a key it lacks takes that class's
+default (``OFFICIAL_DEFAULTS``, where it differs from ``LLaDAConfig``'s), and the switches of
+the architecture (``ARCHITECTURE``: block type, RoPE, norm, activation, biases, ...) must name
+what this module implements; anything else is one ``ValueError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from spotref.checkpoint import (
+    CONFIG,
+    assign_weights,
+    build_on_meta,
+    checkpoint_dir,
+    make_config,
+    read_json,
+    resolve_device,
+    resolve_dtype,
+    save_pretrained,
+    stored_shapes,
+    weight_files,
+)
+from spotref.checks import INT_MAX, check_int, check_real
+from spotref.models import RMSNorm, rope
+
+IDENTITY = {"architectures": ["LLaDAModelLM"], "model_type": "llada"}  # config.json's, as LLaDA's code writes it
+
+# The architecture switches of LLaDA's configuration: each key and the values this module
+# implements (the first is what ``LLaDAConfig.to_dict`` writes).
+ARCHITECTURE = {
+    "block_type": ("llama",),
+    "rope": (True,),
+    "alibi": (False,),
+    "layer_norm_type": ("rms",),
+    "layer_norm_with_affine": (True,),
+    "bias_for_layer_norm": (False, None),
+    "attention_layer_norm": (False,),
+    "activation_type": ("silu",),
+    "include_bias": (False,),
+    "include_qkv_bias": (False, None),
+    "block_group_size": (1,),
+    "multi_query_attention": (None,),
+    "input_emb_norm": (False,),
+    "scale_logits": (False,),
+    "rope_full_precision": (True,),
+}
+
+# LLaDA's configuration class's defaults for keys a config.json may lack, where they differ from
+# LLaDAConfig's (a config written by that class holds every key; LLaDA-8B's does).
+OFFICIAL_DEFAULTS = {
+    "block_type": "sequential",
+    "rope": False,
+    "layer_norm_type": "default",
+    "activation_type": "swiglu",
+    "embedding_size": 50304,
+    "weight_tying": True,
+}
+REQUIRED = ("vocab_size", "d_model", "n_heads", "n_layers", "mask_token_id")  # no default spotref could use
+
+
+@dataclass
+class LLaDAConfig:
+    """Model hyper-parameters; field names as in LLaDA's ``config.json``. Construction checks every
+    field and the switches kept in ``extra`` (``check_llada_config``): a bad one raises
+    ``ValueError`` naming it."""
+
+    vocab_size: int = 300
+    embedding_size: int | None = None  # rows of wte and ff_out; None: vocab_size
+    d_model: int = 64
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: n_heads
+    n_layers: int = 2
+    mlp_hidden_size: int | None = None  # None: mlp_ratio * d_model
+    mlp_ratio: int = 4
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_sequence_length: int = 1024
+    weight_tying: bool = False
+    mask_token_id: int | None = None
+    init_std: float = 0.02  # random init: normal(0, init_std)
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        check_llada_config(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LLaDAConfig":
+        """Known fields by name; the rest of a real config.json (the switches included) in ``extra``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
+
+    def to_dict(self) -> dict:
+        """config.json's keys: the switches (as read, else the implemented value), ``extra``, the fields."""
+        d = dataclasses.asdict(self)
+        return {**{k: v[0] for k, v in ARCHITECTURE.items()}, **d.pop("extra"), **d}
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def intermediate_size(self) -> int:
+        return self.mlp_hidden_size if self.mlp_hidden_size is not None else self.mlp_ratio * self.d_model
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """The positions a canvas may hold: LLaDA's ``max_sequence_length``."""
+        return self.max_sequence_length
+
+
+def check_llada_config(c: LLaDAConfig) -> None:
+    """Every field of its type and range, the fields consistent, the switches implemented."""
+    for name in ("vocab_size", "d_model", "n_heads", "n_layers", "mlp_ratio", "max_sequence_length"):
+        check_int(f"LLaDAConfig.{name}", getattr(c, name), 1, INT_MAX)
+    for name in ("embedding_size", "n_kv_heads", "mlp_hidden_size"):
+        if getattr(c, name) is not None:
+            check_int(f"LLaDAConfig.{name}", getattr(c, name), 1, INT_MAX)
+    check_real("LLaDAConfig.rms_norm_eps", c.rms_norm_eps, 0.0, open_lo=True)
+    check_real("LLaDAConfig.rope_theta", c.rope_theta, 1.0, open_lo=True)
+    check_real("LLaDAConfig.init_std", c.init_std, 0.0)
+    if not isinstance(c.weight_tying, bool):
+        raise ValueError(f"LLaDAConfig.weight_tying must be True or False, got {c.weight_tying!r}")
+    if c.d_model % c.n_heads or c.head_dim % 2:
+        raise ValueError(
+            f"LLaDAConfig.d_model ({c.d_model}) must be n_heads ({c.n_heads}) times an even head size (RoPE pairs)"
+        )
+    if c.n_heads % c.kv_heads:
+        raise ValueError(f"LLaDAConfig.n_heads ({c.n_heads}) must be a multiple of n_kv_heads ({c.kv_heads})")
+    if c.embedding_size not in (None, c.vocab_size):
+        raise ValueError(
+            f"LLaDAConfig.embedding_size ({c.embedding_size}) differs from vocab_size ({c.vocab_size}): "
+            "spotref decides over every logit, so they must be equal (as in LLaDA-8B)"
+        )
+    if c.mask_token_id is not None:
+        check_int("LLaDAConfig.mask_token_id", c.mask_token_id, 0, c.vocab_size - 1)
+        if c.vocab_size == 1:
+            raise ValueError("LLaDAConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
+    bad = [f"{k}={c.extra[k]!r}" for k, ok in ARCHITECTURE.items() if k in c.extra and not implemented(c.extra[k], ok)]
+    if bad:
+        raise ValueError(f"LLaDA config uses what spotref's LLaDA model does not implement: {', '.join(bad)}")
+
+
+def implemented(value, values: tuple) -> bool:
+    """``value`` is one of ``values``, of the same type (``1`` is not ``True``)."""
+    return any(type(value) is type(v) and value == v for v in values)
+
+
+def config_fields(raw: dict) -> dict:
+    """A config.json's fields for ``LLaDAConfig.from_dict``: absent keys as LLaDA's code reads them."""
+    if raw.get("model_type", "llada") != "llada":
+        raise ValueError(
+            f"config.json's model_type is {raw['model_type']!r}, not 'llada' (spotref.from_pretrained reads any family)"
+        )
+    missing = [k for k in REQUIRED if raw.get(k) is None]
+    if missing:
+        hint = " (LLaDA's is 126336)" if missing == ["mask_token_id"] else ""
+        raise ValueError(f"config.json has no {', '.join(missing)}{hint}")
+    return {**OFFICIAL_DEFAULTS, **raw}
+
+
+class LLaDABlock(nn.Module):
+    """One layer, LLaDA's "llama" block: x + attention(attn_norm(x)), then + SwiGLU(ff_norm(x))."""
+
+    def __init__(self, cfg: LLaDAConfig):
+        super().__init__()
+        D, d, I = cfg.d_model, cfg.head_dim, cfg.intermediate_size
+        self.h, self.kvh, self.d = cfg.n_heads, cfg.kv_heads, d
+        self.attn_norm = RMSNorm(D, cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(D, D, bias=False)
+        self.k_proj = nn.Linear(D, self.kvh * d, bias=False)
+        self.v_proj = nn.Linear(D, self.kvh * d, bias=False)
+        self.attn_out = nn.Linear(D, D, bias=False)
+        self.ff_norm = RMSNorm(D, cfg.rms_norm_eps)
+        self.ff_proj = nn.Linear(D, I, bias=False)
+        self.up_proj = nn.Linear(D, I, bias=False)
+        self.ff_out = nn.Linear(I, D, bias=False)
+
+    def forward(self, x, cos, sin):
+        """x: (N, L, D); cos, sin: (L, d) float32 -> (N, L, D)."""
+        x = x + self.attention(self.attn_norm(x), cos, sin)
+        h = self.ff_norm(x)
+        return x + self.ff_out(nn.functional.silu(self.ff_proj(h)) * self.up_proj(h))
+
+    def attention(self, x, cos, sin):
+        """x: (N, L, D) normed -> attn_out(attention): (N, L, D). No mask: every position sees every
+        position. Query head i reads K/V head i // g (g = n_heads / n_kv_heads).
+
+        softmax(q k^T / sqrt(d)) v is computed by torch's ``scaled_dot_product_attention``, the call
+        LLaDA's code makes: the same kernel gives the same bits (float32 and bfloat16 logits
+        identical to LLaDA's modeling code on CPU, tests/checkpoints/test_llada.py)."""
+        N, L, _ = x.shape
+        q = self.q_proj(x).view(N, L, self.h, self.d).transpose(1, 2)  # (N, h, L, d)
+        k = self.k_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)  # (N, kvh, L, d)
+        v = self.v_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)  # (N, kvh, L, d)
+        q, k = (rope(t.float(), cos, sin).to(t.dtype) for t in (q, k))  # RoPE in float32 (rope_full_precision)
+        k, v = (t.repeat_interleave(self.h // self.kvh, dim=1) for t in (k, v))  # (N, h, L, d)
+        y = nn.functional.scaled_dot_product_attention(q, k, v)  # (N, h, L, d), no mask, scale d^-1/2
+        return self.attn_out(y.transpose(1, 2).reshape(N, L, self.h * self.d))  # (N, L, D)
+
+
+class Transformer(nn.Module):
+    """The ``model.transformer.`` part of the checkpoint: wte, blocks, ln_f and ff_out (the head,
+    absent when weight_tying)."""
+
+    def __init__(self, cfg: LLaDAConfig):
+        super().__init__()
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(LLaDABlock(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = RMSNorm(cfg.d_model, cfg.rms_norm_eps)
+        if not cfg.weight_tying:
+            self.ff_out = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+
+class LMBody(nn.Module):
+    """LLaDAModelLM's ``model``: the ``model.`` prefix of the checkpoint, around the transformer."""
+
+    def __init__(self, cfg: LLaDAConfig):
+        super().__init__()
+        self.transformer = Transformer(cfg)
+
+
+class LLaDAModel(nn.Module):
+    """LLaDA as spotref's whole-canvas target: ``model(ids (N, L)) -> logits (N, L, V)``, one forward
+    of the N rows. Random init follows torch's RNG (normal, std init_std; norms 1); a new model
+    is in eval mode."""
+
+    family = "llada"
+    logit_shift = 0  # the logit at i predicts the token at i
+    block_size = 32  # the default block_length of LLaDA's generate.py
+    config_class = LLaDAConfig
+
+    def __init__(self, config: LLaDAConfig):
+        super().__init__()
+        self.config = config
+        self.model = LMBody(config)
+        self._init_weights()
+        self.eval()
+
+    def _init_weights(self):
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith(("norm.weight", "ln_f.weight")):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, self.config.init_std)
+
+    @property
+    def mask_id(self) -> int:
+        if self.config.mask_token_id is None:
+            raise ValueError("the model's config has no mask_token_id: set config.mask_token_id")
+        return self.config.mask_token_id
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None, device=None) -> "LLaDAModel":
+        """Load a local LLaDA checkpoint directory (config.json + model.safetensors, or the shards of
+        model.safetensors.index.json). dtype: default the config's torch_dtype, else float32."""
+        root = checkpoint_dir(path)
+        raw = read_json(root / CONFIG, "the model config")
+        cfg = make_config(LLaDAConfig, config_fields(raw))
+        dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
+        files = weight_files(root)  # {name: shard path}
+        model = build_on_meta(cls, cfg)
+        return assign_weights(model, files, stored_shapes(files), root, dtype, device).eval()
+
+    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
+        """Write LLaDA's layout (one file, or shards and their index) that ``from_pretrained`` reads back
+        bit for bit; whole or absent (``spotref.checkpoint.save_pretrained``)."""
+        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
+
+    def rotary(self, L: int, device):
+        """cos, sin: (L, d) float32 for positions 0 .. L-1, as LLaDA computes them: a table of
+        max(L, max_sequence_length) positions, sliced (a vectorised cos / sin may round the
+        elements of a loop's tail apart, so the table's length is LLaDA's)."""
+        d, n = self.config.head_dim, max(L, self.config.max_sequence_length)
+        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, d, 2, device=device, dtype=torch.float) / d))
+        freqs = torch.outer(torch.arange(n, device=device, dtype=torch.float), inv_freq)  # (n, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (n, d)
+        return emb.cos()[:L], emb.sin()[:L]
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (N, L) -> logits (N, L, V), one forward of the N rows (gradients kept, for training)."""
+        t = self.model.transformer
+        cos, sin = self.rotary(ids.shape[1], ids.device)
+        x = t.wte(ids)  # (N, L, D)
+        for block in t.blocks:
+            x = block(x, cos, sin)
+        x = t.ln_f(x)
+        return nn.functional.linear(x, t.wte.weight) if self.config.weight_tying else t.ff_out(x)
+
+    @torch.no_grad()
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (N, L) token ids -> logits (N, L, V) of one bidirectional forward, as LLaDA returns them."""
+        if ids.ndim != 2:
+            raise ValueError(f"LLaDAModel takes ids of shape (N, L), got {tuple(ids.shape)}")
+        return self.logits(ids.to(self.model.transformer.wte.weight.device))
