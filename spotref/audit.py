@@ -24,7 +24,7 @@ import torch
 
 from spotref.api import check_width, generate
 from spotref.conformance import first_divergence
-from spotref.decode import padded
+from spotref.decode import CANVAS_FAMILIES, family, padded
 
 WHERE = re.compile(r"block (\d+), step (\d+), position (\d+): exact (\d+), got (\d+|nothing)")
 
@@ -104,6 +104,8 @@ def batch_invariance(
     number of rows, how many are bit-identical, the first row that is not, the largest absolute
     logit difference and the kernel path.
     """
+    if family(model) in CANVAS_FAMILIES:
+        return canvas_invariance(model, prefix_len, rows, seed, width)
     B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
     if prefix_len % B:
         raise ValueError(f"prefix_len {prefix_len} must be a multiple of the block size {B}")
@@ -145,5 +147,38 @@ def batch_invariance(
         "block_size": B,
         "fused": fused,
         "width": width,
-        "kernel_path": kernel_path(model.lm_head.weight.device),
+        "kernel_path": kernel_path(device_of(model)),
     }
+
+
+def canvas_invariance(model, prefix_len: int, rows: int, seed: int, width: int | None) -> dict:
+    """``batch_invariance`` for a whole-canvas family (LLaDA, Dream): ``rows`` random canvases of
+    ``prefix_len`` + 2 blocks (about half MASK), run as one forward of the pass's rows (padded to
+    ``width`` as a ``Block`` pads) vs each alone and the batch rolled by rows // 2."""
+    if prefix_len < 0:
+        raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
+    width = check_width(width, rows)
+    L, V, mask = prefix_len + 2 * model.block_size, model.config.vocab_size, model.mask_id
+    g = torch.Generator().manual_seed(seed)
+    canvases = torch.randint(0, V, (rows, L), generator=g)  # (N, L)
+    canvases[(torch.rand(rows, L, generator=g) < 0.5) | (canvases == mask)] = mask
+
+    def forward(c):  # c: (n, L) -> logits (n, L, V) of one forward of the pass's rows
+        return model(torch.from_numpy(padded(c.numpy(), width)))[: len(c)]
+
+    batched, shift = forward(canvases), rows // 2
+    others = [[forward(canvases[i : i + 1])[0]] for i in range(rows)]
+    if width is not None:
+        rolled = forward(canvases.roll(shift, 0)).roll(-shift, 0)
+        others = [o + [rolled[i]] for i, o in enumerate(others)]
+    same = [all(torch.equal(batched[i], o) for o in others[i]) for i in range(rows)]
+    worst = max((batched[i].float() - o.float()).abs().max().item() for i in range(rows) for o in others[i])
+    first_bad = next((i for i, ok in enumerate(same) if not ok), None)
+    return {"rows": rows, "equal_rows": sum(same), "first_bad_row": first_bad, "max_abs_diff": worst,
+            "prefix_len": prefix_len, "block_size": model.block_size, "fused": False, "width": width,
+            "kernel_path": kernel_path(device_of(model))}  # fmt: skip
+
+
+def device_of(model) -> torch.device:
+    """The device a model's parameters live on."""
+    return next(model.parameters()).device

@@ -11,6 +11,7 @@ when no such directory exists, the name of a bundled target (``spotref.load_targ
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from pathlib import Path
 import torch
 
 import spotref
-from spotref.audit import audit, batch_invariance, kernel_path
+from spotref.audit import audit, batch_invariance, device_of, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
 from spotref.cli.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
 from spotref.cli.options import Options
+from spotref.decode import CANVAS_FAMILIES, family
 from spotref.load.targets import load_target
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
@@ -53,6 +55,8 @@ def add_audit(p) -> None:
     )
 
 
+CANVAS_TYPES = ("llada", "Dream")  # config.json model_types of the whole-canvas families
+CONFIDENCES = ("filtered", "unfiltered", "low_confidence", "maskgit_plus", "topk_margin", "entropy")
 DRAFTER_NAMES = "confidence, confidence-chain, calibrated, spot, a bundled drafter name or a drafter .pt path"
 
 
@@ -66,17 +70,23 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
         default=max_new_tokens,
         help=f"tokens to generate (default {max_new_tokens})",
     )
-    p.add_argument("--block-length", type=positive_int, default=None, help="block size B (default: the config's)")
+    p.add_argument(
+        "--block-length",
+        type=positive_int,
+        default=None,
+        help="block size B (default: the config's; LLaDA and Dream: 32)",
+    )
     p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1]")
     p.add_argument(
         "--confidence",
-        choices=("filtered", "unfiltered"),
-        default="filtered",
-        help="the sampled token's probability under the top-k/top-p filtered distribution "
-        "(SDAR's generate.py, default) or under softmax(L / T) (lmdeploy, SGLang)",
+        choices=CONFIDENCES,
+        default=None,
+        help="the family's confidence (default: its own): SDAR: filtered (the sampled token's probability "
+        "under the top-k/top-p filtered distribution, SDAR's generate.py) or unfiltered (under softmax(L / T), "
+        "lmdeploy, SGLang); LLaDA: low_confidence; Dream: maskgit_plus, topk_margin or entropy",
     )
     p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
@@ -142,12 +152,12 @@ class GenerateOptions(Options):
     system: str | None  # --system message (in the chat format)
     no_think: bool
     max_new_tokens: int
-    block_length: int | None  # block size B; None: the config's
+    block_length: int | None  # block size B; None: the config's (LLaDA and Dream: 32)
     mask_id: int | None  # MASK token id; None: the config's
     temperature: float
     top_k: int | None
     top_p: float | None
-    confidence: str  # "filtered" or "unfiltered"
+    confidence: str | None  # the family's confidence (``CONFIDENCES``); None: its own
     threshold: float | None  # threshold rule tau; None: one position a step
     seed: int
     drafter: str  # as given: none, a drafter name, a bundled drafter or a .pt path (``drafter_arg``)
@@ -174,10 +184,7 @@ def load_model_and_tokenizer(spec: str, block_size=None, mask_token_id=None, dty
     bundled target (``spotref.names.resolve_model`` is another thing: the API's model argument)."""
     path = Path(spec)
     if path.is_dir():
-        model = SDARModel.from_pretrained(
-            path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
-        )
-        return model, directory_tokenizer(path)
+        return directory_model(path, block_size, mask_token_id, dtype, device), directory_tokenizer(path)
     if path.exists():
         raise ValueError(f"--model {spec!r} is a file, not a checkpoint directory")
     if "/" in spec or "\\" in spec or spec.startswith((".", "~")):
@@ -190,6 +197,28 @@ def load_model_and_tokenizer(spec: str, block_size=None, mask_token_id=None, dty
         ) from None
     tok = ChatText(target) if getattr(target, "chat", False) else getattr(target, "tokenizer", None)
     return target_model(target, block_size, mask_token_id, dtype, device), tok
+
+
+def directory_model(path: Path, block_size, mask_token_id, dtype, device):
+    """A checkpoint directory's model, of any family (``spotref.from_pretrained`` by config.json's
+    ``model_type``); a directory that names no other family reads as SDAR. ``--mask-id`` is SDAR's
+    only: LLaDA's and Dream's configs name their MASK."""
+    model_type = read_config_type(path)
+    if model_type in CANVAS_TYPES:
+        if mask_token_id is not None:
+            raise ValueError(f"--mask-id: a {model_type} checkpoint names its MASK in config.json")
+        return spotref.from_pretrained(path, dtype=dtype, device=device)
+    return SDARModel.from_pretrained(
+        path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
+    )
+
+
+def read_config_type(path: Path):
+    """config.json's ``model_type`` (None where it cannot be read: the reader then names why)."""
+    try:
+        return json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class ChatText:
@@ -321,6 +350,7 @@ def setup(options: GenerateOptions):
         confidence=o.confidence,
         precision=o.precision,
         width=o.width,
+        block_length=o.block_length,
     )
     return model, tok, ids, drafter, kw
 
@@ -355,7 +385,7 @@ def run_audit(args) -> int:
     """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
     options = AuditOptions.from_namespace(args)
     model, tok, ids, drafter, kw = setup(options)
-    print(f"kernels: {kernel_path(model.lm_head.weight.device)}")
+    print(f"kernels: {kernel_path(device_of(model))}")
     if drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
     report = audit(model, ids, options.max_new_tokens, drafter=drafter, **kw)  # every argument checked first
@@ -371,7 +401,7 @@ def print_batch_invariance(model, ids: list, options: AuditOptions) -> None:
     o = options
     inv = batch_invariance(
         model,
-        prefix_len=len(ids) // model.block_size * model.block_size,
+        prefix_len=len(ids) if family(model) in CANVAS_FAMILIES else len(ids) // model.block_size * model.block_size,
         rows=o.batch_rows if o.width is None else min(o.batch_rows, o.width),
         seed=o.seed,
         width=o.width,
