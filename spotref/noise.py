@@ -66,23 +66,33 @@ def uniform(seed: int, block: int, step: int, B: int, V: int, device=None) -> to
     return ((_shr(z, 11).double() + 0.5) * 2.0**-53).view(B, V)
 
 
+def gumbel_of(u: torch.Tensor) -> torch.Tensor:
+    """g = -log(-log u): standard Gumbel noise of uniforms u, float64 of u's shape."""
+    return -torch.log(-torch.log(u))
+
+
 def gumbel(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
     """g_k: (B, V) float64 standard Gumbel noise of (seed, block, step)."""
-    return -torch.log(-torch.log(uniform(seed, block, step, B, V, device)))
+    return gumbel_of(uniform(seed, block, step, B, V, device))
 
 
 class BlockNoise:
-    """g_k of one block, for every step k: computed on the CPU at first use, moved to the device
-    asked for and kept there while the block is decided. The rule holds no noise: whoever decides
-    (a ``Block``, a drafter's view, a recorder) owns one of these per block."""
+    """The noise of one block, for every step k: computed on the CPU at first use, moved to the
+    device asked for and kept there while the block is decided. The rule holds no noise: whoever
+    decides (a ``Block``, a drafter's view, a recorder) owns one of these per block, made by the
+    rule (``DecisionRule.block_noise``).
 
-    def __init__(self, seed: int, block: int, block_size: int, vocab_size: int):
-        self.seed, self.block, self.shape = seed, block, (block_size, vocab_size)
+    ``form`` says what a step's noise is, as a function of the step's uniforms ``u`` (B, V)
+    float64, evaluated on the CPU as g is: ``gumbel_of`` (g_k, the default), or another formula
+    of u, such as LLaDA's divisor ``(-log u) ** T`` (``spotref.rules.LLaDARule``)."""
+
+    def __init__(self, seed: int, block: int, block_size: int, vocab_size: int, form=gumbel_of):
+        self.seed, self.block, self.shape, self.form = seed, block, (block_size, vocab_size), form
         self._g = {}  # (step, device) -> (B, V) float64
 
     def __call__(self, step: int, device="cpu") -> torch.Tensor:
-        """g_k: (B, V) float64 on ``device`` for step ``k = step`` of the block."""
+        """The noise (B, V) float64 on ``device`` for step ``k = step`` of the block: ``form(u)``."""
         key = (step, str(device))
         if key not in self._g:
-            self._g[key] = gumbel(self.seed, self.block, step, *self.shape).to(device)
+            self._g[key] = self.form(uniform(self.seed, self.block, step, *self.shape)).to(device)
         return self._g[key]

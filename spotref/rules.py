@@ -35,7 +35,9 @@ sorted by position: the form of ``Draft.commits`` and of the state-equality chec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -64,9 +66,11 @@ class DecisionRule:
     confidence: str = "filtered"  # or "unfiltered": see the module docstring
     precision: str = "auto"  # the dtype decisions are taken in: see the module docstring
 
+    CONFIDENCES: ClassVar[tuple] = CONFIDENCES  # the family's confidence measures
+
     def __post_init__(self):
-        if self.confidence not in CONFIDENCES:
-            raise ValueError(f"confidence must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.confidence not in self.CONFIDENCES:
+            raise ValueError(f"confidence must be one of {self.CONFIDENCES}, got {self.confidence!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
@@ -85,18 +89,17 @@ class DecisionRule:
         """A fresh cache of the noise g_k of ``block`` under this rule's seed."""
         return BlockNoise(self.seed, block, self.block_size, self.vocab_size)
 
+    def rounded(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: (M, V) -> L in D (a copy), with MASK at -inf."""
+        z = logits.to(self.dtype(logits), copy=True)
+        z[:, self.mask_id] = -torch.inf
+        return z
+
     def scaled(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> L / T (L at T = 0) in D, with MASK at -inf."""
-        D = self.dtype(logits)
-        z = logits.to(D, copy=True)
-        z[:, self.mask_id] = -torch.inf
+        z = self.rounded(logits)
         z = z / self.temperature if self.temperature > 0 else z
-        if bool(torch.isposinf(z).any()) or bool(torch.isnan(z).any()):
-            raise ValueError(
-                f"logits / T overflow {D} (T = {self.temperature}, largest logit "
-                f"{float(logits.max())}): decide in a wider precision"
-            )
-        return z
+        return refuse_overflow(z, logits, "logits / T", self.temperature)
 
     def filtered(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> z (M, V) in D: ``scaled`` with top-k / top-p applied."""
@@ -192,3 +195,161 @@ def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) 
         keep[:, 1:] &= before <= top_p
     kept = torch.zeros_like(keep).scatter(1, order, keep)
     return z.masked_fill(~kept, -torch.inf)
+
+
+def refuse_overflow(
+    z: torch.Tensor, logits: torch.Tensor, what: str, temperature: float, fix: str = "decide in a wider precision"
+) -> torch.Tensor:
+    """z, the scores ``what`` made from ``logits``, as it is; ``ValueError`` where they overflowed."""
+    if bool(torch.isposinf(z).any()) or bool(torch.isnan(z).any()):
+        raise ValueError(f"{what} overflow {z.dtype} (T = {temperature}, largest logit {float(logits.max())}): {fix}")
+    return z
+
+
+@dataclass
+class LLaDARule(DecisionRule):
+    """LLaDA's decision (its generate.py, ``remasking="low_confidence"``), with spotref's noise.
+
+    With ``L`` the logits in D, MASK at -inf, and ``u`` the step's uniforms
+    (``spotref.noise.uniform``): the token ``argmax_v exp(L[v]) / (-log u[v]) ** T`` over float64
+    (``argmax_v L[v]`` at T = 0); its confidence ``softmax(L)[x]`` in D, of the raw logits (T
+    enters the draw only). The divisor ``(-log u) ** T`` is the block's noise (``block_noise``),
+    computed on the CPU as g is. No top-k / top-p (generate.py has none)."""
+
+    confidence: str = "low_confidence"  # the only one: generate.py's "random" is not a decision
+    CONFIDENCES: ClassVar[tuple] = ("low_confidence",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.top_k is not None or self.top_p is not None:
+            raise ValueError(
+                f"LLaDA's rule draws from the whole vocabulary: top_k and top_p must be None, "
+                f"got top_k={self.top_k!r}, top_p={self.top_p!r}"
+            )
+
+    def block_noise(self, block: int) -> BlockNoise:
+        """A fresh cache of the divisors ``(-log u) ** T`` of ``block``, per step."""
+        return BlockNoise(
+            self.seed, block, self.block_size, self.vocab_size, partial(divisor, temperature=self.temperature)
+        )
+
+    def scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: (M, V) -> L in D with MASK at -inf: the raw logits, not divided by T."""
+        return refuse_overflow(self.rounded(logits), logits, "logits", self.temperature)
+
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: (M, V) -> (M, V) float64, what the step's divisor divides: ``scored(L)``."""
+        return self.scored(self.scaled(logits))
+
+    def scored(self, L: torch.Tensor) -> torch.Tensor:
+        """L: (M, V) in D -> (M, V) float64: ``exp(L)`` (``L`` itself at T = 0, drawn without noise)."""
+        if self.temperature == 0:
+            return L.double()
+        return refuse_overflow(
+            L.double().exp(), L, "exp(logits)", self.temperature, "LLaDA's draw needs logits below 709.78"
+        )
+
+    def perturbed(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
+        """z / d_k at ``positions``, d_k = (-log u) ** T (a copy of z at T = 0, where ``noise`` is not read)."""
+        if self.temperature == 0:
+            return z.clone()
+        return z / noise(step, z.device)[torch.as_tensor(positions, device=z.device)]
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(M, V) in D: softmax(L), the distribution confidences are taken from."""
+        return torch.softmax(self.scaled(logits), -1)
+
+    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
+        """(``tokens``, their ``confidences``) (M,), (M,) from one rounding of the rows."""
+        L = self.scaled(logits)  # (M, V) in D
+        x = self.sample(self.scored(L), positions, noise, step)
+        return x, torch.softmax(L, -1).gather(1, x[:, None])[:, 0].double()
+
+
+def divisor(u: torch.Tensor, temperature: float) -> torch.Tensor:
+    """LLaDA's noise of uniforms u (B, V): ``(-log u) ** T`` float64, what ``exp(L)`` is divided by
+    (generate.py's ``add_gumbel_noise``, its ``torch.rand_like`` replaced by u)."""
+    return (-torch.log(u)) ** temperature
+
+
+@dataclass
+class DreamRule(DecisionRule):
+    """Dream's decision (its ``sample_tokens``), with spotref's noise in place of ``Categorical``.
+
+    ``z = L / T`` (L at T = 0) in D, MASK at -inf, then top-p, then top-k (Dream's order and
+    filters, ``dream_filter``); ``p = softmax(z)`` in D; the token as ``DecisionRule``'s (the
+    Gumbel-max draw over ``log p``, ``argmax p`` at T = 0); the confidence, a D number, by
+    ``confidence`` (Dream's ``alg``): "maskgit_plus" ``p[x]``, "topk_margin" the largest ``p``
+    less the second largest, "entropy" ``sum_v p[v] * log(p[v] + 1e-10)`` (minus the entropy)."""
+
+    confidence: str = "maskgit_plus"
+    CONFIDENCES: ClassVar[tuple] = ("maskgit_plus", "topk_margin", "entropy")
+
+    def filtered(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits: (M, V) -> z (M, V) in D: ``scaled`` with Dream's top-p then top-k applied."""
+        return dream_filter(self.scaled(logits), self.top_k, self.top_p)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(M, V) in D: p, the distribution the token is drawn from and confidences measured on."""
+        return torch.softmax(self.filtered(logits), -1)
+
+    def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """c (M,) float64: Dream's confidence of tokens ``x`` (M,) under ``probs(logits)``."""
+        return self.measured(self.probs(logits), x)
+
+    def measured(self, p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """p: (M, V) in D, tokens x (M,) -> c (M,) float64, a D number, by ``confidence``."""
+        if self.confidence == "topk_margin":
+            top = p.topk(2, -1).values  # (M, 2): the two largest, as Dream's sorted probabilities
+            c = top[:, 0] - top[:, 1]
+        elif self.confidence == "entropy":
+            c = torch.sum(p * torch.log(p + 1e-10), dim=-1)
+        else:
+            c = p.gather(1, x[:, None])[:, 0]
+        if bool(torch.isnan(c).any()):  # float16: p + 1e-10 rounds to 0 where p is 0
+            raise ValueError(f"{self.confidence} confidence is NaN in {p.dtype}: decide in a wider precision")
+        return c.double()
+
+    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
+        """(``tokens``, their ``confidences``) (M,), (M,) from one filter and one softmax of the rows."""
+        p = torch.softmax(self.filtered(logits), -1)  # (M, V) in D
+        x = self.sample(self.scored(p), positions, noise, step)
+        return x, self.measured(p, x)
+
+
+def dream_filter(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """z: (M, V) scaled logits -> Dream's ``top_p_logits`` then ``top_k_logits``, the entries
+    filtered out at -inf (Dream writes ``finfo(D).min``: the same probabilities, 0).
+
+    top-p (only for p < 1): in descending order (ties: the lower id first), keep an entry while
+    the softmax mass of the entries before it is at most p (the first always kept), in z's dtype;
+    top-k then drops every entry below the k-th largest (ties with it kept)."""
+    if top_p is not None and top_p < 1:
+        ranked = torch.sort(z, dim=-1, descending=True, stable=True)
+        before = torch.cumsum(torch.softmax(ranked.values, -1), -1)[:, :-1]  # (M, V - 1) mass up to each
+        drop = torch.zeros_like(z, dtype=torch.bool)  # in sorted order
+        drop[:, 1:] = before > top_p
+        z = z.masked_fill(torch.zeros_like(drop).scatter(1, ranked.indices, drop), -torch.inf)
+    if top_k is not None:
+        kth = z.topk(min(top_k, z.shape[-1]), -1).values[:, -1:]  # (M, 1)
+        z = z.masked_fill(z < kth, -torch.inf)
+    return z
+
+
+FAMILIES = {"sdar": DecisionRule, "llada": LLaDARule, "dream": DreamRule}
+REQUIRED = ("mask_id", "vocab_size", "block_size")
+
+
+def for_family(family: str, **params) -> DecisionRule:
+    """The decision rule of ``family`` ("sdar", "llada" or "dream") with ``params``, the fields
+    of ``DecisionRule``; ``confidence`` left out or None: the family's default."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {family!r}")
+    rule = FAMILIES[family]
+    unknown = sorted(set(params) - {f.name for f in fields(rule)})
+    missing = [name for name in REQUIRED if name not in params]
+    if unknown or missing:
+        raise ValueError(f"decision parameters: unknown {unknown}, missing {missing}")
+    if params.get("confidence", "") is None:
+        del params["confidence"]
+    return rule(**params)
