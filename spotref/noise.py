@@ -11,7 +11,8 @@ noise is not drawn from a stateful RNG but computed from a counter:
 ``mix`` is SplitMix64's finaliser. Float64 (as LLaDA's ``add_gumbel_noise`` argues) keeps the
 Gumbel tail fine enough that low-probability tokens are drawn at their true rate; u is never 0
 or 1, so g is always finite. Another decoder reproduces spotref's samples by computing the same
-formula; ``tests/spec/test_noise.py`` pins a few values.
+formula; ``tests/spec/test_noise.py`` pins a few values. LLaDA's rule reads another formula of
+the same u, ``(-log u) ** T`` (``BlockNoise``'s ``form``; ``spotref.rules.divisor``).
 
 Where it is exact: ``u`` is integer maths, the same bits on every device. ``log`` is not: CUDA's
 float64 ``log`` differs from the CPU's in the last bit of about 0.7% of the entries (measured on

@@ -29,6 +29,12 @@ whoever decides owns and passes in. Every other place that samples a coupled tok
 runner-up or a confidence (the view, the drafters, the recorders) calls ``scores``, ``sample``,
 ``runner_up`` and ``confidences`` here.
 
+Families (docs/spec.md sections 2.2, 2.3): the formula above is SDAR's (``DecisionRule``, family
+"sdar"); ``for_family`` gives each family's rule. ``LLaDARule`` (LLaDA's generate.py) and
+``DreamRule`` (Dream's ``sample_tokens``) are subclasses that change the token's formula, the
+confidence and the filters and keep the rest (MASK at -inf, the one-position and threshold
+rules, the ties), so the ``Block``, the drafters and the recorders use any family's rule unchanged.
+
 All maths runs on the logits' device. A decision is a tuple of ``(position, token)`` pairs
 sorted by position: the form of ``Draft.commits`` and of the state-equality check.
 """
@@ -266,10 +272,18 @@ class LLaDARule(DecisionRule):
         return x, torch.softmax(L, -1).gather(1, x[:, None])[:, 0].double()
 
 
+PIECE = 2**14  # entries per pow call: a multiple of every vector width, below ATen's grain (2**15)
+
+
 def divisor(u: torch.Tensor, temperature: float) -> torch.Tensor:
     """LLaDA's noise of uniforms u (B, V): ``(-log u) ** T`` float64, what ``exp(L)`` is divided by
-    (generate.py's ``add_gumbel_noise``, its ``torch.rand_like`` replaced by u)."""
-    return (-torch.log(u)) ** temperature
+    (generate.py's ``add_gumbel_noise``, its ``torch.rand_like`` replaced by u).
+
+    The CPU's pow is vectorised but for the last few entries of each thread's share, which take
+    the scalar pow, whose last bit can differ; so pow runs on pieces of a fixed size, each on
+    one thread, and the bits do not depend on the thread count."""
+    e = (-torch.log(u)).flatten()  # (B * V,)
+    return torch.cat([piece**temperature for piece in e.split(PIECE)]).view(u.shape)
 
 
 @dataclass

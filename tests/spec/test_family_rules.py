@@ -1,4 +1,4 @@
-"""Each family decided as its own decoder decides (docs/spec.md section 2.2): ``rules.for_family``.
+"""Each family decided as its own decoder decides (docs/spec.md sections 2.2 and 2.3): ``rules.for_family``.
 
 At the rule level, on Hypothesis-drawn logits in bf16, float32 and float64 (ties included) and
 T in {0, 0.7, 1, 1.5}: the LLaDA rule's decision at a block state is the commit of one pass of
@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import spotref
 from spotref.draft import View
 from spotref.drafters.inputs import ViewInputs
-from spotref.rules import DecisionRule, DreamRule, LLaDARule, for_family
+from spotref.noise import uniform
+from spotref.rules import DecisionRule, DreamRule, LLaDARule, divisor, for_family
 
 DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 TEMPERATURES = (0.0, 0.7, 1.0, 1.5)
@@ -166,6 +167,21 @@ def test_llada_draws_from_softmax_of_l_over_t():
         assert draws[3] == 0 and np.abs(draws[:3] / 4000 - want).max() < 0.025
 
 
+def test_llada_divisor_is_generate_pys_and_the_same_bits_on_any_thread_count():
+    u = uniform(9, 2, 5, 4, 50_000)  # 200,000 entries: ATen splits one pow call between threads
+    want = (-torch.log(u)) ** 0.7  # generate.py's statement, on one thread (conftest)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 3, 5):
+            torch.set_num_threads(n)
+            assert torch.equal(divisor(u, 0.7), want)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(
+        LLaDARule(mask_id=0, vocab_size=50_000, block_size=4, temperature=0.7, seed=9).block_noise(2)(5), want
+    )
+
+
 # ---- every path to a token agrees; drafters read any family's rule --------------------------------
 
 
@@ -252,7 +268,7 @@ def test_numbers_a_family_cannot_decide_are_refused():
 def assert_generate_is_transcription(model, prompt, max_new_tokens, *, block_length, dtype=None, **kwargs):
     """``spotref.generate(model, prompt, ...)`` gives the tokens of the family's transcription
     (``llada_transcription`` or ``dream_transcription``) run on ``model``, a whole-canvas model
-    (docs/spec.md section 1.1). ``dtype``: the logits rounded to it for the transcription and
+    (docs/spec.md section 1). ``dtype``: the logits rounded to it for the transcription and
     decided in it by spotref (None: the model's own); ``kwargs``: ``spotref.generate``'s
     (temperature, seed, confidence, top_k, top_p, drafter, budget, width, ...)."""
     P, bl, mask_id = len(prompt), block_length, model.mask_id
