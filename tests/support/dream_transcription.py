@@ -110,8 +110,8 @@ def step(x, logits, prompt_len, num_block, block_length, i, *, alg, temperature,
     number_transfer_tokens = 1  # one position per step (Dream: int(num_mask_token * (1 - s / t)))
     full_confidence = torch.full_like(x, -torch.inf, dtype=logits.dtype)  # full_confidence = torch.full_like(...)
     full_confidence[mask_index] = confidence  # full_confidence[mask_index] = confidence
+    # change 4: _, transfer_index = torch.topk(full_confidence, number_transfer_tokens), made stable
     transfer_index = torch.sort(full_confidence, descending=True, stable=True).indices[:, :number_transfer_tokens]
-    # change 4: _, transfer_index = torch.topk(full_confidence, number_transfer_tokens)
     x_ = torch.zeros_like(x, dtype=torch.long) + mask_id  # x_ = torch.zeros_like(x, ...) + mask_token_id
     x_[mask_index] = x0.clone()  # x_[mask_index] = x0.clone()
     row_indices = torch.arange(x.size(0)).unsqueeze(1).expand_as(transfer_index)
@@ -135,9 +135,7 @@ def generate(
     """``_sample`` in blocks of ``block_length``, one position per step: ``model(ids (1, L)) ->
     logits (1, L, V)`` unshifted, as Dream's modeling code returns them; ``prompt`` (1, P).
     Returns the canvas (1, P + gen_length)."""
-    x = F.pad(
-        prompt, (0, gen_length), value=mask_id
-    )  # x = F.pad(input_ids, (0, max_length - ...), value=mask_token_id)
+    x = F.pad(prompt, (0, gen_length), value=mask_id)  # x = F.pad(input_ids, (0, ...), value=mask_token_id)
     assert gen_length % block_length == 0
     for num_block in range(gen_length // block_length):  # generation_utils_block.py: for num_block in range(num_blocks)
         for i in range(block_length):  # while i < steps, steps_per_block = block_length

@@ -92,16 +92,6 @@ def generate(model, prompt, *, gen_length, block_length, mask_id, temperature=0.
         for i in range(steps):  # for i in range(steps):
             logits = model(x)  # logits = model(x, attention_mask=attention_mask).logits
             k = int(num_transfer_tokens[0, i])
-            step(
-                x,
-                logits,
-                prompt.shape[1],
-                num_block,
-                block_length,
-                i,
-                k,
-                temperature=temperature,
-                mask_id=mask_id,
-                seed=seed,
-            )
+            step(x, logits, prompt.shape[1], num_block, block_length, i, k, temperature=temperature,
+                 mask_id=mask_id, seed=seed)  # fmt: skip
     return x
