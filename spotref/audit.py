@@ -90,9 +90,8 @@ def kernel_path(device=None) -> str:
 def batch_invariance(
     model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False, width: int | None = None
 ) -> dict:
-    """Row i of one batched denoise vs the same state alone, bit for bit.
-
-    ``width``: the pass runs at that fixed width (rows <= width, padded to it as a ``Block``
+    """Row i of one batched denoise vs the same state alone, bit for bit (a whole-canvas model:
+    ``canvas_invariance``). ``width``: the pass runs at that fixed width (rows <= width, padded to it as a ``Block``
     pads, ``spotref.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i is then
     compared with the same state alone at that width (its padding other rows) and with the batch
     rolled by rows // 2 (the row elsewhere, among other neighbours).

@@ -175,12 +175,6 @@ class DecisionRule:
         return tuple((int(masked[i]), x[i]) for i in chosen)
 
 
-def for_family(family: str, **params):
-    """The decision rule of a model family ("sdar", "llada", "dream"): every rule has
-    ``DecisionRule``'s interface; ``params`` are its fields."""
-    return DecisionRule(**params)
-
-
 def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
     """z: (M, V) scaled logits -> the same with filtered-out entries at -inf.
 

@@ -44,9 +44,10 @@ def imported(extra: str = "") -> tuple[int, list[str]]:
 
 def test_import_api_loads_the_spec_only():
     """``import spotref.api`` loads the decoding spec; the model, its checkpoint format and the
-    loaders load when a model or a name is given (1,566 lines at the time of writing)."""
+    loaders load when a model or a name is given (2,119 lines with the three families' decision
+    rules and targets; the bound keeps the models, checkpoints and loaders out)."""
     lines, mods = imported()
-    assert lines <= 2000, f"import spotref.api loads {lines} lines of spotref"
+    assert lines <= 2300, f"import spotref.api loads {lines} lines of spotref"
     assert not [
         m
         for m in mods
