@@ -91,18 +91,15 @@ def batch_invariance(
     model, prefix_len: int = 0, rows: int = 8, seed: int = 0, fused: bool = False, width: int | None = None
 ) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit (a whole-canvas model:
-    ``canvas_invariance``). ``width``: the pass runs at that fixed width (rows <= width, padded to it as a ``Block``
-    pads, ``spotref.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i is then
-    compared with the same state alone at that width (its padding other rows) and with the batch
-    rolled by rows // 2 (the row elsewhere, among other neighbours).
-
+    ``canvas_invariance``). ``width``: the pass runs at that fixed width (rows <= width, padded as a
+    ``Block`` pads, ``spotref.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i
+    is then compared with the same state alone at that width and with the batch rolled by rows // 2.
     A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
     states of the next block (random tokens, about half MASK) are denoised together and one by
     one. ``fused``: the batch is a fused store pass (``store_and_denoise`` of a random finished
     block, then the states), each row compared with ``store`` then the row alone. Returns the
     number of rows, how many are bit-identical, the first row that is not, the largest absolute
-    logit difference and the kernel path.
-    """
+    logit difference and the kernel path."""
     if family(model) in CANVAS_FAMILIES:
         return canvas_invariance(model, prefix_len, rows, seed, width)
     B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
