@@ -33,6 +33,7 @@ what this module implements; anything else is one ``ValueError`` naming the key.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -231,8 +232,21 @@ class LLaDABlock(nn.Module):
         v = self.v_proj(x).view(N, L, self.kvh, self.d).transpose(1, 2)  # (N, kvh, L, d)
         q, k = (rope(t.float(), cos, sin).to(t.dtype) for t in (q, k))  # RoPE in float32 (rope_full_precision)
         k, v = (t.repeat_interleave(self.h // self.kvh, dim=1) for t in (k, v))  # (N, h, L, d)
-        y = nn.functional.scaled_dot_product_attention(q, k, v)  # (N, h, L, d), no mask, scale d^-1/2
+        with attention_kernel(q.dtype, q.device):
+            y = nn.functional.scaled_dot_product_attention(q, k, v)  # (N, h, L, d), no mask, scale d^-1/2
         return self.attn_out(y.transpose(1, 2).reshape(N, L, self.h * self.d))  # (N, L, D)
+
+
+def attention_kernel(dtype: torch.dtype, device: torch.device):
+    """The kernel ``scaled_dot_product_attention`` runs: torch's choice (LLaDA's own), except bf16 on
+    a CPU dispatched below AVX-512 (``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 machine), where the
+    fused CPU kernel fails for longer sequences ("pack_vnni2 is only supported when avx512 is
+    supported", torch 2.13): there every pass takes the math kernel, chosen by the dispatch level
+    and dtype alone, so all passes of a decode run the same kernel."""
+    below_avx512 = device.type == "cpu" and torch.backends.cpu.get_cpu_capability() not in ("AVX512",)
+    if dtype == torch.bfloat16 and below_avx512:
+        return torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 class Transformer(nn.Module):

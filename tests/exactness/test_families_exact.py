@@ -64,3 +64,26 @@ def test_spot_is_exact_decoding_on_every_family(family, width, T, threshold):
 def test_a_canvas_row_is_the_same_alone_and_in_a_fixed_width_pass(family, prefix_len):
     inv = batch_invariance(tiny(family, dtype=torch.bfloat16), prefix_len=prefix_len, rows=8, width=8)
     assert inv["equal_rows"] == inv["rows"], inv
+
+
+def test_llada_in_bf16_decodes_on_every_cpu_dispatch_level():
+    """Below AVX-512 torch's fused bf16 attention fails for long sequences (torch 2.13); LLaDA's
+    attention then takes the math kernel for every pass: exact and SPOT decode, identically, on
+    each level this CPU offers (a subprocess per level: torch reads ATEN_CPU_CAPABILITY once)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    code = (
+        "import sys, torch, spotref; sys.path.insert(0, %r); from test_families_exact import tiny; "
+        "m = tiny('llada', dtype=torch.bfloat16); p = list(range(1, 40)); "
+        "a = spotref.generate(m, p, 48, temperature=1.0, block_length=16); "
+        "b = spotref.generate(m, p, 48, temperature=1.0, block_length=16, drafter='confidence'); "
+        "assert a.tokens == b.tokens; print(torch.backends.cpu.get_cpu_capability())"
+    ) % str(Path(__file__).parent)
+    for level in ("avx2", "default"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "PYTHONPATH": os.pathsep.join([support, *sys.path])}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, (level, out.stderr[-2000:])
