@@ -1,5 +1,5 @@
 """GPU check: the fixed-width verify forward's cost curve, its row invariance, exactness, and
-gsm-b32 decoded on the GPU. One prepared run of at most about 6 minutes on one H200 (docs/gpu.md).
+gsm-b32 decoded on the GPU. One prepared run of about 7 minutes on one H200 (docs/gpu.md).
 
 Phases, each written to the JSON as soon as it ends (a timeout keeps what finished):
 
@@ -21,6 +21,10 @@ Phases, each written to the JSON as soon as it ends (a timeout keeps what finish
 6. ``projection``: SDAR-8B throughput from measured numbers only: gsm-b32's measured passes at N
    times the measured SDAR-8B-shape pass cost at width N (prefix 512, B 32), against exact
    decoding's passes at t(1).
+7. ``canvas``: the whole-canvas families at their real shapes (``LLADA_8B``, ``DREAM_7B``: the
+   config.json numbers; random bf16 weights made on the GPU): a verify pass of N canvases of
+   ``canvas_len`` tokens as one forward for N in {1, 2, 4, 8, 16}, and rows alone at N = 1 and 8;
+   each row of a pass at width 8 against the row alone (``spotref.audit.batch_invariance``).
 
 ``--smoke`` runs the same code on a tiny config on the CPU in seconds (the test suite runs it).
 Results go to ``--out`` (default ``$OUT/gpu_check.json`` when $OUT is set, else
@@ -45,7 +49,9 @@ import torch  # noqa: E402
 import spotref  # noqa: E402
 from spotref.audit import audit, batch_invariance  # noqa: E402
 from spotref.checkpoint import build_on_meta  # noqa: E402
+from spotref.dream import DreamConfig, DreamModel  # noqa: E402
 from spotref.files import atomic_write_text  # noqa: E402
+from spotref.llada import LLaDAConfig, LLaDAModel  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.models import SDARConfig, SDARModel  # noqa: E402
 from spotref.noise import gumbel  # noqa: E402
@@ -76,6 +82,16 @@ SMOKE_CONFIG = SDARConfig(
     block_size=4,
     initializer_range=0.3,
 )
+LLADA_8B = dict(d_model=4096, n_heads=32, n_kv_heads=32, n_layers=32, mlp_hidden_size=12288, vocab_size=126464,
+                embedding_size=126464, mask_token_id=126336, max_sequence_length=4096)  # GSAI-ML/LLaDA-8B  # fmt: skip
+DREAM_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                num_key_value_heads=4, vocab_size=152064, mask_token_id=151666,
+                max_position_embeddings=131072)  # Dream-org/Dream-v0-Instruct-7B  # fmt: skip
+CANVAS_SMOKE = {"llada": dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=64, vocab_size=96,
+                              embedding_size=96, mask_token_id=95, max_sequence_length=256),
+                "dream": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, vocab_size=96, mask_token_id=95, pad_token_id=94,
+                              bos_token_id=94, eos_token_id=94)}  # fmt: skip
 FULL = dict(
     nodes=(1, 2, 4, 8, 16, 32, 64),
     blocks=(4, 32),
@@ -88,6 +104,8 @@ FULL = dict(
     gsm_problems=2,
     gsm_tokens=256,
     widths=(4, 8, 16, 64),
+    canvas_nodes=(1, 2, 4, 8, 16),
+    canvas_len=512,
 )
 SMOKE = dict(
     nodes=(1, 2, 4),
@@ -101,6 +119,8 @@ SMOKE = dict(
     gsm_problems=1,
     gsm_tokens=16,
     widths=(4,),
+    canvas_nodes=(1, 2),
+    canvas_len=24,
 )
 DRAFTERS = ("confidence", "calibrated", "spot")
 
@@ -201,6 +221,52 @@ def cost_curve(model, grid: dict, reps: int, g) -> list:
                         }
                     )
 
+    return rows
+
+
+def canvas_model(family: str, smoke: bool, device, dtype, seed: int):
+    """A whole-canvas model of the family's real shape (tiny with ``smoke``), random weights made
+    on ``device`` (norms 1, biases 0, the rest normal with std 0.02)."""
+    cls, cfg_cls = (LLaDAModel, LLaDAConfig) if family == "llada" else (DreamModel, DreamConfig)
+    fields = CANVAS_SMOKE[family] if smoke else (LLADA_8B if family == "llada" else DREAM_7B)
+    model = build_on_meta(cls, cfg_cls(**fields)).to(dtype).to_empty(device=device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "ln_f" in name:
+                p.fill_(1.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=g)
+    return model.eval()
+
+
+def canvas_cost(args, grid: dict, dtype) -> dict:
+    """Per family: {"curve": rows {path, N, L, ms, ratio}, "invariance": batch_invariance at the widest N}."""
+    out, g = {}, torch.Generator().manual_seed(args.seed)
+    for family in ("llada", "dream"):
+        model = canvas_model(family, args.smoke, args.device, dtype, args.seed)
+        W, L = max(grid["canvas_nodes"]), grid["canvas_len"]
+        inv = batch_invariance(model, prefix_len=max(L - 2 * model.block_size, 0), rows=W, seed=args.seed, width=W)
+        out[family] = {"curve": canvas_curve(model, grid, args, g), "invariance": inv}
+        del model
+        if torch.device(args.device).type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def canvas_curve(model, grid: dict, args, g) -> list:
+    """Rows {path, N, L, ms, ratio}: N canvases as one forward, and rows alone."""
+    V, mask, L, rows = model.config.vocab_size, model.mask_id, grid["canvas_len"], []
+    for path, nodes in (("width", grid["canvas_nodes"]), ("rows", grid["rows_nodes"])):
+        base = None
+        for N in nodes:
+            ids = random_ids((N, L), V, mask, g).to(args.device)
+            fn = (lambda: model(ids)) if path == "width" else (lambda: [model(ids[i : i + 1]) for i in range(N)])
+            ms = timed(fn, args.device, args.reps)
+            base = base or ms
+            rows.append({"path": path, "N": N, "L": L, "ms": round(ms, 3), "ratio": round(ms / base, 3)})
     return rows
 
 
@@ -332,6 +398,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     save("gsm", gsm_speed(args.device, grid))
     save("projection", projection(res["curve"], res["gsm"], grid["widths"]))
+    save("canvas", canvas_cost(args, grid, dtype))
     print(f"results: {out}")
     return 0
 

@@ -65,7 +65,11 @@ def test_gpu_check_smoke_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--smoke", "--device", "cpu", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert {"env", "curve", "invariance", "audit", "gsm", "projection"} <= set(res)
+    assert {"env", "curve", "invariance", "audit", "gsm", "projection", "canvas"} <= set(res)
+    for family in ("llada", "dream"):
+        canvas = res["canvas"][family]
+        assert {row["path"] for row in canvas["curve"]} == {"width", "rows"}
+        assert canvas["invariance"]["equal_rows"] == canvas["invariance"]["rows"]
     assert res["curve"] and all(row["ms"] > 0 for row in res["curve"])
     assert {row["path"] for row in res["curve"]} == {"width", "rows"}
     assert res["invariance"] and all(r["equal_rows"] == r["rows"] for r in res["invariance"])
