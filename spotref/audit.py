@@ -60,7 +60,8 @@ def audit(model, prompt_ids, max_new_tokens: int, drafter="confidence", **genera
         raise ValueError("audit compares a drafter with exact decoding: drafter must not be None")
     exact = generate(model, prompt_ids, max_new_tokens, drafter=None, **generate_kwargs)
     spec = generate(model, prompt_ids, max_new_tokens, drafter=drafter, **generate_kwargs)
-    where = first_divergence(exact, spec.tokens, model.block_size, len(list(prompt_ids)))
+    bl = generate_kwargs.get("block_length") or model.block_size  # a canvas family's blocks, k from 0
+    where = first_divergence(exact, spec.tokens, bl, len(list(prompt_ids)), family(model))
     report = AuditReport(
         where is None,
         where,

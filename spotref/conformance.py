@@ -7,9 +7,10 @@ Reusable by any decoder that follows spotref's model and drafter contracts (docs
 
 ``my_generate(model, prompt_ids, max_new_tokens, **kwargs)`` must return an object with
 ``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
-random tiny SDAR model, prompt (partial blocks included), length, temperature (0 or continuous
-in [0.05, 3]), seed (the whole 64-bit range), top-k/top-p, threshold, stop ids, the rule's
-precision (docs/spec.md section 2.1), budget (up to 256), depth, verify width (None: rows alone;
+family (SDAR, LLaDA or Dream) and a random tiny model of it, prompt (SDAR: partial blocks
+included), length, block length (the canvas families'), temperature (0 or continuous in
+[0.05, 3]), seed (the whole 64-bit range), top-k/top-p (not for LLaDA), threshold, stop ids, the
+family's confidence measure, the rule's precision (docs/spec.md section 2.1), budget (up to 256), depth, verify width (None: rows alone;
 or a fixed width >= budget, exact decoding at that width the reference) and drafter (confidence,
 random valid trees, an oracle proposing the
 true trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
@@ -33,43 +34,57 @@ from spotref.api import generate
 from spotref.draft import Draft, DraftBuilder
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
+from spotref.dream import DreamConfig, DreamModel
+from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.models import SDARConfig, SDARModel
-from spotref.rules import CONFIDENCES, PRECISIONS
+from spotref.rules import FAMILIES as RULES
+from spotref.rules import PRECISIONS
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
 MAX_TEMPERATURE = 3.0  # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
 MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
+FAMILIES = ("sdar", "llada", "dream")
+MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}
 
 
 @dataclass
 class Case:
-    """One conformance example: a tiny model and one generation request."""
+    """One conformance example: a tiny model of ``family`` and one generation request."""
 
-    config: SDARConfig
+    config: SDARConfig | LLaDAConfig | DreamConfig
     weights_seed: int
     prompt: list
     max_new_tokens: int
     drafter: str
     kwargs: dict = field(default_factory=dict)  # temperature, seed, threshold, top_k, top_p, confidence,
-    # precision, budget, depth, stop_ids, width
+    # precision, budget, depth, stop_ids, width; block_length (canvas families)
+    family: str = "sdar"
 
-    def model(self) -> SDARModel:
+    def model(self) -> SDARModel | LLaDAModel | DreamModel:
         with torch.random.fork_rng():
             torch.manual_seed(self.weights_seed)
-            return SDARModel(self.config).eval()
+            return MODELS[self.family](self.config).eval()
+
+    @property
+    def block_size(self) -> int:
+        """The block length decoded in: SDAR's trained block size, a canvas family's block_length."""
+        return self.config.block_size if self.family == "sdar" else self.kwargs["block_length"]
 
 
-def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0) -> str | None:
+def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar") -> str | None:
     """The first exact commit that ``got_tokens`` disagrees with, or None when identical.
 
-    exact: the ``spotref.generate`` result of exact decoding (its stats hold the trajectory)."""
+    exact: the ``spotref.generate`` result of exact decoding (its stats hold the trajectory).
+    SDAR's block index is absolute (its blocks start at multiples of ``block_size`` from position
+    0); a canvas family's is k, its block k the generated tokens [k * bl, (k + 1) * bl)."""
     if list(got_tokens) == list(exact.tokens):
         return None
+    offset = prompt_len if family == "sdar" else 0  # the generated tokens' first position in block 0
     for block, step, commits in exact.stats["trajectory"]:
         for pos, tok in commits:
-            i = block * block_size + pos - prompt_len  # index into the generated tokens
+            i = block * block_size + pos - offset  # index into the generated tokens
             if 0 <= i < len(exact.tokens) and (i >= len(got_tokens) or got_tokens[i] != tok):
                 got = got_tokens[i] if i < len(got_tokens) else "nothing"
                 return f"block {block}, step {step}, position {pos}: exact {tok}, got {got}"
@@ -78,8 +93,8 @@ def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0) ->
     )
 
 
-def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0):
-    where = first_divergence(exact, got_tokens, block_size, prompt_len)
+def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar"):
+    where = first_divergence(exact, got_tokens, block_size, prompt_len, family)
     assert where is None, where
 
 
@@ -224,7 +239,7 @@ def make_drafter(kind: str, exact, case: Case):
     if kind == "near-miss":
         return near_miss_drafter(exact, case.weights_seed)
     if kind == "spot":
-        return spot_drafter(case.weights_seed)(case.config.block_size)
+        return spot_drafter(case.weights_seed)(case.block_size)
     raise ValueError(f"unknown suite drafter {kind!r}")
 
 
@@ -239,8 +254,7 @@ def check_case(case: Case, generate_fn) -> dict:
     exact = generate(model, case.prompt, case.max_new_tokens, **kw)
     drafter = make_drafter(case.drafter, exact, case)
     got = generate_fn(model, case.prompt, case.max_new_tokens, drafter=drafter, budget=budget, depth=depth, **kw)
-    B = case.config.block_size
-    assert_identical(exact, got.tokens, B, len(case.prompt))
+    assert_identical(exact, got.tokens, case.block_size, len(case.prompt), case.family)
     assert got.passes <= exact.passes, f"{got.passes} passes, exact decoding needed {exact.passes}"
     if case.drafter == "oracle" and hasattr(got, "stats") and "starts" in got.stats:
         check_oracle_accepted(exact, got, min(depth, budget - 1))
@@ -274,31 +288,33 @@ def hypothesis():
     return hypothesis
 
 
-def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
-    """Hypothesis strategy of conformance cases (built by construction, no filtering)."""
+def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES):
+    """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
+    those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
+    besides its share of the rest, and cases shrink towards it."""
     st = hypothesis().strategies
 
     @st.composite
     def case(draw):
-        B = draw(st.sampled_from(block_sizes))
+        family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
+        B = draw(st.sampled_from(block_sizes))  # SDAR's block size, a canvas family's block_length
         V = draw(st.integers(8, 300))
         mask_id = draw(st.integers(0, V - 1))
         heads, kv = draw(st.sampled_from([(2, 1), (2, 2), (4, 2)]))
-        cfg = SDARConfig(
-            vocab_size=V,
-            hidden_size=draw(st.sampled_from([16, 32])),
-            intermediate_size=32,
-            num_hidden_layers=draw(st.integers(1, 2)),
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            head_dim=8,
-            mask_token_id=mask_id,
-            block_size=B,
-            tie_word_embeddings=draw(st.booleans()),
-            initializer_range=draw(st.sampled_from(init_ranges)),
+        sizes = dict(
+            hidden=draw(st.sampled_from([16, 32])),
+            layers=draw(st.integers(1, 2)),
+            heads=heads,
+            kv=kv,
+            tied=draw(st.booleans()),
+            init=draw(st.sampled_from(init_ranges)),
         )
+        cfg = tiny_config(family, V, mask_id, B, **sizes)
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
-        prompt = draw(st.lists(token, max_size=3 * B))
+        prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
+        precision = draw(st.sampled_from(PRECISIONS))
+        confidences = [c for c in RULES[family].CONFIDENCES if (c, precision) != ("entropy", "float16")]
+        filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
         kwargs = dict(
             temperature=draw(
                 st.just(0.0)
@@ -307,15 +323,17 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
             ),
             seed=draw(st.integers(0, 2**64 - 1)),
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
-            top_k=draw(st.none() | st.integers(1, V)),
-            top_p=draw(st.none() | st.floats(0.05, 1.0)),
-            confidence=draw(st.sampled_from(CONFIDENCES)),
-            precision=draw(st.sampled_from(PRECISIONS)),
+            top_k=draw(st.none() | st.integers(1, V)) if filters else None,
+            top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
+            confidence=draw(st.sampled_from(confidences)),
+            precision=precision,
             budget=draw(st.integers(1, MAX_BUDGET)),
             depth=draw(st.integers(0, B)),
             stop_ids=draw(st.lists(token, min_size=1, max_size=2)),
         )
         kwargs["width"] = draw(st.none() | st.integers(0, 8).map(lambda e: kwargs["budget"] + e))
+        if family != "sdar":
+            kwargs["block_length"] = B
         return Case(
             cfg,
             draw(st.integers(0, 2**16)),
@@ -323,9 +341,55 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES):
             draw(st.integers(0, 2 * B + 5)),
             draw(st.sampled_from(DRAFTERS)),
             kwargs,
+            family,
         )
 
     return case()
+
+
+def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads, kv, tied, init):
+    """A tiny model's config of ``family``: every canvas (prompt <= B, max_new_tokens <= 2B + 5
+    rounded up to blocks of B) within its positions."""
+    if family == "llada":
+        return LLaDAConfig(
+            vocab_size=V,
+            d_model=hidden,
+            n_heads=heads,
+            n_kv_heads=kv,
+            n_layers=layers,
+            mlp_hidden_size=32,
+            max_sequence_length=4 * B + 8,
+            weight_tying=tied,
+            mask_token_id=mask_id,
+            init_std=init,
+        )
+    if family == "dream":
+        return DreamConfig(
+            vocab_size=V,
+            hidden_size=hidden,
+            intermediate_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            max_position_embeddings=4 * B + 8,
+            tie_word_embeddings=tied,
+            initializer_range=init,
+            mask_token_id=mask_id,
+            pad_token_id=None,  # no eos / bos either: a tiny vocabulary holds none of Dream's ids
+        )
+    return SDARConfig(
+        vocab_size=V,
+        hidden_size=hidden,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=8,
+        mask_token_id=mask_id,
+        block_size=B,
+        tie_word_embeddings=tied,
+        initializer_range=init,
+    )
 
 
 def run_conformance(
@@ -340,7 +404,7 @@ def run_conformance(
     only the first bug found is reported (``report_multiple_bugs=False``), as one AssertionError
     rather than an ExceptionGroup of every distinct failure.
 
-    Returns what was covered: a Counter of cases by drafter, rule, temperature and prompt shape
+    Returns what was covered: a Counter of cases by family, drafter, rule, temperature and prompt shape
     (its "cases" entry is the number of distinct cases checked). strategy: the cases to draw
     (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
     progress: a callable given one line at every tenth of the cases and the verdict at the end
@@ -399,17 +463,22 @@ def _storage(private: bool):
 
 
 def coverage(case: Case) -> list[str]:
-    B, kw = case.config.block_size, case.kwargs
+    B, kw = case.block_size, case.kwargs
     T = kw["temperature"]
+    if case.family != "sdar":
+        prompt = "canvas"  # no prompt token inside a block
+    else:
+        prompt = "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks"
     return [
         "cases",
+        f"family={case.family}",
         f"drafter={case.drafter}",
         "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
         f"precision={kw['precision']}",
         "budget>64" if kw["budget"] > 64 else "budget<=64",
         "rows" if kw.get("width") is None else "fixed-width",
         "threshold" if kw["threshold"] is not None else "one-position",
-        "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks",
+        prompt,
         "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",
         f"confidence={kw['confidence']}",
     ]

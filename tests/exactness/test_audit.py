@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from spotref.audit import audit, batch_invariance
+from spotref.conformance import tiny_config
+from spotref.dream import DreamModel
 from spotref.models import SDARConfig, SDARModel
 
 ROOT = Path(__file__).parents[2]
@@ -42,6 +44,13 @@ def test_reports_the_first_divergence():
     i = r.block * 4 + r.position - 5
     assert r.exact_tokens[i] == r.exact_token and r.got_token in (7, None)
     assert str(r).startswith(f"diverged at block {r.block}, step {r.step}, position {r.position}: exact ")
+
+
+def test_identical_on_a_canvas_model():
+    cfg = tiny_config("dream", 30, 29, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=1.0)
+    torch.manual_seed(0)
+    r = audit(DreamModel(cfg), [1, 2, 3, 4, 5], 12, block_length=4, budget=8, depth=4, temperature=1.0)
+    assert r.identical and r.spec_passes <= r.exact_passes
 
 
 def test_audit_needs_a_drafter():

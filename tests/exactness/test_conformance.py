@@ -7,6 +7,7 @@ full-recompute oracle written after SDAR's generate.py.
 
 import os
 from functools import partial
+from unittest import mock
 
 import pytest
 from hypothesis import Phase, given, settings
@@ -15,6 +16,7 @@ import spotref
 from spotref import core as pure_core
 from spotref import reference
 from spotref.conformance import Case, cases, first_divergence, run_conformance
+from spotref.decode import fill_block
 
 CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
@@ -53,8 +55,20 @@ def test_spot_is_identical_to_exact_decoding(core):
         "precision=float16",
         "rows",
         "fixed-width",
+        "family=sdar",
+        "family=llada",
+        "family=dream",
     ]:
         assert seen[key] > 0, (key, seen)
+
+
+def test_canvas_families_are_drawn_with_their_own_confidences():
+    n = max(EXAMPLES // 4, 20)
+    seen = run_conformance(spotref.generate, max_examples=n, strategy=cases(families=("llada", "dream")))
+    assert seen["cases"] >= 0.9 * n and seen["family=sdar"] == 0, seen
+    for key in ["family=llada", "family=dream", "confidence=low_confidence", "confidence=maskgit_plus", "canvas"]:
+        assert seen[key] > 0, (key, seen)
+    assert seen["confidence=topk_margin"] + seen["confidence=entropy"] > 0, seen
 
 
 def test_near_tie_models_at_odd_block_sizes():
@@ -88,6 +102,20 @@ def test_the_suite_catches_a_lossy_decoder():
         run_conformance(partial(spotref.generate, core=LossyCore), max_examples=200, phases=[Phase.generate])
 
 
+def test_first_divergence_reads_a_canvas_block_from_the_generated_tokens():
+    from spotref.conformance import tiny_config
+    from spotref.llada import LLaDAModel
+
+    m = LLaDAModel(tiny_config("llada", 30, 29, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3))
+    exact = spotref.generate(m, [1, 2, 3, 4, 5], 9, block_length=4)
+    block, step, ((pos, tok),) = exact.stats["trajectory"][5]  # block k covers tokens [4k, 4k + 4)
+    got = list(exact.tokens)
+    got[block * 4 + pos] = (tok + 1) % 29
+    want = f"block {block}, step {step}, position {pos}: exact {tok}, got {got[block * 4 + pos]}"
+    assert first_divergence(exact, got, 4, 5, family="llada") == want
+    assert first_divergence(exact, exact.tokens, 4, 5, family="llada") is None
+
+
 def test_first_divergence_names_block_step_and_position():
     from helpers import tiny_model
 
@@ -105,7 +133,7 @@ def test_first_divergence_names_block_step_and_position():
 
 
 @settings(max_examples=max(EXAMPLES // 3, 10))
-@given(cases().filter(lambda c: c.prompt))
+@given(cases(families=("sdar",)).filter(lambda c: c.prompt))
 def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
     # Two independent implementations agree up to rounding, so cases must not hinge on the last
     # bit: with no context at all (empty prompt) every masked position of the first block sees
@@ -131,7 +159,7 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
 
 
 @settings(max_examples=max(EXAMPLES // 3, 10))
-@given(cases())
+@given(cases(families=("sdar",)))  # fused_store: SDAR's cache only
 def test_fused_store_gives_identical_tokens_and_one_pass_fewer_per_block(case: Case):
     model, kw = case.model(), dict(case.kwargs)
     budget, depth = kw.pop("budget"), kw.pop("depth")
@@ -174,7 +202,24 @@ def ignores_stop_ids(model, prompt, n, stop_ids=None, **kw):
     return spotref.generate(model, prompt, n, **kw)
 
 
-@pytest.mark.parametrize("lossy", [seed_truncated, wrong_near_07, wrong_over_64, ignores_stop_ids])
+def ignores_the_shift(model, prompt, n, **kw):
+    if getattr(model, "family", "sdar") == "dream":
+        model.logit_shift = 0  # this instance only: reads Dream's logits at i for position i
+    return spotref.generate(model, prompt, n, **kw)
+
+
+def absolute_block_noise(model, prompt, n, block_length=None, **kw):
+    """Keys a canvas block's noise by SDAR's absolute index (P + k * bl) // bl, not by k."""
+    skip = len(prompt) // block_length if block_length else 0
+    shifted = lambda new_block, target, k, state: fill_block(new_block, target, k + skip, state)
+    with mock.patch.object(spotref.api, "fill_block", shifted):
+        return spotref.generate(model, prompt, n, block_length=block_length, **kw)
+
+
+CANVAS_BUGS = [ignores_the_shift, absolute_block_noise]
+
+
+@pytest.mark.parametrize("lossy", [seed_truncated, wrong_near_07, wrong_over_64, ignores_stop_ids, *CANVAS_BUGS])
 def test_the_suite_catches_decoders_wrong_in_a_corner_of_the_inputs(lossy):
     # issue 38: each of these passed when T was drawn from {0, 0.5, 1, 2}, seeds below 2**32,
     # budgets up to 64 and stop ids only sometimes
