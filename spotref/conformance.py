@@ -10,10 +10,10 @@ Reusable by any decoder that follows spotref's model and drafter contracts (docs
 family (SDAR, LLaDA or Dream) and a random tiny model of it, prompt (SDAR: partial blocks
 included), length, block length (the canvas families'), temperature (0 or continuous in
 [0.05, 3]), seed (the whole 64-bit range), top-k/top-p (not for LLaDA), threshold, stop ids, the
-family's confidence measure, the rule's precision (docs/spec.md section 2.1), budget (up to 256), depth, verify width (None: rows alone;
-or a fixed width >= budget, exact decoding at that width the reference) and drafter (confidence,
-random valid trees, an oracle proposing the
-true trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
+family's confidence measure, the rule's precision (docs/spec.md section 2.1), budget (up to
+256), depth, verify width (None: rows alone; or a fixed width >= budget, exact decoding at that
+width the reference) and drafter (confidence, random valid trees, an oracle proposing the true
+trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
 weights, SPOT-Sets included), and asserts: tokens identical to exact decoding; never
 more passes than exact; the oracle accepted in full. Divergences are reported as
 "block b, step k, position p: exact t, got t'".
