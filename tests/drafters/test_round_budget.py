@@ -21,10 +21,11 @@ from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.rules import DecisionRule
 
 
-def spot_for(model, seed=0, calls="level"):
+def spot_for(model, seed=0, calls="level", B=None):
+    """An untrained SPOT drafter for blocks of ``B`` (the model's own block size by default)."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return SpotDrafter(OrderModel(model.block_size), calls=calls)
+        return SpotDrafter(OrderModel(B or model.block_size), calls=calls)
 
 
 def chain(probs) -> Draft:
@@ -104,7 +105,7 @@ def test_a_cut_tree_is_exact(case, seed, calls, rate):
     """Each round's tree cut at any rate: tokens identical to exact decoding, every rule."""
 
     def generate_fn(model, prompt, n, drafter=None, **kw):
-        cut = RoundBudget(spot_for(model, seed, calls), {1: 1.0, 64: 1.0 + 63 * 0.01}, rate)
+        cut = RoundBudget(spot_for(model, seed, calls, B=case.block_size), {1: 1.0, 64: 1.0 + 63 * 0.01}, rate)
         return spotref.generate(model, prompt, n, drafter=cut, **kw)
 
     check_case(dataclasses.replace(case, drafter="confidence"), generate_fn)

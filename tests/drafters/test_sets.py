@@ -59,7 +59,7 @@ def test_spot_sets_drafter_is_exact(case, seed, tau):
     case = dataclasses.replace(case, drafter="confidence", kwargs={**case.kwargs, "threshold": tau})
 
     def generate_fn(model, prompt, n, drafter=None, **kw):
-        return spotref.generate(model, prompt, n, drafter=spot_drafter(seed)(model.block_size), **kw)
+        return spotref.generate(model, prompt, n, drafter=spot_drafter(seed)(case.block_size), **kw)
 
     check_case(case, generate_fn)
 

@@ -23,10 +23,11 @@ from spotref.train import trajectories as tj
 from spotref.train.trajectories import Recorder, accepted, record
 
 
-def spot_for(model, seed=0, second=0.5, calls="level"):
+def spot_for(model, seed=0, second=0.5, calls="level", B=None):
+    """An untrained SPOT drafter for blocks of ``B`` (the model's own block size by default)."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return SpotDrafter(OrderModel(model.block_size), second=second, calls=calls)
+        return SpotDrafter(OrderModel(B or model.block_size), second=second, calls=calls)
 
 
 def random_calibrated(seed=0):
@@ -55,7 +56,8 @@ def test_spot_drafter_is_exact(case, seed, second, calls):
     """Untrained order models of any weights, one call per level or per round: tokens identical
     to exact decoding, every rule."""
     check_case(
-        dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: spot_for(m, seed, second, calls))
+        dataclasses.replace(case, drafter="confidence"),
+        with_drafter(lambda m: spot_for(m, seed, second, calls, B=case.block_size)),
     )
 
 
