@@ -1,13 +1,18 @@
 """Bundled targets: small real SDAR models trained here (``spotref.train.train_target``) on grade-school
-math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``).
+math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``); a target may be
+of any family (``FAMILIES``: SDAR, LLaDA, Dream).
 
-Each target is its metadata ``NAME.json`` in ``spotref/load/targets/`` (config, tokenizer,
+Each target is its metadata ``NAME.json`` in ``spotref/load/targets/`` (family, config, tokenizer,
 corpus, training command and time, held-out loss, quality numbers) and the two files it names
-beside it: float16 weights with the HF names of ``SDARModel`` (``NAME.safetensors``) and the
-tokenizer (``NAME.tokenizer.json``), each with its SHA-256, checked at load time so a corrupt,
-truncated or swapped file fails loudly. Each file is stored once: targets with the same weights
-(one run exported at two block sizes) or the same tokenizer name one file. ``save_target`` writes
-a target so (the trainer's export calls it), the metadata last.
+beside it: float16 weights (``NAME.safetensors``) under the names of the family's model, which
+are also its checkpoint's names (``SDARModel``'s HF names; ``LLaDAModel``'s and ``DreamModel``'s
+as their ``save_pretrained`` writes them), and the tokenizer (``NAME.tokenizer.json``), each with
+its SHA-256, checked at load time so a corrupt, truncated or swapped file fails loudly. Each
+file is stored once: targets with the same weights (one run exported at two block sizes) or the
+same tokenizer name one file. ``save_target`` writes a target so (the trainer's export calls
+it), the metadata last. The metadata's ``family`` ("sdar", "llada", "dream"; absent: "sdar")
+picks the model class, and its ``config`` is that family's config in its own keys
+(``SDARConfig``, ``LLaDAConfig``, ``DreamConfig``: ``to_dict``).
 
 >>> import spotref
 >>> "stdlib-b32" in spotref.list_targets()
@@ -27,23 +32,26 @@ from pathlib import Path
 
 import torch
 
-from spotref.checkpoint import check_field_types, read_json
+from spotref.checkpoint import check_field_types, read_json, stored_tensors
 from spotref.checks import check_int
+from spotref.dream import DreamModel
 from spotref.files import atomic_write, atomic_write_text
+from spotref.llada import LLaDAModel
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.tokenizer import chat_format
-from spotref.models import SDARConfig, SDARModel
+from spotref.models import SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
 CHAT_CORPORA = ("gsm",)  # the corpora of chat-formatted documents (spotref.data.gsm.chat_document)
 MAX_HELDOUT = 100_000  # held-out prompts one call may ask for (10**9 ran without bound)
+FAMILIES = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
 
 
 @dataclass
 class Target:
     name: str
-    model: SDARModel  # eval mode, float32
+    model: SDARModel | LLaDAModel | DreamModel  # the metadata's family; eval mode, float32
     tokenizer: object  # encode(str) -> list[int], decode(list[int]) -> str
     meta: dict
 
@@ -165,6 +173,7 @@ META_FIELDS = {
     "weights.bytes": int,
     "weights.sha256": str,
     "tokenizer.file": str,
+    "family": str,
 }
 
 
@@ -173,13 +182,21 @@ def read_meta(path: Path) -> dict:
     meta = read_json(path, "the target metadata")
     for field, kind in META_FIELDS.items():
         head, _, key = field.partition(".")
-        value = meta.get(head) if not key else meta[head].get(key)
+        value = meta.get(head, "sdar" if field == "family" else None) if not key else meta[head].get(key)
         if value is None:
             raise ValueError(f"the target metadata {path} has no {field!r} field")
         if not isinstance(value, kind) or isinstance(value, bool):
             json_type = {dict: "an object", str: "a string", int: "an integer"}[kind]
             raise ValueError(f"the target metadata {path}: {field!r} must be {json_type}, got {value!r}")
+    if family_of(meta) not in FAMILIES:
+        known = ", ".join(map(repr, FAMILIES))
+        raise ValueError(f"the target metadata {path}: 'family' must be one of {known}, got {meta['family']!r}")
     return meta
+
+
+def family_of(meta: dict) -> str:
+    """The metadata's ``family``; absent: "sdar" (the shipped targets' metadata names none)."""
+    return meta.get("family", "sdar")
 
 
 def _load_tokenizer(path: Path, sha256: str | None = None):
@@ -200,7 +217,7 @@ def _load_tokenizer(path: Path, sha256: str | None = None):
         raise ValueError(f"cannot load the tokenizer {path}: {e}") from None
 
 
-def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARModel:
+def _load_model(path: Path, meta: dict, meta_path: Path | None = None):
     """Weights checked against the metadata's size and SHA-256 before they are parsed."""
     try:
         from safetensors.torch import load  # optional dependency (the [cli] extra)
@@ -219,23 +236,24 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None) -> SDARMo
         sd = load(raw)
     except Exception as e:  # safetensors' own error types
         raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
-    return build_model(target_config(meta["config"], meta_path or path), sd)
+    cls = FAMILIES[family_of(meta)]
+    return build_model(target_config(meta["config"], meta_path or path, cls), sd, cls)
 
 
-def target_config(raw: dict, path: Path) -> SDARConfig:
-    """The metadata's ``config``, its field types checked as a checkpoint's config.json."""
+def target_config(raw: dict, path: Path, cls=SDARModel):
+    """The metadata's ``config`` as the family's config (``cls.config_class``), its field types
+    checked as a checkpoint's config.json."""
     try:
         check_field_types(raw)
-        return SDARConfig.from_dict(raw)
+        return cls.config_class.from_dict(raw)
     except (TypeError, ValueError) as e:
         raise ValueError(f"the target metadata {path}: config: {e}") from None
 
 
-def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
-    """An eval-mode float32 ``SDARModel`` from a (possibly tied, float16) state dict."""
-    model = SDARModel(cfg)
-    if cfg.tie_word_embeddings and "model.embed_tokens.weight" in state_dict:
-        state_dict = {**state_dict, "lm_head.weight": state_dict["model.embed_tokens.weight"]}
+def build_model(cfg, state_dict: dict, cls=SDARModel):
+    """An eval-mode float32 ``cls`` (a family's model) from a (possibly tied, float16) state dict."""
+    model = cls(cfg)
+    state_dict = with_tied(model, state_dict)
     bad = [k for k, v in state_dict.items() if not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"the weights hold non-finite values (NaN or inf) in {', '.join(bad[:6])}")
@@ -256,23 +274,33 @@ def build_model(cfg: SDARConfig, state_dict: dict) -> SDARModel:
     return model.float().eval()
 
 
+def with_tied(model, state_dict: dict) -> dict:
+    """``state_dict`` with a tied tensor under each of its names (a tied head stored under the
+    embedding's name only, as ``save_target`` writes it)."""
+    out, first = dict(state_dict), {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        first.setdefault(id(t), name)
+        if name not in out and first[id(t)] in out:
+            out[name] = out[first[id(t)]]
+    return out
+
+
 def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Path:
-    """Write a target as ``load_target`` reads it: its weights (float16, the tied head left out)
-    and its tokenizer, each stored once (``stored_file``: a file of the directory that holds these
-    very bytes already, else ``NAME.safetensors`` / ``NAME.tokenizer.json``, written atomically),
-    then ``NAME.json`` (``meta`` with its "weights" and "tokenizer" entries filled in, the file
-    and the SHA-256 of each among them), so a kill leaves the old target or one refused by name.
-    Returns the weights file."""
+    """Write a target of any family (``FAMILIES``) as ``load_target`` reads it: its weights
+    (float16, the tied head left out) and its tokenizer, each stored once (``stored_file``: a
+    file of the directory that holds these very bytes already, else ``NAME.safetensors`` /
+    ``NAME.tokenizer.json``, written atomically), then ``NAME.json`` (``meta`` with its "config"
+    the model's, "family" the model's but for SDAR (absent), and "weights" and "tokenizer"
+    entries filled in, the file and the SHA-256 of each among them), so a kill leaves the old
+    target or one refused by name. Returns the weights file."""
     try:
         from safetensors.torch import save  # optional dependency (the [cli] extra)
     except ImportError:
         raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
-    directory = Path(directory)
-    sd = {
-        k: v.detach().to(torch.float16).contiguous()
-        for k, v in model.state_dict().items()
-        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
-    }
+    directory, family = Path(directory), getattr(model, "family", "sdar")
+    if family not in FAMILIES:
+        raise ValueError(f"save_target: model.family must be one of {', '.join(map(repr, FAMILIES))}, got {family!r}")
+    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in stored_tensors(model).items()}
     raw, text = save(sd), tokenizer.to_json().encode("utf-8")
     weights = stored_file(directory, name, ".safetensors", raw)
     tok_file = stored_file(directory, name, ".tokenizer.json", text)  # both found before either is written
@@ -280,7 +308,9 @@ def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Pat
         if not holds(path, data):
             atomic_write(path, lambda f, data=data: f.write(data))
     meta = {
-        **meta,
+        **{k: v for k, v in meta.items() if k != "family"},
+        **({"family": family} if family != "sdar" else {}),
+        "config": model.config.to_dict(),
         "weights": {"file": weights.name, "dtype": "float16", "bytes": len(raw), "sha256": _sha256(raw)},
         "tokenizer": {
             "kind": tokenizer.kind,
