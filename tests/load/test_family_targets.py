@@ -1,0 +1,114 @@
+"""Targets of the whole-canvas families (LLaDA, Dream): save_target / load_target round trips, the
+metadata's family, and canvas_from_sdar's start from an SDAR target's weights."""
+
+import json
+
+import pytest
+import torch
+
+import spotref
+from spotref import names
+from spotref.checkpoint import stored_tensors
+from spotref.conformance import spot_drafter
+from spotref.dream import DreamConfig, DreamModel
+from spotref.llada import LLaDAConfig, LLaDAModel
+from spotref.load.bpe import ByteTokenizer
+from spotref.load.targets import list_targets, load_target, save_target
+from spotref.train.canvas_start import DROPPED, canvas_from_sdar, counterparts
+
+pytest.importorskip("safetensors")
+V, MASK = 258, 257  # ByteTokenizer's vocabulary and MASK id
+HEAD = {"llada": "model.transformer.ff_out.weight", "dream": "lm_head.weight"}  # absent from the file when tied
+
+
+def tiny(family: str, tied: bool):
+    torch.manual_seed(3)
+    if family == "llada":
+        cfg = LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=48, vocab_size=V,
+                          mask_token_id=MASK, max_sequence_length=128, weight_tying=tied)  # fmt: skip
+        return LLaDAModel(cfg)
+    cfg = DreamConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=V, mask_token_id=MASK, pad_token_id=None, eos_token_id=256,
+                      max_position_embeddings=128, tie_word_embeddings=tied)  # fmt: skip
+    model = DreamModel(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.1)  # biases that a round trip must keep
+    return model
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("family, cls", [("llada", LLaDAModel), ("dream", DreamModel)])
+def test_a_canvas_target_is_saved_and_loaded_back_with_the_same_logits(tmp_path, family, cls, tied):
+    model = tiny(family, tied)
+    save_target(model, ByteTokenizer(), {"name": "t", "config": None}, tmp_path, "t")
+    meta = json.loads((tmp_path / "t.json").read_text())
+    assert meta["family"] == family and meta["config"] == model.config.to_dict()
+    assert list_targets(tmp_path) == ["t"]
+    target = load_target("t", directory=tmp_path)
+    assert type(target.model) is cls and not target.model.training and target.model.block_size == 32
+    assert target.model.config.to_dict() == model.config.to_dict() and target.model.mask_id == MASK
+    ids = torch.tensor([[5, 6, 7, MASK, MASK, MASK], [9, 8, MASK, 7, MASK, 6]])
+    assert torch.equal(target.model(ids), model.half().float()(ids))  # the weights are stored in float16
+    from safetensors.torch import load_file
+
+    stored = load_file(tmp_path / "t.safetensors")
+    assert set(stored) == set(stored_tensors(model)) and (tied == (HEAD[family] not in stored))
+    if tied and family == "dream":
+        assert target.model.lm_head.weight is target.model.model.embed_tokens.weight  # tied again
+
+
+def test_an_sdar_target_records_no_family_and_a_bad_family_is_refused_by_name(tmp_path):
+    from helpers import tiny_model
+
+    save_target(tiny_model(V=V, B=4, mask_id=MASK), ByteTokenizer(), {"name": "s"}, tmp_path, "s")
+    meta = json.loads((tmp_path / "s.json").read_text())
+    assert "family" not in meta and type(load_target("s", directory=tmp_path).model).__name__ == "SDARModel"
+    for bad in ("gpt", 3):
+        (tmp_path / "s.json").write_text(json.dumps({**meta, "family": bad}))
+        with pytest.raises(ValueError, match="'family' must be"):
+            load_target("s", directory=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def gsm():
+    return load_target("gsm-b32")
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_canvas_from_sdar_copies_every_tensor_with_a_counterpart(gsm, family):
+    model = canvas_from_sdar(gsm.model, family)
+    src, dst, sc = gsm.model.state_dict(), model.state_dict(), gsm.model.config
+    pairs = counterparts(family, sc.num_hidden_layers, sc.tie_word_embeddings)
+    assert all(torch.equal(src[s], dst[d]) for s, d in pairs.items())
+    left = set(src) - set(pairs) - {"lm_head.weight"}  # the tied head: copied as the embedding
+    assert left and all(k.endswith(DROPPED) for k in left)  # only the q/k norms have no counterpart
+    biases = [k for k in dst if k.endswith(".bias")]
+    assert set(dst) - set(pairs.values()) == set(biases) | ({"lm_head.weight"} if family == "dream" else set())
+    assert all(not dst[k].any() for k in biases) and (family == "llada") == (not biases)
+    assert (model.config.vocab_size, model.mask_id) == (sc.vocab_size, sc.mask_token_id)
+    assert model.config.max_position_embeddings == sc.max_position_embeddings
+    assert spotref.api.serving_precision(model) == spotref.api.serving_precision(gsm.model) == "bfloat16"
+    if family == "dream":
+        assert model.lm_head.weight is model.model.embed_tokens.weight  # tied as SDAR's
+    else:
+        assert model.config.weight_tying and not hasattr(model.model.transformer, "ff_out")
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_canvas_target_from_gsm_b32_generates_and_spot_is_exact(gsm, tmp_path, family):
+    save_target(canvas_from_sdar(gsm.model, family), gsm.tokenizer, {"name": "c", "corpus": gsm.meta["corpus"]},
+                tmp_path, "c")  # fmt: skip
+    target = names.target("c", tmp_path)
+    assert target.model.family == family and target.chat
+    prompt = target.encode_chat("Ella has 62 shells and finds 20 more. How many shells does she have?")
+    kw = dict(stop_ids=target.stop_ids, block_length=16, temperature=1.0, seed=4)
+    exact = spotref.generate(target, prompt, 32, **kw)
+    assert len(exact.tokens) == 32 or exact.tokens[-1] in target.stop_ids
+    for drafter in ("confidence", spot_drafter(2)(16)):
+        assert spotref.generate(target, prompt, 32, drafter=drafter, budget=8, **kw).tokens == exact.tokens
+    with pytest.raises(ValueError, match="family must be 'llada' or 'dream'"):
+        canvas_from_sdar(gsm.model, "sdar")
+    with pytest.raises(ValueError, match="must be an SDARModel"):
+        canvas_from_sdar(target.model, "llada")
