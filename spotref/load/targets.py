@@ -289,10 +289,10 @@ def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Pat
     """Write a target of any family (``FAMILIES``) as ``load_target`` reads it: its weights
     (float16, the tied head left out) and its tokenizer, each stored once (``stored_file``: a
     file of the directory that holds these very bytes already, else ``NAME.safetensors`` /
-    ``NAME.tokenizer.json``, written atomically), then ``NAME.json`` (``meta`` with its "config"
-    the model's, "family" the model's but for SDAR (absent), and "weights" and "tokenizer"
-    entries filled in, the file and the SHA-256 of each among them), so a kill leaves the old
-    target or one refused by name. Returns the weights file."""
+    ``NAME.tokenizer.json``, written atomically), then ``NAME.json`` (``meta`` with "config" the
+    model's where it gives none, "family" the model's but for SDAR (absent), and "weights" and
+    "tokenizer" entries filled in, the file and the SHA-256 of each among them), so a kill leaves
+    the old target or one refused by name. Returns the weights file."""
     try:
         from safetensors.torch import save  # optional dependency (the [cli] extra)
     except ImportError:
@@ -310,7 +310,7 @@ def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Pat
     meta = {
         **{k: v for k, v in meta.items() if k != "family"},
         **({"family": family} if family != "sdar" else {}),
-        "config": model.config.to_dict(),
+        "config": meta.get("config") or model.config.to_dict(),
         "weights": {"file": weights.name, "dtype": "float16", "bytes": len(raw), "sha256": _sha256(raw)},
         "tokenizer": {
             "kind": tokenizer.kind,

@@ -76,6 +76,14 @@ def gsm():
     return load_target("gsm-b32")
 
 
+def test_an_sdar_target_exported_again_is_the_shipped_one_byte_for_byte(gsm, tmp_path):
+    from spotref.load.targets import TARGETS_DIR
+
+    save_target(gsm.model, gsm.tokenizer, dict(gsm.meta), tmp_path, "gsm-b32")
+    for suffix in (".json", ".safetensors", ".tokenizer.json"):
+        assert (tmp_path / f"gsm-b32{suffix}").read_bytes() == (TARGETS_DIR / f"gsm-b32{suffix}").read_bytes()
+
+
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_canvas_from_sdar_copies_every_tensor_with_a_counterpart(gsm, family):
     model = canvas_from_sdar(gsm.model, family)
