@@ -8,6 +8,12 @@ of the noised copy's logits at its masked positions against the clean tokens (no
 per position (the rows of the gsm recipe, ``spotref.train.train_data.rows_batch``). The logits
 are the model's own: ``SDARModel.bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
 under ``bd3_mask``.
+
+The whole-canvas families (LLaDA, Dream) train as LLaDA's SFT does: each row draws a mask rate
+``t ~ U(eps, 1)`` and masks each answer position with probability ``t`` (``canvas_noise``; the
+prompt never), and the loss is the masked cross-entropy weighted by ``1 / t``, summed over each
+row, divided by the row's answer length and averaged over the rows (``canvas_loss``). The model
+sees the whole canvas bidirectionally (``model.logits(ids)``); Dream's logits are shifted.
 """
 
 from __future__ import annotations
@@ -53,3 +59,50 @@ def weighted_loss(logits, x, weight):
     """Cross-entropy weighted per position (``rows_batch``'s weight), over the total weight."""
     ce = F.cross_entropy(logits.float().flatten(0, 1), x.flatten(), reduction="none").view(x.shape)
     return (ce * weight).sum() / weight.sum().clamp_min(1e-9)
+
+
+def canvas_noise(x: np.ndarray, prompt, mask_id: int, rng: np.random.Generator, eps: float = 1e-3):
+    """x: (N, L); ``prompt``: the prompt lengths (N,) or a prompt mask (N, L) (True: never masked)
+    -> ``(x_t, masked, t)``: x_t and masked (N, L), t (N,). Each row draws t ~ U(eps, 1) and masks
+    each answer position with probability t; a row left with none masked gets one answer position,
+    drawn uniformly, masked (so every row has a loss). A row without answer positions: ValueError."""
+    N, L = x.shape
+    answer = canvas_answer(prompt, N, L)  # (N, L)
+    if not answer.any(-1).all():
+        raise ValueError("canvas_noise: a row has no answer position to mask (its prompt fills it)")
+    t = eps + (1 - eps) * rng.random(N)  # (N,)
+    masked = answer & (rng.random((N, L)) < t[:, None])  # (N, L)
+    fallback = np.where(answer, rng.random((N, L)), -1.0).argmax(-1)  # (N,): a uniform answer position
+    none = ~masked.any(-1)
+    masked[none, fallback[none]] = True
+    return np.where(masked, mask_id, x), masked, t
+
+
+def canvas_answer(prompt, N: int, L: int) -> np.ndarray:
+    """The answer positions (N, L): those after each row's prompt length, or outside a prompt mask."""
+    prompt = np.asarray(prompt)
+    if prompt.shape == (N, L):
+        return ~prompt.astype(bool)
+    if prompt.shape != (N,):
+        raise ValueError(f"canvas_noise: prompt must be lengths ({N},) or a mask ({N}, {L}), got {prompt.shape}")
+    return np.arange(L)[None, :] >= prompt[:, None]
+
+
+def shifted(logits: torch.Tensor, shift: int) -> torch.Tensor:
+    """The logits that predict each position (N, L, V): as given (shift 0), or Dream's shift (1):
+    the prediction of position i is ``logits[:, i - 1]`` (position 0 keeps its own, as decoding reads it)."""
+    if shift == 0:
+        return logits
+    if shift != 1:
+        raise ValueError(f"the logit shift must be 0 or 1, got {shift!r}")
+    return torch.cat([logits[:, :1], logits[:, :-1]], 1)
+
+
+def canvas_loss(logits, x, masked, t, shift: int = 0, answer=None):
+    """LLaDA's SFT loss; logits (N, L, V) as the model returns them, x and masked (N, L), t (N,).
+    Per row: sum over its masked positions of CE / t, over its answer length (``answer`` (N, L),
+    the positions that may be masked; None: every position, L); then the mean over rows."""
+    ce = F.cross_entropy(shifted(logits, shift).float().flatten(0, 1), x.flatten(), reduction="none").view(x.shape)
+    per_row = (ce * masked).sum(-1) / t  # (N,)
+    length = torch.full_like(per_row, x.shape[1]) if answer is None else answer.sum(-1).to(per_row.dtype)  # (N,)
+    return (per_row / length).mean()
