@@ -166,6 +166,12 @@ def export(model: SDARModel, tok, state: dict, out_dir: Path, name: str) -> Path
     return save_target(model, tok, metadata(model, state, name), Path(out_dir), name)
 
 
+HELDOUT_NOTES = (  # by whether the model is a whole-canvas family's
+    "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
+    "LLaDA's SFT loss (masked CE / t over the answer length, mean over rows), t ~ U(eps, 1), fixed rows and masks",
+)
+
+
 def metadata(model: SDARModel, state: dict, name: str) -> dict:
     """A target's ``NAME.json`` but for its files (``save_target`` fills "weights" and
     "tokenizer"): its config, corpus, training record and held-out losses (``state``: the run's,
@@ -180,7 +186,7 @@ def metadata(model: SDARModel, state: dict, name: str) -> dict:
         "corpus": state["corpus"],
         "training": training_record(state),
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
-        "heldout_loss_note": "token-mean masked CE in nats/token, k ~ U{1..B} per block, fixed windows and masks",
+        "heldout_loss_note": HELDOUT_NOTES[getattr(model, "family", "sdar") != "sdar"],
         "history": hist,
     }
 

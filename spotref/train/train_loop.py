@@ -25,6 +25,7 @@ import torch
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
+from spotref.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
 from spotref.train.train_curriculum import adapt, recipe_batch
 from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from spotref.train.train_export import export, read_checkpoint, start_from
@@ -37,7 +38,7 @@ class Run:
     """A run in training: what the loop reads and updates."""
 
     options: TrainOptions
-    model: SDARModel
+    model: SDARModel  # --family llada / dream: LLaDAModel / DreamModel
     opt: torch.optim.Optimizer
     tok: object
     data: object  # the token stream; --rows-per-doc: the training Rows (None: --fresh-problems)
@@ -63,16 +64,15 @@ def train(options: TrainOptions) -> dict:
     train_docs = corpus.documents("train")[: options.corpus_limit]
     tok = make_tokenizer(options.tokenizer, train_docs, ckpt_path.parent, options.split_digits)
     stream, held = streams(corpus, train_docs, tok, options)
-    cfg = make_config(options, tok)
     torch.manual_seed(options.seed)
-    model = SDARModel(cfg)
+    model = SDARModel(make_config(options, tok)) if options.family == "sdar" else canvas_model(options, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
     state = start_or_resume(model, opt, ck, tok, options, ckpt_path)
     command = shlex.join(sys.argv)  # as invoked (module or CLI)
     state.update(
         corpus=record,
         corpus_limit=options.corpus_limit,
-        config=cfg.to_dict(),
+        config=model.config.to_dict(),
         args=options.record(),
         train_tokens=len(stream),
         heldout_tokens=len(held),
@@ -114,6 +114,7 @@ def data_options(record: dict, saved: dict) -> dict:
         "--corpus (the file's SHA-256)": file_digest,
         "--pad-eot": o.pad_eot,
         "--split-digits": o.split_digits,
+        "--family": o.family,
         "--rows-per-doc": o.rows_per_doc,
         "--answer-only": o.answer_only,
         "--eot-weight": o.eot_weight,
@@ -222,8 +223,11 @@ def _stopped(options: TrainOptions, state: dict) -> bool:
 
 def step_loss(run: Run, step: int, B: int, mask_of) -> torch.Tensor:
     """The loss of ``step``'s batch at block size ``B`` (under bf16 autocast with ``--bf16``):
-    windows of the token stream (``bd3_loss``), or ``--rows-per-doc``'s weighted rows."""
+    windows of the token stream (``bd3_loss``), or ``--rows-per-doc``'s weighted rows; a
+    whole-canvas family's (``--family llada`` / ``dream``): ``canvas_step_loss``."""
     o, model = run.options, run.model
+    if o.family != "sdar":
+        return canvas_step_loss(run, step)
     if o.rows_per_doc:
         x_t, x, w = recipe_batch(run.data, run.tok, o, step, B, run.state.get("level"))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16):
@@ -262,7 +266,8 @@ def _evaluate(run: Run, bar) -> None:
     """The held-out loss now, into the state's history and onto the progress bar."""
     state = run.state
     run.model.eval()
-    loss = heldout_loss(run.model, run.held, run.options, run.tok.mask_id)
+    held_out = heldout_loss if run.options.family == "sdar" else canvas_heldout_loss
+    loss = held_out(run.model, run.held, run.options, run.tok.mask_id)
     run.model.train()
     state["history"].append(
         {"step": state["step"], "train_s": round(state["train_s"], 1), "heldout_loss": round(loss, 4)}

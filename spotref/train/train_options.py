@@ -34,6 +34,18 @@ from spotref.files import check_writable
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
+FAMILIES = ("sdar", "llada", "dream")  # --family
+CANVAS_REFUSES = {  # what a whole-canvas family refuses: options of BD3-LM's blocks and of SDAR's recipe
+    "--pad-eot": "pad_eot",
+    "--mix-blocks": "mix_blocks",
+    "--weighting": "weighting",
+    "--eot-weight": "eot_weight",
+    "--mask-results": "mask_results",
+    "--suffix-results": "suffix_results",
+    "--result-weight": "result_weight",
+    "--adaptive": "adaptive",
+    "--init-deepen": "init_deepen",
+}
 DRILL_OP_NAMES = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -212,7 +224,15 @@ def add_curriculum_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """The model's shape, its block sizes, and the weights it may start from."""
+    """The model's family and shape, its block sizes, and the weights it may start from."""
+    p.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="sdar",
+        help="sdar (block-causal, BD3-LM's objective, the default), or a whole-canvas family: llada or "
+        "dream (bidirectional over the whole row, LLaDA's SFT objective; dream's logits shifted); "
+        "llada and dream train on --rows-per-doc rows",
+    )
     p.add_argument(
         "--rope-theta",
         type=positive_real,
@@ -395,6 +415,7 @@ class TrainOptions:
     adapt_answers: float
     adapt_equations: float
     curriculum_lower: float
+    family: str  # a name of FAMILIES
     rope_theta: float | None
     block_size: int
     mix_blocks: list[int] | str | None  # a comma string in runs from before int_list
@@ -511,6 +532,23 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--adaptive replaces --curriculum's fixed schedule: give one of them")
     if o.curriculum_lower != default.curriculum_lower and not (o.curriculum or o.adaptive):
         raise ValueError("--curriculum-lower applies to --curriculum or --adaptive only")
+    if o.family != "sdar":
+        check_canvas(o, default)
+
+
+def check_canvas(options: TrainOptions, default: TrainOptions) -> None:
+    """``ValueError`` naming what a whole-canvas family (``--family llada`` / ``dream``) cannot train with."""
+    o = options
+    if not o.rows_per_doc:
+        raise ValueError(f"--family {o.family} trains on one-document rows: it needs --rows-per-doc")
+    for name, key in CANVAS_REFUSES.items():
+        if getattr(o, key) != getattr(default, key):
+            raise ValueError(f"{name} applies to --family sdar only (BD3-LM's blocks and its recipe)")
+    if o.head_dim * o.heads != o.hidden:
+        raise ValueError(
+            f"--family {o.family}: the head size is --hidden / --heads, so --head-dim must be "
+            f"{o.hidden} / {o.heads}, got {o.head_dim}"
+        )
 
 
 def check_export(name: str | None, export: str | None) -> None:

@@ -1,0 +1,86 @@
+"""``spotref train-target --family llada / dream``: a whole-canvas model trained on gsm rows."""
+
+import numpy as np
+import pytest
+import torch
+
+from spotref.dream import DreamModel
+from spotref.llada import LLaDAModel
+from spotref.train.train_canvas import canvas_batch
+from spotref.train.train_export import read_checkpoint
+from spotref.train.train_loop import train
+from spotref.train.train_options import TrainOptions
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("tqdm")
+
+MODELS = {"llada": LLaDAModel, "dream": DreamModel}
+
+
+def canvas_argv(tmp_path, family, *extra) -> list:
+    """A tiny canvas run on gsm rows (prompt up to the assistant header never masked)."""
+    return [
+        "--name", "canvas", "--runs", str(tmp_path / "runs"), "--family", family,
+        "--corpus", "gsm", "--corpus-size", "40", "--corpus-level", "0", "--tokenizer", "bpe300",
+        "--rows-per-doc", "--answer-only", "--seq-len", "192", "--block-size", "32",
+        "--hidden", "32", "--intermediate", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+        "--head-dim", "16", "--batch", "4", "--lr", "3e-3", "--warmup", "2", "--no-progress",
+        *extra,
+    ]  # fmt: skip
+
+
+def canvas_run(tmp_path, family, *extra):
+    return train(TrainOptions.from_argv(canvas_argv(tmp_path, family, *extra)))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_canvas_training_decreases_the_held_out_canvas_loss(tmp_path, family):
+    state = canvas_run(tmp_path, family, "--steps", "12", "--eval-every", "1", "--ckpt-every", "12")
+    losses = [h["heldout_loss"] for h in state["history"]]
+    assert state["step"] == 12 and len(losses) == 12
+    assert losses[-1] < losses[0] - 0.5, losses
+    ck = read_checkpoint(tmp_path / "runs" / "canvas" / "ckpt.pt")
+    model = MODELS[family](MODELS[family].config_class.from_dict(ck["state"]["config"]))
+    model.load_state_dict(ck["model"])  # the checkpoint is the family's model
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_resumed_canvas_run_equals_one_run_straight(tmp_path, family):
+    """4 steps, stop, 2 more (same command) == 6 steps straight."""
+    argv = ("--steps", "6", "--eval-every", "3", "--ckpt-every", "2")
+    straight = canvas_run(tmp_path / "a", family, *argv)
+    canvas_run(tmp_path / "b", family, *argv, "--until", "4")
+    resumed = canvas_run(tmp_path / "b", family, *argv)
+    a = read_checkpoint(tmp_path / "a" / "runs" / "canvas" / "ckpt.pt")["model"]
+    b = read_checkpoint(tmp_path / "b" / "runs" / "canvas" / "ckpt.pt")["model"]
+    assert straight["step"] == resumed["step"] == 6 and straight["history"] == resumed["history"]
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
+    with pytest.raises(ValueError, match="--family: the run canvas was trained with"):
+        canvas_run(tmp_path / "b", "dream" if family == "llada" else "llada", *argv)
+
+
+def test_a_canvas_batch_pads_rows_to_the_canvas_and_never_masks_a_prompt():
+    rows = [([5, 6, 7, 8], 2, 4), ([9, 10, 11, 12, 13, 14], 1, 6)]
+    x_t, x, masked, t, answer = canvas_batch(rows, 8, 99, 0, np.random.default_rng(0))
+    assert x.tolist() == [[5, 6, 7, 8, 0, 0, 0, 0], [9, 10, 11, 12, 13, 14, 0, 0]]
+    assert answer.tolist() == [[False] * 2 + [True] * 6, [False] + [True] * 7]
+    assert not (masked & ~answer).any() and masked.any(-1).all() and (x_t[masked] == 99).all()
+    assert t.shape == (2,) and ((t > 0) & (t < 1)).all()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ((), "needs --rows-per-doc"),
+        (("--rows-per-doc", "--mix-blocks", "16,32"), "--mix-blocks applies to --family sdar only"),
+        (("--rows-per-doc", "--mask-results", "0.5"), "--mask-results applies to --family sdar only"),
+        (("--rows-per-doc", "--head-dim", "32"), "--head-dim must be 32 / 2"),
+    ],
+)
+def test_options_a_canvas_family_cannot_train_with_are_named(tmp_path, extra, message):
+    argv = [
+        "--name", "c", "--runs", str(tmp_path), "--family", "llada", "--corpus", "gsm", "--corpus-size", "20",
+        "--tokenizer", "bytes", "--hidden", "32", "--heads", "2", "--head-dim", "16", "--steps", "1", *extra,
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        train(TrainOptions.from_argv(argv))
