@@ -24,6 +24,7 @@ from spotref.files import atomic_save, atomic_write_text, check_writable, shippe
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
+from spotref.train.canvas_start import canvas_from_sdar
 from spotref.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
 from spotref.train.train_options import (
     TrainOptions,
@@ -77,7 +78,7 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
         theirs = saved.read_text() if saved.exists() else None
     else:
         target = load_target(spec)
-        weights, record = target.model.state_dict(), target_lineage(spec, target.meta)
+        weights, record = family_weights(target.model, model), target_lineage(spec, target.meta)
         theirs = target.tokenizer.to_json()
     if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
         raise ValueError(
@@ -94,6 +95,17 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
             f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}"
         ) from None
     return record
+
+
+def family_weights(source, model) -> dict:
+    """The weights of the target model ``source`` for ``model``: its own, or, for a LLaDA or Dream
+    run started from an SDAR target, those of ``canvas_from_sdar`` (the q/k norms dropped)."""
+    family = getattr(model, "family", "sdar")
+    if family == getattr(source, "family", "sdar"):
+        return source.state_dict()
+    if isinstance(source, SDARModel):
+        return canvas_from_sdar(source, family).state_dict()
+    raise ValueError(f"--init: a {source.family} target cannot start a {family} run")
 
 
 def layer_count(weights: dict) -> int:

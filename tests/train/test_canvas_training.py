@@ -84,3 +84,20 @@ def test_options_a_canvas_family_cannot_train_with_are_named(tmp_path, extra, me
     ]  # fmt: skip
     with pytest.raises(ValueError, match=message):
         train(TrainOptions.from_argv(argv))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_init_from_an_sdar_target_starts_a_canvas_run_from_its_converted_weights(family):
+    """--init gsm-b32 on a LLaDA or Dream run loads canvas_from_sdar(gsm-b32) (its lineage recorded)."""
+    from spotref.load.targets import load_target
+    from spotref.train.canvas_start import canvas_from_sdar
+    from spotref.train.train_export import start_from
+
+    target = load_target("gsm-b32")
+    want = canvas_from_sdar(target.model, family).state_dict()
+    model = canvas_from_sdar(target.model, family)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    record = start_from(model, "gsm-b32", target.tokenizer)
+    assert record and all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
