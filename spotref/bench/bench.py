@@ -68,7 +68,7 @@ from spotref.cli.report import progress
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
-from spotref.train.trajectories import record
+from spotref.record.trajectories import record
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:

@@ -23,8 +23,8 @@ from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import drafter_for, resolve_drafter
-from spotref.train.prompts import prompts_for
-from spotref.train.trajectories import record
+from spotref.record.prompts import prompts_for
+from spotref.record.trajectories import record
 
 
 @dataclass

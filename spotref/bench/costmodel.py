@@ -29,7 +29,7 @@ from spotref.drafters import order
 from spotref.drafters.budget import BUDGETS, RoundBudget, choose_budget, draft_times, expected_commits, verify_times
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.names import drafter_for, resolve_drafter
-from spotref.train.prompts import prompts_for
+from spotref.record.prompts import prompts_for
 
 # --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
 H200 = dict(flops=790e12, bandwidth=4.8e12)  # dense bf16 FLOP/s, HBM bytes/s

@@ -29,7 +29,7 @@ import numpy as np
 from spotref.bench import stability
 from spotref.cli.report import progress
 from spotref.data import gsm
-from spotref.train.trajectories import record_run, stack
+from spotref.record.trajectories import record_run, stack
 
 BAR = dict(answers=0.5, equations=0.9, stability_d0_text=0.9)
 

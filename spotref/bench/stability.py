@@ -5,7 +5,7 @@
 
 SPOT drafts tokens from the stale distributions (docs/spec.md section 3), so its acceptance is bounded by
 how often they are right, whatever the order drafter does. On recorded held-out trajectories of
-exact decoding (``spotref.train.trajectories``), for the true commit d steps ahead of a state (d = 0:
+exact decoding (``spotref.record.trajectories``), for the true commit d steps ahead of a state (d = 0:
 the very next one), the share of commits whose token is the coupled stale token (top-1), and the
 share where it is that token or the runner-up (top-2: what a second-token branch can catch).
 The paper's premise: over 90% on SDAR-8B.
@@ -32,8 +32,8 @@ from spotref.cli.options import Options
 from spotref.cli.report import table
 from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.targets import TARGETS_DIR, list_targets, load_target
-from spotref.train import trajectories as tj
-from spotref.train.prompts import TrajectorySpec, recorded
+from spotref.record import trajectories as tj
+from spotref.record.prompts import TrajectorySpec, recorded
 
 DEPTHS = (0, 1, 3, 7)
 CLASSES = ("end-of-text", "digits", "other")

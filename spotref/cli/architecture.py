@@ -52,6 +52,7 @@ def layer(module: str) -> int:
         (3, "spotref.load"),
         (5, "spotref.cli"),
         (5, "spotref.train"),
+        (5, "spotref.record"),
         (5, "spotref.bench"),
     ):
         if module == package or module.startswith(package + "."):
@@ -129,6 +130,7 @@ def draw(g: dict, path: Path) -> None:
         "spotref.load",
         "spotref.cli",
         "spotref.train",
+        "spotref.record",
         "spotref.bench",
     }  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]

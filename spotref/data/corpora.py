@@ -59,7 +59,7 @@ class StdlibCorpus:
     ``Target.heldout`` existed, so published numbers stay reproducible: split None is the
     quality report's and the demo's (documents over 3000 characters, 4000-character texts,
     ``quality.heldout_prompts``); ``"train"`` / ``"test"`` the drafter's and the benchmark's
-    (2000-character texts, ``spotref.train.prompts.prompts_for`` before its cut to tokens)."""
+    (2000-character texts, ``spotref.record.prompts.prompts_for`` before its cut to tokens)."""
 
     name = "stdlib"
 

@@ -5,7 +5,7 @@ state, its step, what was committed since the stale pass, the stale top-32 proba
 the coupled tokens (and runner-ups) with their stale probabilities at any step. ``ViewInputs``
 computes them from a ``View`` through the
 decision rule (``spotref.rules``: the one home of sampling and confidence); recorded trajectories
-(``spotref.train.trajectories.Row``) hand the same names to offline training and evaluation.
+(``spotref.record.trajectories.Row``) hand the same names to offline training and evaluation.
 
 Device: the (B, V) work (the rule's probabilities, the coupled tokens) runs on the stale logits'
 device; what the order model reads ((B, 32) probabilities, (B,) tokens and probabilities) is

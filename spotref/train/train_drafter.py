@@ -1,6 +1,6 @@
 """Train a SPOT drafter for a target: ``python -m spotref.train.train_drafter stdlib-b32``.
 
-1. Record exact-decoding trajectories (``spotref.train.trajectories``) at T = 0 and T = 1 on
+1. Record exact-decoding trajectories (``spotref.record.trajectories``) at T = 0 and T = 1 on
    ``--prompts`` training prompts and ``--test-prompts`` held-out prompts (different documents).
 2. Train the order model (``spotref.drafters.order``) on CPU: cross-entropy on the next commit position
    over the masked positions, teacher-forced deeper levels (from a recorded state, also the
@@ -53,9 +53,9 @@ from spotref.drafters.spot import SpotDrafter
 from spotref.files import check_writable, run_dir
 from spotref.load.drafters import ORDER_DIR, load_order_model, model_fingerprint, save_order_model
 from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.record import trajectories as tj
+from spotref.record.prompts import TrajectorySpec, recorded
 from spotref.train import train_sets as ts
-from spotref.train import trajectories as tj
-from spotref.train.prompts import TrajectorySpec, recorded
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from spotref.cli.report import progress
 from spotref.drafters import order
 from spotref.drafters.confidence import ranked, threshold_options
 from spotref.drafters.sets import top_sets
-from spotref.train import trajectories as tj
+from spotref.record import trajectories as tj
 
 TAUS = (0.9, 0.7, 0.5)  # thresholds the set head is trained and measured at
 

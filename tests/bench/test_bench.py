@@ -324,7 +324,7 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
 
     import spotref
     from spotref.bench.corpus import heldout_code
-    from spotref.train.prompts import prompts_for
+    from spotref.record.prompts import prompts_for
 
     t = spotref.load_target("stdlib-b32")
     with warnings.catch_warnings():
@@ -338,7 +338,7 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
 
 def test_prompts_for_takes_questions_and_chat_prompts_whole():
     from spotref.data.corpora import ASSISTANT
-    from spotref.train.prompts import prompts_for
+    from spotref.record.prompts import prompts_for
 
     chat = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" + ASSISTANT
     pairs = [("Tom has 3 apples and buys 4 more. How many?", 7), (chat, None), ("x" * 10, None), ("y" * 3, None)]

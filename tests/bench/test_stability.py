@@ -7,7 +7,7 @@ import pytest
 from helpers import tiny_model
 
 from spotref.bench import stability
-from spotref.train.trajectories import record
+from spotref.record.trajectories import record
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])

@@ -52,7 +52,15 @@ def test_import_api_loads_the_spec_only():
         m
         for m in mods
         if m.startswith(
-            ("spotref.cli", "spotref.train", "spotref.bench", "spotref.data", "spotref.drafters.", "spotref.load")
+            (
+                "spotref.cli",
+                "spotref.train",
+                "spotref.record",
+                "spotref.bench",
+                "spotref.data",
+                "spotref.drafters.",
+                "spotref.load",
+            )
         )
     ]
 

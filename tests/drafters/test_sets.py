@@ -16,9 +16,9 @@ from spotref.conformance import cases, check_case, spot_drafter
 from spotref.drafters import order
 from spotref.drafters.sets import top_sets
 from spotref.load import drafters as loaded
+from spotref.record.trajectories import Trajectories, accepted, record, record_one
 from spotref.train import train_drafter
 from spotref.train import train_sets as ts
-from spotref.train.trajectories import Trajectories, accepted, record, record_one
 
 
 @given(st.lists(st.floats(-30.0, 30.0), min_size=1, max_size=7), st.integers(1, 130), st.booleans(), st.data())

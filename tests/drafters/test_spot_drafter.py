@@ -18,9 +18,9 @@ from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.load import drafters as loaded
+from spotref.record import trajectories as tj
+from spotref.record.trajectories import Recorder, accepted, record
 from spotref.train import train_drafter
-from spotref.train import trajectories as tj
-from spotref.train.trajectories import Recorder, accepted, record
 
 
 def spot_for(model, seed=0, second=0.5, calls="level", B=None):

@@ -15,8 +15,8 @@ from helpers import tiny_model
 from spotref import files
 from spotref.drafters import order
 from spotref.load.drafters import load_order_model, save_order_model
-from spotref.train import prompts
-from spotref.train import trajectories as tj
+from spotref.record import prompts
+from spotref.record import trajectories as tj
 
 
 class Crash(Exception):

@@ -14,7 +14,7 @@ Everything is stacked into a ``Trajectories`` (numpy arrays, one row per state);
 (``accepted``): acceptance by state equality needs only the true commits.
 
 Prompts: the target's held-out prompts (``Target.heldout``) of the ``train`` or ``test`` split
-(``spotref.train.prompts.prompts_for``).
+(``spotref.record.prompts.prompts_for``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Held-out prompts and recorded trajectories, shared by the drafter trainer and the reports.
 
 ``prompts_for`` turns a target's held-out texts into prompts (token ids); ``recorded`` records
-exact decoding on them (``spotref.train.trajectories``) and caches the trajectories under
+exact decoding on them (``spotref.record.trajectories``) and caches the trajectories under
 ``--data-dir``, keyed by the target's weights, the split, the rule and the sizes; what it records
 is a ``TrajectorySpec``, which each command builds from its options. Read by
 ``spotref.train.train_drafter``, ``bench_run``, ``costmodel`` and ``stability``.
@@ -16,7 +16,7 @@ from pathlib import Path
 from spotref.api import serving_precision
 from spotref.data.corpora import ASSISTANT
 from spotref.load.drafters import model_fingerprint
-from spotref.train import trajectories as tj
+from spotref.record import trajectories as tj
 
 
 def prompts_for(target, n: int, split: str, tokens: int) -> list:
