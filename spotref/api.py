@@ -146,8 +146,7 @@ class Speculator:
             serving_precision(model) if precision is None else precision,
             family,
         )
-        if budget != "auto":
-            check_int("budget", budget, 1, LIMIT - 1)
+        check_budget(budget)
         self.depth = check_int("depth", depth, 0, LIMIT - 1)
         self.width = check_width(width, 1 if drafter is None else budget)
         self.core = resolve_core(core)
@@ -270,13 +269,22 @@ def check_canvas(model, prompt_len: int, max_new_tokens: int, block_length) -> i
     return bl
 
 
+MAX_ROWS = 4096  # the most states one verify pass holds: 4,096 x B tokens (131,072 at B = 32)
+
+
+def check_budget(budget) -> int | str:
+    """The node budget N, checked: an int in [1, MAX_ROWS] (a tree of N states is verified in
+    one pass), or "auto"."""
+    return budget if budget == "auto" else check_int("budget", budget, 1, MAX_ROWS)
+
+
 def check_width(width, budget) -> int | None:
     """The verify width, checked: None (each row of a pass alone) or W, the rows of every pass
     (the tree's states padded to W by the ``Block``, one forward), so the node budget N <= W
     (exact decoding: N = 1; ``budget="auto"`` picks N <= W itself). The one check of a width."""
     if width is None:
         return None
-    width = check_int("width", width, 1, LIMIT - 1)
+    width = check_int("width", width, 1, MAX_ROWS)
     if budget != "auto" and budget > width:
         raise ValueError(
             f"budget {budget} exceeds the verify width {width}: a pass verifies at most width states (budget <= width)"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import spotref
+from spotref.api import check_budget, check_width
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
 from spotref.cli.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
@@ -334,6 +335,7 @@ def setup(options: GenerateOptions):
     check_chat_args(o)
     torch.set_num_threads(o.threads)
     drafter = drafter_arg(o.drafter)
+    check_width(o.width, check_budget(o.budget) if drafter is not None else 1)  # before the model loads
     model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
     ids = prompt_ids(o, tok)

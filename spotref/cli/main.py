@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 
 from spotref.cli.argtypes import guarded, run_allowed
@@ -72,12 +73,21 @@ def entry(name: str, which: int):
 def parser_for(command: str | None) -> argparse.ArgumentParser:
     """The ``spotref`` parser; only ``command``'s options are built (the others' imports cost)."""
     parser = argparse.ArgumentParser(prog="spotref", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"spotref {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help, *_) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
         if name == command:
             entry(name, 2)(p)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's), without importing torch."""
+    try:
+        return importlib.metadata.version("spotref")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def chosen(argv: list) -> str | None:

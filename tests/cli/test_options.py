@@ -222,3 +222,14 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
             continue
         options = getattr(importlib.import_module(module), classes[command])
         assert issubclass(options, Options) and set(options.names()) == set(dests(add_arguments)), command
+
+
+def test_spotref_version_prints_the_installed_version(capsys):
+    import importlib.metadata
+
+    from spotref.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"spotref {importlib.metadata.version('spotref')}"

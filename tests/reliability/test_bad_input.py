@@ -51,6 +51,8 @@ def model(monkeypatch):
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
         (dict(budget=0), "budget"),
+        (dict(budget=10**6), "budget"),  # unbounded trees: capped at MAX_ROWS states a pass
+        (dict(budget=4, width=10**6), "width"),
         (dict(depth=-1), "depth"),
         (dict(seed=-3), "seed"),
         (dict(stop_ids=[25]), "stop_ids"),

@@ -107,7 +107,7 @@ def test_bad_option_values_are_argparse_errors_naming_the_option(capsys, argv, o
     [
         [],
         ["nope"],
-        ["--version"],
+        ["--versions"],
         ["demo", "--nope"],
         ["generate", "--model", "x"],
         ["generate", *MODEL, "--chat", "--raw"],  # one or the other
@@ -302,3 +302,17 @@ def test_bench_outputs(tmp_path, monkeypatch):
     assert paths.plot == str(Path(paths.report).with_suffix(".png"))
     shipped = bench.outputs(bench.BenchOptions.parse(bench.add_arguments, ["--update-shipped"]))
     assert shipped == ("docs/results.md", "docs/results.png")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--width", 4, "--budget", 16], "budget 16 exceeds the verify width 4"),
+        (["--budget", 10**6], "budget must be an int in"),
+        (["--width", 10**6], "width must be an int in"),
+    ],
+)
+def test_budget_and_width_are_refused_before_the_model_loads(capsys, argv, message):
+    """No checkpoint is read (the directory does not exist): the arguments alone are refused."""
+    err = input_error(capsys, ["generate", "--model", "./no-such-checkpoint", "--prompt-ids", "1,2", *argv])
+    assert message in err and "no-such-checkpoint" not in err
