@@ -127,19 +127,9 @@ def batch_invariance(
         batched = denoise(states)  # (N, B, V)
     shift = rows // 2
     rolled = None if width is None else denoise(states.roll(shift, 0)).roll(-shift, 0)
-    equal, worst, first_bad = 0, 0.0, None
-    for i in range(rows):
-        others = [denoise(states[i : i + 1])[0]] + ([] if rolled is None else [rolled[i]])
-        same = all(torch.equal(batched[i], o) for o in others)
-        equal += same
-        worst = max([worst] + [(batched[i].float() - o.float()).abs().max().item() for o in others])
-        if not same and first_bad is None:
-            first_bad = i
+    others = [[denoise(states[i : i + 1])[0]] + ([] if rolled is None else [rolled[i]]) for i in range(rows)]
     return {
-        "rows": rows,
-        "equal_rows": equal,
-        "first_bad_row": first_bad,
-        "max_abs_diff": worst,
+        **agreement(batched, others),
         "prefix_len": prefix_len,
         "block_size": B,
         "fused": fused,
@@ -168,12 +158,17 @@ def canvas_invariance(model, prefix_len: int, rows: int, seed: int, width: int |
     if width is not None:
         rolled = forward(canvases.roll(shift, 0)).roll(-shift, 0)
         others = [o + [rolled[i]] for i, o in enumerate(others)]
-    same = [all(torch.equal(batched[i], o) for o in others[i]) for i in range(rows)]
-    worst = max((batched[i].float() - o.float()).abs().max().item() for i in range(rows) for o in others[i])
+    return {**agreement(batched, others), "prefix_len": prefix_len, "block_size": model.block_size, "fused": False,
+            "width": width, "kernel_path": kernel_path(device_of(model))}  # fmt: skip
+
+
+def agreement(batched: torch.Tensor, others: list) -> dict:
+    """Row i of ``batched`` against each tensor of ``others[i]``, bit for bit: the number of rows,
+    how many agree, the first that does not, the largest absolute difference."""
+    same = [all(torch.equal(batched[i], o) for o in row) for i, row in enumerate(others)]
+    worst = max((batched[i].float() - o.float()).abs().max().item() for i, row in enumerate(others) for o in row)
     first_bad = next((i for i, ok in enumerate(same) if not ok), None)
-    return {"rows": rows, "equal_rows": sum(same), "first_bad_row": first_bad, "max_abs_diff": worst,
-            "prefix_len": prefix_len, "block_size": model.block_size, "fused": False, "width": width,
-            "kernel_path": kernel_path(device_of(model))}  # fmt: skip
+    return {"rows": len(others), "equal_rows": sum(same), "first_bad_row": first_bad, "max_abs_diff": worst}
 
 
 def device_of(model) -> torch.device:

@@ -22,7 +22,6 @@ Dream's config options its code ignores at inference (``use_sliding_window``, ``
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -38,13 +37,13 @@ from spotref.checkpoint import (
     with_rope_theta,
 )
 from spotref.checks import INT_MAX, check_int, check_real
-from spotref.models import MLP, RMSNorm, rope
+from spotref.models import MLP, ConfigDict, RMSNorm, rope
 
 IDENTITY = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what config.json names
 
 
 @dataclass
-class DreamConfig:
+class DreamConfig(ConfigDict):
     """Model hyper-parameters; names and defaults as in Dream's ``configuration_dream.py``, so a
     config.json that omits a key reads as Dream's code reads it. Construction checks every field:
     a bad one raises ``ValueError`` naming ``DreamConfig.field``."""
@@ -72,17 +71,6 @@ class DreamConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DreamConfig":
-        """Known fields by name; the rest of a real config.json is kept in ``extra``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {**d.pop("extra"), **d}
 
 
 SIZES = (

@@ -34,7 +34,7 @@ what this module implements; anything else is one ``ValueError`` naming the key.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -54,7 +54,7 @@ from spotref.checkpoint import (
     weight_files,
 )
 from spotref.checks import INT_MAX, check_int, check_real
-from spotref.models import RMSNorm, rope
+from spotref.models import ConfigDict, RMSNorm, rope
 
 IDENTITY = {"architectures": ["LLaDAModelLM"], "model_type": "llada"}  # config.json's, as LLaDA's code writes it
 
@@ -92,7 +92,7 @@ REQUIRED = ("vocab_size", "d_model", "n_heads", "n_layers", "mask_token_id")  # 
 
 
 @dataclass
-class LLaDAConfig:
+class LLaDAConfig(ConfigDict):
     """Model hyper-parameters; field names as in LLaDA's ``config.json``. Construction checks every
     field and the switches kept in ``extra`` (``check_llada_config``): a bad one raises
     ``ValueError`` naming it."""
@@ -116,17 +116,9 @@ class LLaDAConfig:
     def __post_init__(self):
         check_llada_config(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "LLaDAConfig":
-        """Known fields by name; the rest of a real config.json (the switches included) in ``extra``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
-
     def to_dict(self) -> dict:
         """config.json's keys: the switches (as read, else the implemented value), ``extra``, the fields."""
-        d = dataclasses.asdict(self)
-        return {**{k: v[0] for k, v in ARCHITECTURE.items()}, **d.pop("extra"), **d}
+        return {**{k: v[0] for k, v in ARCHITECTURE.items()}, **super().to_dict()}
 
     @property
     def head_dim(self) -> int:
@@ -243,10 +235,15 @@ def attention_kernel(dtype: torch.dtype, device: torch.device):
     fused CPU kernel fails for longer sequences ("pack_vnni2 is only supported when avx512 is
     supported", torch 2.13): there every pass takes the math kernel, chosen by the dispatch level
     and dtype alone, so all passes of a decode run the same kernel."""
-    below_avx512 = device.type == "cpu" and torch.backends.cpu.get_cpu_capability() not in ("AVX512",)
-    if dtype == torch.bfloat16 and below_avx512:
+    if dtype == torch.bfloat16 and device.type == "cpu" and below_avx512():
         return torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH)
     return contextlib.nullcontext()
+
+
+@functools.cache
+def below_avx512() -> bool:
+    """Whether this process's CPU kernels are dispatched below AVX-512 (torch reads the level once)."""
+    return torch.backends.cpu.get_cpu_capability() != "AVX512"
 
 
 class Transformer(nn.Module):

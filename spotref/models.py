@@ -50,8 +50,23 @@ from spotref.checkpoint import load_pretrained, save_pretrained
 from spotref.checks import check_config
 
 
+class ConfigDict:
+    """config.json as a dataclass: ``from_dict`` takes the fields by name and keeps every other
+    key in ``extra``; ``to_dict`` gives them back (SDARConfig, LLaDAConfig, DreamConfig)."""
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {**d.pop("extra"), **d}
+
+
 @dataclass
-class SDARConfig:
+class SDARConfig(ConfigDict):
     """Model hyper-parameters; field names as in SDAR's ``config.json``. Construction checks
     every field (``spotref.checks.check_config``): a bad one raises ``ValueError`` naming it."""
 
@@ -75,17 +90,6 @@ class SDARConfig:
 
     def __post_init__(self):
         check_config(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SDARConfig":
-        """Known fields by name; the rest of a real config.json is kept in ``extra``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {**d.pop("extra"), **d}
 
     @classmethod
     def from_json(cls, path) -> "SDARConfig":
