@@ -26,7 +26,7 @@ EPS = 1e-3  # the least mask rate t, LLaDA's
 def canvas_model(options: TrainOptions, tok):
     """A new ``LLaDAModel`` or ``DreamModel`` of the options' shape (``--hidden``, ``--layers``,
     ``--heads``, ``--kv-heads``, ``--intermediate``, ``--rope-theta``, ``--untied``), the
-    tokenizer's vocabulary and MASK; its weights drawn from torch's RNG."""
+    tokenizer's vocabulary, EOS and MASK, ``--served-dtype``; its weights drawn from torch's RNG."""
     o = options
     theta = {} if o.rope_theta is None else {"rope_theta": o.rope_theta}
     if o.family == "llada":
@@ -40,6 +40,7 @@ def canvas_model(options: TrainOptions, tok):
             max_sequence_length=4096,
             weight_tying=not o.untied,
             mask_token_id=tok.mask_id,
+            extra={**o.served_extra(), "eos_token_id": tok.eos_id},
             **theta,
         )
         return LLaDAModel(cfg)
@@ -55,6 +56,7 @@ def canvas_model(options: TrainOptions, tok):
         mask_token_id=tok.mask_id,
         pad_token_id=tok.eos_id,
         eos_token_id=tok.eos_id,
+        extra=o.served_extra(),
         **theta,
     )
     return DreamModel(cfg)

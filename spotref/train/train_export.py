@@ -25,6 +25,7 @@ from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
 from spotref.train.canvas_start import canvas_from_sdar
+from spotref.train.train_canvas import canvas_heldout_loss, canvas_model
 from spotref.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
 from spotref.train.train_options import (
     TrainOptions,
@@ -298,11 +299,13 @@ def export_run(
     block_size: int | None = None,
     checkpoint: Path | None = None,
     update_shipped: bool = False,
+    served_dtype: str | None = None,
 ) -> Path:
     """Export a run's last checkpoint (or ``checkpoint``, e.g. one of its snapshots) without
     training further, at ``block_size`` (default: the run's ``--block-size``; a ``--mix-blocks``
     run may be exported at any of its sizes). The held-out loss is measured afresh at the
-    exported block size, on the run's own corpus. A bundled target is replaced only with
+    exported block size, on the run's own corpus. ``served_dtype`` (default: the run's
+    ``--served-dtype``) is the exported config's torch_dtype. A bundled target is replaced only with
     ``update_shipped=True``; the outputs are checked before the work."""
     check_export(name, str(out_dir))
     ck = read_checkpoint(checkpoint or Path(run_dir) / "ckpt.pt")
@@ -310,14 +313,17 @@ def export_run(
     init = options.init
     if init and "init" not in state and init.endswith(".pt") and Path(init).is_file():  # a run from before the record
         state = {**state, "init": lineage(init, read_checkpoint(init)["state"])}
-    options = dataclasses.replace(options, block_size=block_size or options.block_size)
+    options = dataclasses.replace(
+        options, block_size=block_size or options.block_size, served_dtype=served_dtype or options.served_dtype
+    )
     if options.block_size not in block_sizes(options):
         raise ValueError(f"the run was trained on block sizes {block_sizes(options)}, not {options.block_size}")
-    model = SDARModel(SDARConfig.from_dict({**state["config"], "block_size": options.block_size}))
+    tok = run_tokenizer(run_dir)
+    model = run_model(state["config"], options, tok)
     model.load_state_dict(ck["model"])
     model.eval()
-    tok = run_tokenizer(run_dir)
-    loss = round(heldout_loss(model, heldout_of(state, tok, options), options, tok.mask_id), 4)
+    held_out = heldout_loss if options.family == "sdar" else canvas_heldout_loss
+    loss = round(held_out(model, heldout_of(state, tok, options), options, tok.mask_id), 4)
     state = {
         **state,
         "history": state["history"]
@@ -332,6 +338,16 @@ def export_run(
     }
     with shipped_writes(update_shipped):
         return export(model, tok, state, Path(out_dir), name)
+
+
+def run_model(config: dict, options: TrainOptions, tok):
+    """The run's model (no weights yet) from its saved config: an SDAR model at
+    ``options.block_size``, or the whole-canvas family's (``--served-dtype`` written as exported)."""
+    if options.family == "sdar":
+        return SDARModel(SDARConfig.from_dict({**config, **options.served_extra(), "block_size": options.block_size}))
+    model = canvas_model(options, tok)
+    cfg = type(model.config).from_dict({**config, **options.served_extra()})
+    return type(model)(cfg)
 
 
 def heldout_of(state: dict, tok, options: TrainOptions):

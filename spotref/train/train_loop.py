@@ -183,6 +183,7 @@ def make_config(options: TrainOptions, tok) -> SDARConfig:
         tie_word_embeddings=not o.untied,
         eos_token_id=tok.eos_id,
         max_position_embeddings=4096,
+        extra=o.served_extra(),
         **({} if o.rope_theta is None else {"rope_theta": o.rope_theta}),
     )
 

@@ -241,6 +241,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
     p.add_argument(
+        "--served-dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="the serving precision written in the exported config (torch_dtype), in which the "
+        "target is decided by default (docs/spec.md 2.1; default: none written, float32)",
+    )
+    p.add_argument(
         "--mix-blocks",
         type=int_list(1),
         default=None,
@@ -418,6 +425,7 @@ class TrainOptions:
     family: str  # a name of FAMILIES
     rope_theta: float | None
     block_size: int
+    served_dtype: str | None  # the exported config's torch_dtype (None: none)
     mix_blocks: list[int] | str | None  # a comma string in runs from before int_list
     init: str | None
     init_deepen: bool
@@ -476,6 +484,10 @@ class TrainOptions:
             extra={k: v for k, v in values.items() if k not in OPTIONS},
             order=tuple(values),
         )
+
+    def served_extra(self) -> dict:
+        """The model config's extra keys for ``--served-dtype``: ``{"torch_dtype": ...}``, or none."""
+        return {} if self.served_dtype is None else {"torch_dtype": self.served_dtype}
 
     def record(self) -> dict:
         """What a run saves of its options (its state's ``args``): the entries of the namespace

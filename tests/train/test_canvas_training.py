@@ -103,3 +103,21 @@ def test_init_from_an_sdar_target_starts_a_canvas_run_from_its_converted_weights
             p.zero_()
     record = start_from(model, "gsm-b32", target.tokenizer)
     assert record and all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_canvas_run_exports_from_its_checkpoint_with_its_serving_precision(tmp_path, family):
+    """``export_run`` rebuilds the family's model (not an SDAR one) and measures the canvas
+    loss; ``--served-dtype`` is the exported config's torch_dtype, which decides by default."""
+    from spotref.load.targets import load_target
+    from spotref.train.train_export import export_run
+
+    canvas_run(tmp_path, family, "--steps", "3", "--ckpt-every", "3", "--served-dtype", "bfloat16")
+    run = tmp_path / "runs" / "canvas"
+    export_run(run, tmp_path / "out", "canvas-x")
+    export_run(run, tmp_path / "out", "canvas-y", served_dtype="float16")
+    x, y = (load_target(str(tmp_path / "out" / f"canvas-{n}.json")) for n in "xy")
+    assert isinstance(x.model, MODELS[family]) and x.meta["family"] == family
+    assert x.meta["config"]["torch_dtype"] == "bfloat16" and y.meta["config"]["torch_dtype"] == "float16"
+    ck = read_checkpoint(run / "ckpt.pt")
+    assert x.meta["heldout_loss"] == pytest.approx(ck["state"]["history"][-1]["heldout_loss"], abs=1e-3)
