@@ -221,7 +221,7 @@ class DreamModel(nn.Module):
         return load_checkpoint(cls, root, raw, config_fields(raw), dtype, device)
 
     def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
-        """Write Dream's layout, whole or absent; ``from_pretrained`` reads it back bit for bit."""
+        """Write Dream's layout (``spotref.checkpoint.save_pretrained``); ``from_pretrained`` reads it back."""
         return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
 
     def _rope(self, L: int, device):

@@ -5,6 +5,9 @@ the destination's own directory, which is flushed, fsynced and then renamed over
 destination (``os.replace``, atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves
 the old file intact and no temporary file behind; a reader never sees half a file.
 
+``atomic_files`` writes several files of one directory so (a checkpoint): all their bytes first,
+then the renames; nothing else in the directory, nor the directory itself, is touched.
+
 A kill (SIGKILL) cannot run the cleanup: it leaves ``.NAME.PID.XXXX.tmp`` beside the
 destination. The next write to the same destination removes such files whose process is gone.
 
@@ -56,7 +59,8 @@ def shipped(path) -> bool:
 
 def check_writable(path) -> Path:
     """``path`` as a ``Path``, or ``ValueError`` naming it: not a str or path, a shipped file
-    outside ``shipped_writes()``, or a directory that cannot be created or written. Tools call it
+    outside ``shipped_writes()``, or a directory that cannot be created or written (a read-only
+    one, one without any write permission bit, is refused even for a superuser). Tools call it
     on their outputs before any work; every writer here calls it before writing."""
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
@@ -71,6 +75,8 @@ def check_writable(path) -> Path:
         raise ValueError(f"{path} is a directory, not a file to write")
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{path} cannot be written: {parent} is not a writable directory")
+    if not parent.stat().st_mode & 0o222:  # os.access says yes to a superuser
+        raise ValueError(f"{path} cannot be written: {parent} is read-only (no write permission): refused, not changed")
     return path
 
 
@@ -123,35 +129,80 @@ def atomic_path(path):
 
 
 @contextlib.contextmanager
-def atomic_dir(path, keep=lambda name: True):
-    """A fresh temporary directory beside ``path`` to write a whole directory into. On success
-    the entries of the old ``path`` that ``keep(name)`` and the new one lacks are copied in (files
-    the writer does not own, such as a tokenizer beside a checkpoint), then the new directory is
-    swapped in (two renames) and the old one removed: no file of an earlier save survives that
-    this save did not write or keep. On any error the temporary directory is removed and ``path``
-    is left as it was; a kill between the two renames leaves ``path`` absent, never mixed (the old
-    one stays beside it as ``.NAME.PID.old`` until the next save removes it)."""
-    path = Path(path)
-    check_writable(path / "x")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(path)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"))
+def atomic_files(directory):
+    """Write several files of the existing ``directory`` together, each whole (a ``Staging``).
+
+    Inside the block, ``stage.path(name)`` (or ``stage.write_text``) gives a temporary file
+    ``.NAME.PID.XXXX.tmp`` in ``directory`` to write ``name``'s bytes to, and ``stage.remove(name)``
+    marks a file of ``directory`` to delete. When the block ends without an error every temporary
+    file is fsynced, then renamed onto its name (``os.replace``, in the order staged), then the
+    marked files are removed: the long part (writing the bytes) changes nothing a reader sees. On
+    any error (KeyboardInterrupt included) the temporary files are removed and ``directory`` is
+    left as it was. Nothing else in ``directory`` is touched: not its other entries, not the
+    directory itself (its inode, its mode), and a name that is a link is replaced by the new file,
+    never written through."""
+    stage = Staging(Path(directory))
     try:
-        yield tmp
-        if path.exists():
-            for entry in path.iterdir():
-                if keep(entry.name) and not (tmp / entry.name).exists():
-                    (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
-            old = path.parent / f".{path.name}.{os.getpid()}.old.tmp"
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-        path.chmod(0o777 & ~_umask())  # mkdtemp makes 0700 directories
+        yield stage
+        stage.commit()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        stage.discard()
         raise
+
+
+class Staging:
+    """The files one ``atomic_files`` block writes and removes in ``directory``."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.pending: dict[str, Path] = {}  # name -> its temporary file, until renamed
+        self.removals: list[str] = []
+
+    def path(self, name: str) -> Path:
+        """A temporary file in the directory for ``name`` (for writers that want a file name)."""
+        dest = check_writable(self.directory / name)
+        clean_stale(dest)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.{os.getpid()}.", suffix=".tmp")
+        os.close(fd)
+        self.pending[name] = Path(tmp)
+        return Path(tmp)
+
+    def write_text(self, name: str, text: str) -> None:
+        self.path(name).write_text(text, encoding="utf-8")
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` (the name only: a link, not what it leads to) after the renames."""
+        self.removals.append(name)
+
+    def commit(self) -> None:
+        for tmp in self.pending.values():
+            with open(tmp, "rb+") as f:  # on disk before the renames
+                os.fsync(f.fileno())
+        for name, tmp in list(self.pending.items()):
+            os.chmod(tmp, _mode(self.directory / name))  # mkstemp makes 0600 files
+            os.replace(tmp, self.directory / name)
+            del self.pending[name]
+        for name in self.removals:
+            (self.directory / name).unlink(missing_ok=True)
+        fsync_dir(self.directory)
+
+    def discard(self) -> None:
+        for tmp in self.pending.values():
+            tmp.unlink(missing_ok=True)
+
+
+def fsync_dir(directory: Path) -> None:
+    """The directory's entries (renames, removals) on disk, where the system allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

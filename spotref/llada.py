@@ -312,7 +312,7 @@ class LLaDAModel(nn.Module):
 
     def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
         """Write LLaDA's layout (one file, or shards and their index) that ``from_pretrained`` reads back
-        bit for bit; whole or absent (``spotref.checkpoint.save_pretrained``)."""
+        bit for bit (``spotref.checkpoint.save_pretrained``: each file whole, nothing else touched)."""
         return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
 
     def rotary(self, L: int, device):

@@ -214,13 +214,13 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_whole(tmp_path, monkeypat
     checkpoint.save_pretrained(a, tmp_path / "ck")
     real = checkpoint.write_files
 
-    def interrupted(model, root, *args):
-        real(model, root, *args)
-        raise KeyboardInterrupt  # Ctrl-C after every file
+    def interrupted(*args):
+        real(*args)
+        raise KeyboardInterrupt  # Ctrl-C after every file's bytes, before the renames
 
     monkeypatch.setattr(checkpoint, "write_files", interrupted)
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
     loaded = SDARModel.from_pretrained(tmp_path / "ck")
     assert loaded.config.vocab_size == 40 and torch.equal(loaded.lm_head.weight, a.lm_head.weight)
-    assert not list(tmp_path.glob(".ck.*"))
+    assert not list(tmp_path.glob(".ck.*")) and not list((tmp_path / "ck").glob("*.tmp"))
