@@ -10,6 +10,7 @@ whose target fingerprint matches ``model`` (``drafter="spot"`` / ``"calibrated"`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import torch
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_save
+from spotref.rules import DTYPES, SERVED
 
 ORDER_DIR = Path(__file__).parent / "order_models"
 
@@ -48,10 +50,27 @@ def load_order_model(path, block_size: int | None = None) -> tuple[order.OrderMo
 
 
 def model_fingerprint(model, weights: bool = True) -> str:
-    """A short hash of the target's config and (``weights``) first embedding values."""
-    cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode()
+    """A short hash of the target's architecture (``architecture``) and (``weights``) first
+    embedding values: what the model computes, not how its config was written, so a target saved
+    (``save_pretrained``) and read back keeps its drafter."""
+    cfg = json.dumps(architecture(model.config), sort_keys=True, default=str).encode()
     w = model.model.embed_tokens.weight.detach().flatten()[:256].half().cpu().numpy().tobytes() if weights else b""
     return hashlib.sha256(cfg + w).hexdigest()[:16]
+
+
+def architecture(config) -> dict:
+    """The config's own fields (not the keys it merely carries in ``extra``: ``architectures``,
+    ``model_type``, the stored ``torch_dtype`` a checkpoint adds) and, as ``torch_dtype``, the
+    precision the target is served in (``decision_precision``, else ``torch_dtype`` / ``dtype``)
+    unless float32 or none. For a config with no other extra keys (the bundled targets') this is
+    its ``to_dict()``, so the fingerprints the shipped drafters carry stay the same."""
+    d = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "extra"}
+    extra = config.extra or {}
+    served = next((extra[k] for k in SERVED if extra.get(k)), None)
+    name = str(served).removeprefix("torch.") if served is not None else None
+    if name in DTYPES and name != "float32":
+        d["torch_dtype"] = name
+    return d
 
 
 def load_drafter(name, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:

@@ -1,10 +1,11 @@
 """``save_pretrained`` into a directory the user named: only the checkpoint's files are written, each
 whole; everything else in the directory (and the directory itself) is left as it was; what the
-reader would refuse is refused before a byte is written."""
+reader would refuse is refused before a byte is written; a saved and reloaded target keeps its drafter."""
 
 import json
 import os
 import stat
+import warnings
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,29 @@ def test_a_precision_spelled_as_torch_names_it_reads_back(tmp_path):
     config = json.loads((ck / "config.json").read_text())
     assert config["torch_dtype"] == "float32" and config["decision_precision"] == "bfloat16"
     assert from_pretrained(ck).config.extra["decision_precision"] == "bfloat16"
+
+
+# ---- a saved and reloaded target keeps its drafter ------------------------------------------------
+
+
+@pytest.mark.parametrize("name, dtype", [("gsm-b32", None), ("gsm-b32", "float16"), ("stdlib-b32", None)])
+def test_a_saved_and_reloaded_target_keeps_its_drafter(tmp_path, name, dtype):
+    from spotref.load.drafters import ORDER_DIR, find_checkpoint
+    from spotref.load.targets import load_target
+
+    save_pretrained(load_target(name).model, tmp_path / "ck", dtype=dtype)
+    reloaded = from_pretrained(tmp_path / "ck")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the exact drafter, not the same-config fallback
+        assert find_checkpoint(reloaded) == ORDER_DIR / f"{name}.pt"
+
+
+def test_the_shipped_drafters_match_the_shipped_targets():
+    import spotref
+    from spotref.load.drafters import ORDER_DIR, header, model_fingerprint
+    from spotref.load.targets import load_target
+
+    for name in spotref.list_targets():
+        model, target = load_target(name).model, header(ORDER_DIR / f"{name}.pt")["target"]
+        assert target["fingerprint"] == model_fingerprint(model), name
+        assert target["config_fingerprint"] == model_fingerprint(model, weights=False), name
