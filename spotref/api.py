@@ -163,10 +163,6 @@ class Speculator:
             return None, 1
         if model is None:
             raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
-        if family(model) != "sdar":
-            raise ValueError(
-                f'budget="auto" measures SDAR\'s cached passes: give a {family(model)} model an int budget'
-            )
         return auto_budget(model, self.drafter, self.depth, self.rule, self.width)
 
     @classmethod

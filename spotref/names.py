@@ -166,12 +166,13 @@ def measured(model, key: tuple, measure):
     return known[key]
 
 
-def verify_times(model, width: int | None = None) -> dict:
+def verify_times(model, width: int | None = None, block_length: int | None = None) -> dict:
     """``spotref.drafters.budget.verify_times(model, width=width)``, measured once per process
     for each width and block size."""
     from spotref.drafters import budget  # the cost model loads when asked for
 
-    return measured(model, ("verify", width, model.block_size), lambda: budget.verify_times(model, width=width))
+    B = block_length or model.block_size
+    return measured(model, ("verify", width, B), lambda: budget.verify_times(model, width=width, block_length=B))
 
 
 def auto_budget(model, drafter, depth: int, rule, width: int | None = None) -> tuple:
@@ -186,7 +187,7 @@ def auto_budget(model, drafter, depth: int, rule, width: int | None = None) -> t
     return measured(
         model,
         ("auto", drafter, depth, width, cost),
-        lambda: auto_drafter(model, drafter, depth, rule, verify_times(model, width)),
+        lambda: auto_drafter(model, drafter, depth, rule, verify_times(model, width, rule.block_size)),
     )
 
 

@@ -47,6 +47,7 @@ from spotref.bench import quality_math
 from spotref.bench.corpus import build_corpus, heldout_code, whitespace_share
 from spotref.cli.argtypes import add_threads, positive_int, tool_main
 from spotref.cli.options import Options
+from spotref.cli.report import solution_room
 from spotref.draft import Draft
 from spotref.files import atomic_write_text, check_writable
 from spotref.load.targets import TARGETS_DIR, load_target
@@ -213,7 +214,7 @@ def target_report(target, options: QualityOptions) -> dict:
     """The math report for a math target (its corpus is gsm), else the code report; with ``meets_bar``."""
     o = options
     if (target.meta.get("corpus") or {}).get("name") == "gsm":
-        return quality_math.report(target, o.prompts or 500, o.new_tokens or 256)
+        return quality_math.report(target, o.prompts or 500, o.new_tokens or solution_room(target.model))
     r = report(target, heldout_prompts(o.prompts or 64), o.prompt_tokens, o.new_tokens or 128)
     r["meets_bar"] = passes_bar(r)
     return r

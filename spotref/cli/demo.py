@@ -24,14 +24,14 @@ from spotref import names
 from spotref.api import check_width
 from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
 from spotref.cli.options import Options
-from spotref.cli.report import answer_blocks, progress, table
+from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.data.gsm import final_answer
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
 from spotref.names import resolve_drafter, verify_times
 
-MATH_LENGTH, TEXT_LENGTH = 256, 64  # --gen-length's defaults: room for a whole solution
+MATH_LENGTH, TEXT_LENGTH = SOLUTION_ROOM, 64  # --gen-length's defaults: room for a whole solution
 
 
 def gen_length(options: DemoOptions, env: Setup) -> int:
@@ -39,7 +39,7 @@ def gen_length(options: DemoOptions, env: Setup) -> int:
     prompts have answers) gets room for a whole solution and its ``#### N`` line."""
     if options.gen_length is not None:
         return options.gen_length
-    return MATH_LENGTH if env.answers and env.answers[0] is not None else TEXT_LENGTH
+    return solution_room(env.model) if env.answers and env.answers[0] is not None else TEXT_LENGTH
 
 
 def add_arguments(p):
@@ -50,7 +50,7 @@ def add_arguments(p):
         type=positive_int,
         default=None,
         help=f"most new tokens per prompt (default {MATH_LENGTH} on a math target, whose "
-        f"solutions stop at end-of-text, else {TEXT_LENGTH})",
+        f"solutions stop at end-of-text, {CANVAS_SOLUTION_ROOM} on a whole-canvas one, else {TEXT_LENGTH})",
     )
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--budgets", type=int_list(1), default=[16], help="comma list of node budgets N (default 16)")

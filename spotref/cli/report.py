@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from spotref.files import atomic_write
 
+SOLUTION_ROOM, CANVAS_SOLUTION_ROOM = 256, 160  # new tokens that hold a whole gsm solution
+
+
+def solution_room(model) -> int:
+    """New tokens for a math (gsm) target's solution: the longest held-out answer is 127 tokens
+    and its end-of-text. An SDAR target gets 256 (a pass reads one block, whatever follows); a
+    whole-canvas one 160 (5 blocks of 32), since its every pass reads the whole canvas: its
+    prompt (at most 79 tokens) and 160 stay within the 256 positions it was trained on."""
+    return SOLUTION_ROOM if getattr(model, "family", "sdar") == "sdar" else CANVAS_SOLUTION_ROOM
+
 
 def progress(iterable, desc: str, total: int | None = None):
     """A tqdm bar when tqdm is installed, else the iterable itself (no progress shown)."""

@@ -1,7 +1,8 @@
 """``budget="auto"``: the node budget N that maximises expected commits per second on this machine.
 
 A round with budget N costs ``t(N) = verify(N) + draft(N)``: one target forward over N block
-states (measured here, on the running machine, against a cache of ``context`` tokens) plus the
+states (measured here, on the running machine, after ``context`` tokens: SDAR's cache, or a whole
+canvas) plus the
 drafter's own time on N nodes (measured on a real view). It commits ``E(N)`` decisions on
 average: the drafter's offline acceptance curve, measured on held-out trajectories when the
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
@@ -29,6 +30,7 @@ import time
 import numpy as np
 import torch
 
+from spotref.decode import Stats, bind
 from spotref.draft import Draft, View
 from spotref.drafters import order
 from spotref.rules import DecisionRule
@@ -39,18 +41,25 @@ MIN_COUNT = 20  # nodes a calibration bin needs to count
 PRIOR = {1: 1.0, 64: 2.5}  # E(N) for a drafter without a measured curve (log-interpolated)
 
 
-def verify_times(model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None) -> dict:
-    """{N: seconds} of one target forward over N states of a block after ``context`` tokens, rows
-    alone; ``width``: the pass at that fixed width, W rows as one forward, measured once: the
-    cost of every N <= width."""
-    B, V, mask_id = model.block_size, model.config.vocab_size, model.mask_id
+def verify_times(
+    model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None, block_length: int | None = None
+) -> dict:
+    """{N: seconds} of one target pass over N states of a block after ``context`` tokens, through
+    the model's target (``decode.bind``: SDAR's prefix cache of the context, or a whole canvas of
+    the context and ``context`` more positions; ``context`` at most half the model's positions),
+    rows alone; ``width``: the pass at that fixed
+    width, W rows as one forward, measured once: the cost of every N <= width. Blocks of
+    ``block_length`` (None: ``model.block_size``; SDAR decodes in its own)."""
+    B, V, mask_id = block_length or model.block_size, model.config.vocab_size, model.mask_id
     g = torch.Generator().manual_seed(0)
-    cache = model.prefill(_tokens((context // B * B,), V, mask_id, g))
-    out, kw = {}, {} if width is None else {"one_forward": True}
+    context = min(context, model.config.max_position_embeddings // 2 // B * B)  # a canvas that fits
+    prompt = _tokens((context // B * B,), V, mask_id, g).tolist()
+    target = bind(model, prompt, max(context, B), Stats(), block_length=B)
+    out = {}
     for N in budgets if width is None else [width]:  # at a width every pass is one shape
-        states = torch.full((N, B), mask_id, dtype=torch.long)
-        states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g)  # half committed
-        out[N] = _median_time(lambda: model.denoise(cache, states, **kw), repeats)
+        states = np.full((N, B), mask_id, dtype=np.int64)
+        states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g).numpy()  # half committed
+        out[N] = _median_time(lambda: target.verify(states, width is not None), repeats)
     if width is None:
         return out
     return dict.fromkeys((n for n in budgets if n <= width), out[width])
@@ -65,10 +74,9 @@ def _tokens(shape, V: int, mask_id: int, g) -> torch.Tensor:
 def draft_times(drafter, model, rule: DecisionRule, budgets=BUDGETS, depth: int = 8, repeats: int = 2) -> dict:
     """{N: seconds} of one drafter call at a realistic state (stale logits from the model) under
     ``rule``, the decoding's own (its threshold, precision and filters change the drafter's work)."""
-    B, mask_id = model.block_size, model.mask_id
-    cache = model.prefill(torch.zeros(0, dtype=torch.long))
+    B, mask_id = rule.block_size, model.mask_id  # the rule's blocks: a canvas model's block length
     state = np.full(B, mask_id, dtype=np.int64)
-    stale = model.denoise(cache, torch.from_numpy(state)[None])[0].float()  # (B, V)
+    stale = bind(model, [], B, Stats(), block_length=B).verify(state[None])[0].float()  # (B, V)
     state[0] = 0 if mask_id != 0 else 1
     return {N: _median_time(lambda: drafter(View.of(state, 1, 0, stale, rule, N, depth)), repeats) for N in budgets}
 

@@ -54,7 +54,8 @@ def model_fingerprint(model, weights: bool = True) -> str:
     embedding values: what the model computes, not how its config was written, so a target saved
     (``save_pretrained``) and read back keeps its drafter."""
     cfg = json.dumps(architecture(model.config), sort_keys=True, default=str).encode()
-    w = model.model.embed_tokens.weight.detach().flatten()[:256].half().cpu().numpy().tobytes() if weights else b""
+    embedding = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))  # any family's
+    w = embedding.weight.detach().flatten()[:256].half().cpu().numpy().tobytes() if weights else b""
     return hashlib.sha256(cfg + w).hexdigest()[:16]
 
 

@@ -120,6 +120,11 @@ def test_demo_gen_length_default_leaves_a_math_solution_room():
     assert length([], [None]) == demo.TEXT_LENGTH == 64
     assert length([], None) == 64
     assert length(["--gen-length", "40"], [12]) == 40
+    canvas = lambda argv: demo.gen_length(
+        demo.DemoOptions.parse(demo.add_arguments, argv), replace(demo.random_setup(1, 0), answers=[12], model=llada)
+    )
+    llada = type("Canvas", (), {"family": "llada"})()  # a whole-canvas model: room within its trained canvas
+    assert canvas([]) == 160 and canvas(["--gen-length", "40"]) == 40
 
 
 def test_demo_on_a_math_target_finishes_its_answer(capsys):

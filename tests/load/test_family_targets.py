@@ -120,3 +120,17 @@ def test_a_canvas_target_from_gsm_b32_generates_and_spot_is_exact(gsm, tmp_path,
         canvas_from_sdar(gsm.model, "sdar")
     with pytest.raises(ValueError, match="must be an SDARModel"):
         canvas_from_sdar(target.model, "llada")
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_canvas_model_has_a_fingerprint_of_its_embedding_and_no_shipped_drafter(family):
+    """A drafter is matched to a model by a fingerprint of its architecture and embedding: every
+    family's embedding (LLaDA's ``wte`` too), so looking one up never fails on a canvas model."""
+    from spotref.load.drafters import find_checkpoint, model_fingerprint
+
+    model = tiny(family, tied=True)
+    before = model_fingerprint(model)
+    assert model_fingerprint(tiny(family, tied=True)) == before  # a pure function of the model
+    with torch.no_grad():
+        next(m for m in model.modules() if isinstance(m, torch.nn.Embedding)).weight[0, 0] += 1.0
+    assert model_fingerprint(model) != before and find_checkpoint(model) is None

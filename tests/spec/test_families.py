@@ -149,7 +149,6 @@ def test_a_callers_own_canvas_loop_gives_generates_tokens(family, kw):
         (dict(block_length=32, max_new_tokens=80), "the canvas"),  # 6 + 96 > 96; blocks of 8 fit
         (dict(block_length=8, max_new_tokens=91), "max_position_embeddings"),
         (dict(fused_store=True), "fused_store"),
-        (dict(budget="auto", drafter="confidence"), 'budget="auto"'),
     ],
     ids=str,
 )
@@ -160,6 +159,19 @@ def test_bad_canvas_arguments_are_refused_before_any_forward(kw, match):
         spotref.generate(model, PROMPT, **kw)
     assert model.calls == 0
     assert spotref.generate(model, PROMPT, 80, block_length=8).passes == 80  # the canvas that fits
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("T", [0.0, 1.0])
+def test_budget_auto_measures_a_canvas_model_and_decodes_exactly(family, T):
+    """budget="auto" times the canvas target's passes (a canvas within the model's positions) and
+    the drafter's, and its rounds are exact decoding's commits."""
+    model = CanvasModel(family, max_positions=96)
+    kw = dict(temperature=T, seed=3, block_length=BL)
+    exact = spotref.generate(model, PROMPT, 24, **kw)
+    auto = spotref.generate(model, PROMPT, 24, drafter="confidence", budget="auto", **kw)
+    assert auto.tokens == exact.tokens
+    assert max(model.lengths) <= 96
 
 
 def test_sdar_decodes_in_its_own_block_size_only():
