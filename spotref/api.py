@@ -24,7 +24,7 @@ from spotref.checks import (  # noqa: F401
 from spotref.core import LIMIT
 from spotref.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
 from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
-from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family
+from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
 
 
 def generate(
@@ -292,7 +292,8 @@ def serving_precision(model) -> str:
     """The precision a model is served in: its config's ``decision_precision`` (spotref writes it
     where the stored dtype differs), else ``torch_dtype`` (or ``dtype``; SDAR-8B's config.json
     says bfloat16, the bundled gsm targets carry it too), when it names one of
-    ``spotref.rules.DTYPES``; else "auto" (the logits' dtype). None without a model: "auto"."""
+    ``spotref.rules.DTYPES`` (or an alias of one: "bf16"); else "auto" (the logits' dtype). None
+    without a model: "auto"."""
     extra = getattr(getattr(model, "config", None), "extra", None) or {}
-    dtype = next((extra[k] for k in SERVED if extra.get(k)), None)
-    return dtype if isinstance(dtype, str) and dtype in DTYPES else "auto"
+    dtype = precision_name(next((extra[k] for k in SERVED if extra.get(k)), None))  # "bf16": bfloat16
+    return dtype if dtype in DTYPES else "auto"

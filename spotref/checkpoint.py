@@ -42,8 +42,7 @@ from torch.overrides import TorchFunctionMode
 
 from spotref.checks import check_path
 from spotref.files import atomic_files, check_writable, shipped_writes
-from spotref.rules import DTYPES as RULE_DTYPES
-from spotref.rules import SERVED
+from spotref.rules import ALIASES, PRECISIONS, SERVED, precision_name
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
@@ -56,7 +55,6 @@ DTYPES = {
     "fp16": torch.float16,
     "half": torch.float16,
 }
-PRECISION_NAMES = tuple(RULE_DTYPES)  # what a config's decision_precision may name
 STORED_DTYPES = {"F32", "F16", "BF16", "F64"}  # safetensors dtype codes we can cast from
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed here
 
@@ -181,9 +179,10 @@ def read_json(path: Path, what: str) -> dict:
 
 
 def make_config(config_class, fields: dict):
-    """``config_class.from_dict(fields)`` (an ``SDARConfig``, a ``LLaDAConfig``), its errors named as
-    the checkpoint's."""
+    """``config_class.from_dict(fields)`` (an ``SDARConfig``, a ``LLaDAConfig``), every key of its
+    ``STATED`` present, its errors named as the checkpoint's."""
     try:
+        config_class.check_stated(fields)
         return config_class.from_dict(fields)
     except (TypeError, ValueError) as e:
         raise ValueError(f"checkpoint config: {e}") from None
@@ -252,7 +251,7 @@ KIND_NAMES = {
     "dict?": "a JSON object or null",
     "str": "a string",
     "str?": "a string or null",
-    "precision?": f"one of {', '.join(PRECISION_NAMES)} or null",
+    "precision?": f"one of {', '.join(PRECISIONS)} (or an alias: {', '.join(ALIASES)}) or null",
 }
 
 
@@ -280,7 +279,7 @@ def check_field(name: str, value, kind: str, where: str = "config.json") -> None
         "dict?": lambda v: isinstance(v, dict),
         "str": lambda v: isinstance(v, str),
         "str?": lambda v: isinstance(v, str),
-        "precision?": lambda v: v in PRECISION_NAMES,
+        "precision?": lambda v: precision_name(v) is not None,
         "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v))),
     }[kind](value)
     if not ok:
@@ -302,6 +301,14 @@ def check_supported(raw: dict) -> None:
         bad.append(f"hidden_act={raw['hidden_act']!r}")
     if bad:
         raise ValueError(f"config.json uses what spotref's SDAR model does not support: {', '.join(bad)}")
+
+
+def canonical_served(extra: dict) -> dict:
+    """A copy of a config's other keys with each serving-precision key (``rules.SERVED``) that
+    names a precision under its canonical name (``precision_name``): read once, so the model is
+    served in it (``api.serving_precision``) and ``save_pretrained`` writes it back loadable.
+    A value naming no precision is kept as it is (it serves as "auto", docs/spec.md section 2.1)."""
+    return {k: (precision_name(v) or v) if k in SERVED else v for k, v in extra.items()}
 
 
 def resolve_dtype(dtype, raw: dict | None = None) -> torch.dtype:
@@ -635,21 +642,16 @@ def write_files(stage, state: dict, config: str, layout: dict, save_file) -> Non
 def served_as(cfg: dict, stored: torch.dtype) -> dict:
     """The config with ``torch_dtype`` the stored dtype (what loaders read it as) and, where the
     model is served in another precision (its config's ``decision_precision``, else its old
-    ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``. A precision the
-    reader does not know is refused, naming its key."""
+    ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``, by its canonical
+    name (``precision_name``; a value naming no float type serves as "auto", docs/spec.md section
+    2.1, and is written so): what is written, ``from_pretrained`` reads back."""
     cfg = dict(cfg)
     found = [(k, cfg.pop(k)) for k in SERVED if k in cfg]  # every key popped
     key, served = next(((k, v) for k, v in found if v), (None, None))
     cfg["torch_dtype"] = str(stored).removeprefix("torch.")
-    if served is not None:
-        name = str(served).removeprefix("torch.") if isinstance(served, (str, torch.dtype)) else None
-        if name not in PRECISION_NAMES:
-            raise ValueError(
-                f"save_pretrained: the model's config has {key}={served!r}, a precision from_pretrained "
-                f"does not read: use one of {', '.join(PRECISION_NAMES)}"
-            )
-        if name != cfg["torch_dtype"]:
-            cfg["decision_precision"] = name
+    served = None if served is None else (precision_name(served) or "auto")
+    if served is not None and served != cfg["torch_dtype"]:
+        cfg["decision_precision"] = served
     return cfg
 
 

@@ -45,8 +45,9 @@ IDENTITY = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what conf
 @dataclass
 class DreamConfig(ConfigDict):
     """Model hyper-parameters; names and defaults as in Dream's ``configuration_dream.py``, so a
-    config.json that omits a key reads as Dream's code reads it. Construction checks every field:
-    a bad one raises ``ValueError`` naming ``DreamConfig.field``."""
+    config.json that omits a key reads as Dream's code reads it, but for ``STATED``'s, which must
+    be there. Construction checks every field: a bad one raises ``ValueError`` naming
+    ``DreamConfig.field``."""
 
     vocab_size: int = 151936
     hidden_size: int = 4096
@@ -64,6 +65,12 @@ class DreamConfig(ConfigDict):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     extra: dict = field(default_factory=dict, repr=False)
+
+    # read with these present: Dream's defaults, but they set the logits and a checkpoint may differ
+    STATED = {
+        "rms_norm_eps": "Dream's default: 1e-06",
+        "rope_theta": "Dream's default: 10000.0; Dream-v0-Instruct-7B's config.json says 1000000.0",
+    }
 
     def __post_init__(self):
         check_dream_config(self)

@@ -26,9 +26,12 @@ D = d_model, d = D / n_heads, I = mlp_hidden_size (else mlp_ratio * D), V = voca
     model.transformer.ff_out.weight               (V, D)                 absent when weight_tying
 
 config.json is read as LLaDA's configuration class reads it: a key it lacks takes that class's
-default (``OFFICIAL_DEFAULTS``, where it differs from ``LLaDAConfig``'s), and the switches of
-the architecture (``ARCHITECTURE``: block type, RoPE, norm, activation, biases, ...) must name
-what this module implements; anything else is one ``ValueError`` naming the key.
+default (``OFFICIAL_DEFAULTS``, where it differs from ``LLaDAConfig``'s, whose defaults are
+that class's otherwise), and the switches of the architecture (``ARCHITECTURE``: block type,
+RoPE, norm, activation, biases, ...) must name what this module implements; anything else is
+one ``ValueError`` naming the key. The sizes and MASK (``REQUIRED``), ``rope_theta`` and
+``rms_norm_eps`` (``LLaDAConfig.STATED``) must be stated: they set the logits, and LLaDA-8B's
+differ from the class's defaults.
 """
 
 from __future__ import annotations
@@ -112,6 +115,12 @@ class LLaDAConfig(ConfigDict):
     mask_token_id: int | None = None
     init_std: float = 0.02  # random init: normal(0, init_std)
     extra: dict = field(default_factory=dict, repr=False)
+
+    # read with these present (``REQUIRED`` too): LLaDA's class has defaults, LLaDA-8B others
+    STATED = {
+        "rms_norm_eps": "LLaDA's default: 1e-05",
+        "rope_theta": "LLaDA's default: 10000.0; LLaDA-8B's config.json says 500000.0",
+    }
 
     def __post_init__(self):
         check_llada_config(self)

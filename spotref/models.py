@@ -46,19 +46,40 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from spotref.checkpoint import load_pretrained, save_pretrained
+from spotref.checkpoint import canonical_served, load_pretrained, save_pretrained, with_rope_theta
 from spotref.checks import check_config
 
 
 class ConfigDict:
     """config.json as a dataclass: ``from_dict`` takes the fields by name and keeps every other
-    key in ``extra``; ``to_dict`` gives them back (SDARConfig, LLaDAConfig, DreamConfig)."""
+    key in ``extra``; ``to_dict`` gives them back (SDARConfig, LLaDAConfig, DreamConfig).
+
+    ``STATED``: the keys a config.json must state, each with the format's own default for the
+    message (or None): each sets the model's logits, and a checkpoint in use may differ from any
+    default, so a reader refuses their absence by name (``check_stated``) instead of assuming one."""
+
+    STATED: dict = {}
 
     @classmethod
     def from_dict(cls, d: dict):
+        """The config of ``d``'s fields, every other key in ``extra``; the serving precision's keys
+        (``torch_dtype``, ``dtype``, ``decision_precision``) under their canonical names, so
+        ``"bf16"`` is read, served and written back as ``"bfloat16"``."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in names})
+        return cls(**known, extra=canonical_served({k: v for k, v in d.items() if k not in names}))
+
+    @classmethod
+    def check_stated(cls, raw: dict) -> None:
+        """``ValueError`` naming every key of ``STATED`` that config.json ``raw`` lacks (or holds as null)."""
+        missing = [k for k in cls.STATED if raw.get(k) is None]
+        if missing:
+            named = ", ".join(k if cls.STATED[k] is None else f"{k} ({cls.STATED[k]})" for k in missing)
+            raise ValueError(
+                f"config.json has no {named}: {'each sets' if len(missing) > 1 else 'it sets'} the model's "
+                f"logits and a checkpoint may differ from any default, so spotref assumes none; add "
+                f"{'them' if len(missing) > 1 else 'it'} to config.json"
+            )
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -68,7 +89,24 @@ class ConfigDict:
 @dataclass
 class SDARConfig(ConfigDict):
     """Model hyper-parameters; field names as in SDAR's ``config.json``. Construction checks
-    every field (``spotref.checks.check_config``): a bad one raises ``ValueError`` naming it."""
+    every field (``spotref.checks.check_config``): a bad one raises ``ValueError`` naming it.
+
+    Defaults: the sizes are a tiny test model's; the others are transformers' ``Qwen3Config``'s
+    (``rms_norm_eps`` 1e-6, ``rope_theta`` 10000, ``max_position_embeddings`` 32768). A
+    config.json is read with every key of ``STATED`` present (``check_stated``): a missing size,
+    head size, norm epsilon or RoPE base is refused by name, never defaulted."""
+
+    STATED = {
+        "vocab_size": None,
+        "hidden_size": None,
+        "intermediate_size": None,
+        "num_hidden_layers": None,
+        "num_attention_heads": None,
+        "num_key_value_heads": None,
+        "head_dim": "Qwen3's default: 128",
+        "rms_norm_eps": "Qwen3's default: 1e-06",
+        "rope_theta": "transformers' Qwen3 default: 10000.0; SDAR-8B's config.json says 1000000.0",
+    }
 
     vocab_size: int = 300
     hidden_size: int = 64
@@ -80,7 +118,7 @@ class SDARConfig(ConfigDict):
     mask_token_id: int | None = None
     block_size: int | None = None
     rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
+    rope_theta: float = 10000.0  # Qwen3Config's (and transformers 5's default rope_parameters)
     tie_word_embeddings: bool = False
     initializer_range: float = 0.02
     max_position_embeddings: int = 32768
@@ -93,7 +131,11 @@ class SDARConfig(ConfigDict):
 
     @classmethod
     def from_json(cls, path) -> "SDARConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """The config of a config.json file; ``STATED``'s keys must be in it (``rope_theta`` may be
+        in ``rope_parameters``, as transformers 5 writes it)."""
+        raw = with_rope_theta(json.loads(Path(path).read_text()))
+        cls.check_stated(raw)
+        return cls.from_dict(raw)
 
 
 class RMSNorm(nn.Module):

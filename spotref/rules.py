@@ -55,6 +55,19 @@ CONFIDENCES = ("filtered", "unfiltered")
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISIONS = ("auto", *DTYPES)  # "auto": the logits' dtype
 SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming the serving precision, first found
+ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+def precision_name(value) -> str | None:
+    """The canonical name of the precision a config's ``torch_dtype``, ``dtype`` or
+    ``decision_precision`` names: a float dtype by its name or an alias (``"bf16"``,
+    ``"torch.bfloat16"``, ``"half"``: ``ALIASES``) as ``DTYPES`` names it, ``"auto"`` as itself;
+    None for anything else (a string naming no float type, a non-string)."""
+    if not isinstance(value, str):
+        return None
+    name = value.removeprefix("torch.")
+    name = ALIASES.get(name, name)
+    return name if name in PRECISIONS else None
 
 
 @dataclass

@@ -242,9 +242,10 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None):
 
 def target_config(raw: dict, path: Path, cls=SDARModel):
     """The metadata's ``config`` as the family's config (``cls.config_class``), its field types
-    checked as a checkpoint's config.json."""
+    and stated keys checked as a checkpoint's config.json."""
     try:
         check_field_types(raw)
+        cls.config_class.check_stated(raw)
         return cls.config_class.from_dict(raw)
     except (TypeError, ValueError) as e:
         raise ValueError(f"the target metadata {path}: config: {e}") from None

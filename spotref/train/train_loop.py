@@ -17,7 +17,7 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -60,6 +60,7 @@ def train(options: TrainOptions) -> dict:
     ck = read_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if ck is not None:
         check_resume(ck["state"], record, options)
+        options = with_saved_rope_theta(options, ck["state"])
     ckpt_path.parent.mkdir(parents=True, exist_ok=True)
     train_docs = corpus.documents("train")[: options.corpus_limit]
     tok = make_tokenizer(options.tokenizer, train_docs, ckpt_path.parent, options.split_digits)
@@ -141,6 +142,21 @@ def check_resume(state: dict, corpus_record: dict, options: TrainOptions) -> Non
                 f"{name}: the run {options.name} was trained with {old[name]!r}, not {new[name]!r}; "
                 f"resume with the same data options or train under a new --name"
             )
+
+
+def with_saved_rope_theta(options: TrainOptions, state: dict) -> TrainOptions:
+    """A resumed run keeps the RoPE base it was trained with (its saved config's): without
+    ``--rope-theta`` it is taken from there (so a changed default cannot move it), and a
+    ``--rope-theta`` that differs is a ``ValueError``."""
+    saved = (state.get("config") or {}).get("rope_theta")
+    if saved is None or options.rope_theta == saved:
+        return options
+    if options.rope_theta is None:
+        return replace(options, rope_theta=saved)
+    raise ValueError(
+        f"--rope-theta: the run {options.name} was trained with {saved!r}, not {options.rope_theta!r}; "
+        f"resume with the same RoPE base or train under a new --name"
+    )
 
 
 def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = False):

@@ -237,7 +237,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--rope-theta",
         type=positive_real,
         default=None,
-        help="RoPE base (default: SDARConfig's, 1e6; the gsm recipe: 1e4)",
+        help="RoPE base (default: the family config's, 1e4 as Qwen3's; a resumed run: the one it was trained with)",
     )
     p.add_argument("--block-size", type=positive_int, default=32, help="block size B")
     p.add_argument(

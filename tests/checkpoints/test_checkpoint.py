@@ -84,7 +84,9 @@ def test_a_round_trip_keeps_the_serving_precision(tmp_path):
     bf = json.loads((m2.save_pretrained(tmp_path / "b", dtype="bf16") / "config.json").read_text())
     assert bf["torch_dtype"] == "bfloat16" and "decision_precision" not in bf  # stored as served
     edit_config(root, decision_precision="fp8")
-    assert "decision_precision must be one of float64, float32, bfloat16, float16 or null" in load_error(root)
+    assert "decision_precision must be one of auto, float64, float32, bfloat16, float16 (or an alias" in load_error(
+        root
+    )
 
 
 @pytest.mark.parametrize(

@@ -216,3 +216,134 @@ def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_name(path, tmp_path)
         SDARModel.from_pretrained(path)
     with pytest.raises(ValueError, match="save_pretrained: path must be a path"):
         save_pretrained(tiny_model(V=10, B=4), path)
+
+
+# ---- issue 48, round 4: silent-wrong configs and API edges ------------------------------------
+
+
+def saved_family(family: str, path):
+    """A tiny model of ``family`` (conformance's shapes) saved to ``path``; returns the path."""
+    from spotref.conformance import MODELS, tiny_config
+
+    cfg = tiny_config(family, 40, 39, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
+    torch.manual_seed(0)
+    return MODELS[family](cfg).save_pretrained(path)
+
+
+def edit_config(root, **changes):
+    """config.json of ``root`` with ``changes`` (a value of ... removes the key)."""
+    import json
+
+    d = json.loads((root / "config.json").read_text())
+    d.update(changes)
+    d = {k: v for k, v in d.items() if v is not ...}
+    (root / "config.json").write_text(json.dumps(d))
+    return d
+
+
+def test_sdar_configs_default_to_qwen3s_rope_base_and_norm_epsilon():
+    """The stored gsm targets use RoPE base 10000, transformers' Qwen3 default; SDARConfig's was 1e6."""
+    cfg = SDARConfig()
+    assert (cfg.rope_theta, cfg.rms_norm_eps, cfg.max_position_embeddings) == (10000.0, 1e-6, 32768)
+
+
+@pytest.mark.parametrize(
+    "family, key, default",
+    [
+        ("sdar", "rope_theta", "transformers' Qwen3 default: 10000.0"),
+        ("sdar", "rms_norm_eps", "Qwen3's default: 1e-06"),
+        ("sdar", "head_dim", "Qwen3's default: 128"),
+        ("llada", "rope_theta", "LLaDA's default: 10000.0"),
+        ("llada", "rms_norm_eps", "LLaDA's default: 1e-05"),
+        ("dream", "rope_theta", "Dream's default: 10000.0"),
+        ("dream", "rms_norm_eps", "Dream's default: 1e-06"),
+    ],
+)
+def test_a_config_json_without_a_key_that_sets_the_logits_is_refused_by_name(tmp_path, family, key, default):
+    """Such a config loaded with spotref's default, which need not be the model's (RoPE base 1e6
+    for a model trained with 1e4: garbage, without a word)."""
+    pytest.importorskip("safetensors")
+    from spotref.checkpoint import from_pretrained
+
+    root = saved_family(family, tmp_path / "ckpt")
+    from_pretrained(root)  # as saved: every key stated
+    edit_config(root, **{key: ...})
+    with pytest.raises(ValueError, match=rf"config.json has no {key} \({default}"):
+        from_pretrained(root)
+
+
+def test_a_rope_base_held_in_rope_parameters_is_stated(tmp_path):
+    pytest.importorskip("safetensors")
+    root = saved_family("sdar", tmp_path / "ckpt")
+    edit_config(root, rope_theta=..., rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    assert SDARModel.from_pretrained(root).config.rope_theta == 500000.0
+
+
+def test_a_target_whose_config_lacks_its_rope_base_is_refused_by_name(tmp_path):
+    import json
+    import os
+
+    from spotref.load.targets import TARGETS_DIR, load_target
+
+    meta = json.loads((TARGETS_DIR / "gsm-b32.json").read_text())
+    for f in (meta["weights"]["file"], meta["tokenizer"]["file"]):
+        os.symlink(TARGETS_DIR / f, tmp_path / f)
+    del meta["config"]["rope_theta"]
+    (tmp_path / "gsm-b32.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="config: config.json has no rope_theta"):
+        load_target(tmp_path / "gsm-b32.json")
+
+
+def test_a_resumed_training_run_keeps_the_rope_base_it_was_trained_with():
+    """A run started under the old default (1e6, no --rope-theta) resumes with 1e6, not the new default."""
+    from spotref.train.train_loop import with_saved_rope_theta
+    from spotref.train.train_options import default_options
+
+    saved = {"config": {"rope_theta": 1e6}}
+    assert with_saved_rope_theta(default_options("r"), saved).rope_theta == 1e6
+    assert with_saved_rope_theta(default_options("r"), {"config": {}}).rope_theta is None
+    with pytest.raises(ValueError, match="--rope-theta: the run r was trained with 1000000.0, not 10000.0"):
+        with_saved_rope_theta(TrainOptionsWith(rope_theta=1e4), saved)
+
+
+def TrainOptionsWith(**changes):
+    from dataclasses import replace
+
+    from spotref.train.train_options import default_options
+
+    return replace(default_options("r"), **changes)
+
+
+@pytest.mark.parametrize(
+    "key, value, served",
+    [
+        ("torch_dtype", "bf16", "bfloat16"),
+        ("torch_dtype", "torch.bfloat16", "bfloat16"),
+        ("torch_dtype", "half", "float16"),
+        ("torch_dtype", "auto", "auto"),
+        ("dtype", "fp16", "float16"),
+        ("decision_precision", "bf16", "bfloat16"),
+        ("decision_precision", "auto", "auto"),
+    ],
+)
+def test_a_serving_precision_alias_or_auto_round_trips(tmp_path, key, value, served):
+    """ "bf16" was served as "auto" (it is no rules.DTYPES name) and written back as a
+    decision_precision the loader refused; "auto" too. Now: read as the canonical name, served
+    as it (docs/spec.md section 2.1: "auto" is the logits' dtype), written back loadable, and a
+    second round trip writes the same config."""
+    pytest.importorskip("safetensors")
+    import json
+
+    from spotref.api import serving_precision
+
+    root = saved_family("sdar", tmp_path / "a")
+    edit_config(root, **{"torch_dtype": ... if key == "dtype" else "float32", key: value})  # dtype: transformers 5's
+    model = SDARModel.from_pretrained(root, dtype="float32")
+    assert serving_precision(model) == served
+    configs = []
+    for name in ("b", "c"):
+        model = SDARModel.from_pretrained(model.save_pretrained(tmp_path / name), dtype="float32")
+        assert serving_precision(model) == served
+        configs.append(json.loads((tmp_path / name / "config.json").read_text()))
+    assert configs[0] == configs[1] and configs[0]["torch_dtype"] == "float32"
+    assert configs[0].get("decision_precision", "float32") == served
