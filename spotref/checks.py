@@ -72,6 +72,15 @@ def is_array(x) -> bool:
     return hasattr(x, "ndim") and hasattr(x, "tolist")
 
 
+def check_values(name: str, x) -> None:
+    """An array or tensor whose values can be read: a tensor on the meta device (shapes, no
+    values) or with a sparse layout is a ``ValueError`` naming ``name``, not torch's error from
+    inside ``tolist``."""
+    layout = str(getattr(x, "layout", "torch.strided"))
+    if getattr(x, "is_meta", False) or layout != "torch.strided":
+        raise ValueError(f"{name} must be a dense tensor with values, got one on {x.device} ({layout})")
+
+
 # ---- the tree core's contract (spotref.core, _ext/core.pyx) -------------------------------------
 
 LIMIT = 2**31  # bound on every int the tree core holds: the compiled twin's rows are int32
@@ -295,6 +304,7 @@ def check_stop_ids(stop_ids, V: int, mask_id: int | None = None) -> list:
     if stop_ids is None:
         return []
     if is_array(stop_ids):
+        check_values("stop_ids", stop_ids)
         if stop_ids.ndim > 1:
             raise ValueError(
                 f"stop_ids must be one id or a 1-D sequence of ids, got a "
@@ -317,6 +327,7 @@ def check_prompt(prompt_ids, V: int, mask_id: int) -> list:
             f"prompt_ids must be an ordered 1-D sequence of token ids, got a {type(prompt_ids).__name__} (unordered)"
         )
     if is_array(prompt_ids):
+        check_values("prompt_ids", prompt_ids)
         prompt_ids = prompt_ids.tolist() if prompt_ids.ndim == 1 else None
     if prompt_ids is None or isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
         raise ValueError("prompt_ids must be a 1-D sequence of token ids")

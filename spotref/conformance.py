@@ -22,6 +22,7 @@ more passes than exact; the oracle accepted in full. Divergences are reported as
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import random
 import tempfile
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from spotref.api import generate
+from spotref.checks import check_int, is_array
 from spotref.draft import Draft, DraftBuilder
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
@@ -248,17 +250,67 @@ def make_drafter(kind: str, exact, case: Case):
 
 def check_case(case: Case, generate_fn) -> dict:
     """Run exact decoding and ``generate_fn`` on one case; assert the contract. Returns stats."""
+    exact, got, tokens, passes = run_case(case, generate_fn)
+    assert_identical(exact, tokens, case.block_size, len(case.prompt), case.family)
+    assert passes <= exact.passes, f"{passes} passes, exact decoding needed {exact.passes}"
+    if case.drafter == "oracle" and isinstance(getattr(got, "stats", None), dict) and "starts" in got.stats:
+        check_oracle_accepted(exact, got, min(case.kwargs["depth"], case.kwargs["budget"] - 1))
+    return {"passes": passes, "exact_passes": exact.passes}
+
+
+def run_case(case: Case, generate_fn) -> tuple:
+    """(exact decoding's result, ``generate_fn``'s result, its tokens as a list of ints, its
+    passes) on one case; a result of the wrong type is a ``TypeError`` (``checked_result``)."""
     model = case.model()
     kw = dict(case.kwargs)
     budget, depth = kw.pop("budget"), kw.pop("depth")
     exact = generate(model, case.prompt, case.max_new_tokens, **kw)
     drafter = make_drafter(case.drafter, exact, case)
     got = generate_fn(model, case.prompt, case.max_new_tokens, drafter=drafter, budget=budget, depth=depth, **kw)
-    assert_identical(exact, got.tokens, case.block_size, len(case.prompt), case.family)
-    assert got.passes <= exact.passes, f"{got.passes} passes, exact decoding needed {exact.passes}"
-    if case.drafter == "oracle" and hasattr(got, "stats") and "starts" in got.stats:
-        check_oracle_accepted(exact, got, min(depth, budget - 1))
-    return {"passes": got.passes, "exact_passes": exact.passes}
+    return (exact, got, *checked_result(got))
+
+
+def checked_result(got) -> tuple:
+    """(tokens, passes) of ``generate_fn``'s result: an object with ``tokens``, a 1-D list, tuple,
+    array or tensor of int token ids, and ``passes``, an int (``spotref.generate``'s ``Result``);
+    ``TypeError`` naming what it returned otherwise."""
+    tokens, passes = getattr(got, "tokens", None), getattr(got, "passes", None)
+    if tokens is None or passes is None:
+        raise TypeError(
+            f"generate_fn returned a {type(got).__name__}, not a result with tokens and passes: return "
+            f"spotref.Result(tokens, passes, stats), as spotref.generate does"
+        )
+    if is_array(tokens) and tokens.ndim == 1:
+        tokens = tokens.tolist()
+    if not isinstance(tokens, (list, tuple)) or not all(
+        isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in tokens
+    ):
+        raise TypeError(
+            f"generate_fn's result.tokens must be a 1-D list, tuple, array or tensor of int token ids, got {tokens!r}"
+        )
+    if isinstance(passes, bool) or not isinstance(passes, numbers.Integral):
+        raise TypeError(f"generate_fn's result.passes must be an int (the forward passes), got {passes!r}")
+    return [int(t) for t in tokens], int(passes)
+
+
+def probe_case() -> Case:
+    """The one small case ``run_conformance`` runs first: SDAR, 8 tokens, blocks of 2, the
+    confidence drafter, every option at its plainest."""
+    config = tiny_config("sdar", 8, 7, 2, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
+    kwargs = dict(
+        temperature=0.0,
+        seed=0,
+        threshold=None,
+        top_k=None,
+        top_p=None,
+        confidence="filtered",
+        precision="auto",
+        budget=4,
+        depth=2,
+        stop_ids=None,
+        width=None,
+    )
+    return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, "sdar")
 
 
 def check_oracle_accepted(exact, got, d_eff: int):
@@ -397,6 +449,10 @@ def run_conformance(
 ) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
 
+    ``max_examples``: an int >= 1 (``ValueError`` otherwise). ``generate_fn`` is first run on one
+    small case (``probe_case``), so one that is not callable, or whose result is not an object
+    with ``tokens`` and ``passes`` (a list, say), is a ``TypeError`` before any Hypothesis case.
+
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
     failing examples to replay them; None (default) keeps nothing, so no ``.hypothesis/``
     directory appears in the caller's working directory; a path or a Hypothesis
@@ -411,6 +467,10 @@ def run_conformance(
     (e.g. ``print``); default None, silent."""
     h = hypothesis()
     HealthCheck, given, hsettings = h.HealthCheck, h.given, h.settings
+    check_int("max_examples", max_examples, 1)
+    if not callable(generate_fn):
+        raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
+    run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
     if isinstance(database, (str, os.PathLike)):
         from hypothesis.database import DirectoryBasedExampleDatabase
 

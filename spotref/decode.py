@@ -216,7 +216,7 @@ class Block:
         self.stale = None  # (B, V) the last pass's logits at its deepest accepted state
         self.passes = 0  # verify forwards run on this block
         self.stats = stats if stats is not None else Stats()
-        self.decisions = []  # the target's decisions in this block, in order
+        self._decisions = []  # the target's decisions in this block, in order (``decisions``)
         self.noise = rule.block_noise(index)  # g_k of this block, what its decisions read
         # the drafter's own rule and noise: nothing it does reaches a decision
         self._drafter_rule, self._drafter_noise = replace(rule), rule.block_noise(index)
@@ -238,6 +238,12 @@ class Block:
         """(B,) the block's current state (every position committed once ``done``)."""
         return self.state.copy()
 
+    @property
+    def decisions(self) -> tuple:
+        """The target's decisions in this block, in order: a tuple of commit tuples, the block's
+        own list left out of the caller's reach (clearing a copy cannot change the block)."""
+        return tuple(self._decisions)
+
     def propose(self) -> np.ndarray:
         """(R, B) int64: the distinct block states to verify in one forward (row 0: the current)."""
         if self._tree is not None:
@@ -256,7 +262,7 @@ class Block:
                     self._drafter_rule,
                     self.budget,
                     self.depth,
-                    [pos for pos, _ in self.decisions[-1]],
+                    [pos for pos, _ in self._decisions[-1]],
                     self._drafter_noise,
                 )
             )  # the bonus: after the stale pass
@@ -288,7 +294,7 @@ class Block:
                 self.rule, self.core, tree, logits, self.noise, self.stats
             )
         self._tree = None  # only now: logits the rule refuses leave the rows pending
-        self.decisions += taken
+        self._decisions += taken
         self.passes += 1
 
 
@@ -300,13 +306,14 @@ def padded(states: np.ndarray, width: int | None) -> np.ndarray:
     return np.concatenate([states, np.repeat(states[:1], width - len(states), 0)])
 
 
+LOGIT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what a decision reads
+
+
 def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
     """The caller's logits as a dense float tensor of ``shape`` (R, B, V), detached, each position
     with a finite logit other than MASK's; ``ValueError`` otherwise."""
     if isinstance(logits, np.ndarray):
-        if logits.dtype.kind != "f":
-            raise ValueError(f"logits must be floating point, got numpy {logits.dtype}")
-        logits = torch.from_numpy(logits)
+        logits = torch.from_numpy(checked_array(logits))
     if not isinstance(logits, torch.Tensor):
         raise ValueError(f"logits must be a torch tensor or a numpy array, got {type(logits).__name__}")
     if logits.layout != torch.strided or logits.device.type == "meta":
@@ -314,6 +321,10 @@ def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
     logits = logits.detach()
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    if logits.dtype not in LOGIT_DTYPES:
+        raise ValueError(
+            f"logits of dtype {logits.dtype}: a decision reads float16, bfloat16, float32 or float64 logits; cast them"
+        )
     if tuple(logits.shape) != shape:
         raise ValueError(f"logits of shape {tuple(logits.shape)}, want {shape} (R proposed rows, B, V)")
     if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
@@ -325,6 +336,29 @@ def checked_logits(logits, shape: tuple, mask_id: int) -> torch.Tensor:
     if bool(only_mask.any()):
         r, j = (int(i) for i in torch.nonzero(only_mask)[0])
         raise ValueError(f"logits: row {r}, position {j} has no finite logit but MASK's (MASK is never committed)")
+    return logits
+
+
+def checked_array(logits: np.ndarray) -> np.ndarray:
+    """Numpy logits torch can take as they are: float16, float32 or float64 (not float128, which
+    torch cannot hold), in native byte order, with no negative stride; ``ValueError`` naming
+    what to do otherwise (the values are the caller's to convert: nothing is converted here)."""
+    dtype = logits.dtype
+    if dtype.kind != "f":
+        raise ValueError(f"logits must be floating point, got numpy {dtype}")
+    if not dtype.isnative:
+        order = "big-endian" if dtype.byteorder == ">" else "little-endian"
+        raise ValueError(
+            f"logits: a {order} numpy array ({dtype.str}), not this machine's byte order: "
+            f"pass logits.astype(logits.dtype.newbyteorder('='))"
+        )
+    if dtype not in (np.float16, np.float32, np.float64):
+        raise ValueError(f"logits of numpy dtype {dtype}: torch holds float16, float32 or float64; cast them")
+    if any(stride < 0 for stride in logits.strides):
+        raise ValueError(
+            f"logits: a numpy array with a negative stride {logits.strides} (a reversed view): "
+            f"pass a copy, np.ascontiguousarray(logits)"
+        )
     return logits
 
 

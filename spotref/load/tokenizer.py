@@ -20,6 +20,7 @@ decode to nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 QWEN2_PRETOKENIZE_REGEX = (
@@ -97,7 +98,7 @@ def chat_format(messages, add_generation_prompt: bool = True, enable_thinking: b
     messages: a str (one user turn) or a list of {"role": system|user|assistant, "content": str}.
     Assistant turns before the last user turn lose their ``<think>`` part, as in the template.
     """
-    msgs = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
+    msgs = [{"role": "user", "content": messages}] if isinstance(messages, str) else message_list(messages)
     check_messages(msgs)
     out = []
     if msgs and msgs[0]["role"] == "system":
@@ -113,6 +114,17 @@ def chat_format(messages, add_generation_prompt: bool = True, enable_thinking: b
         if enable_thinking is False:
             out.append("<think>\n\n</think>\n\n")
     return "".join(out)
+
+
+def message_list(messages) -> list:
+    """``messages`` (not a str) as a list of turns: a list, tuple or other iterable of them;
+    ``ValueError`` naming the type otherwise (one message dict is not a list of messages)."""
+    want = "messages must be a str (one user turn) or a list of {'role', 'content'} dicts"
+    if isinstance(messages, Mapping):
+        raise ValueError(f"{want}, got one {type(messages).__name__}: pass a list of them, [message]")
+    if isinstance(messages, (bytes, bytearray)) or not isinstance(messages, Iterable):
+        raise ValueError(f"{want}, got {type(messages).__name__} {messages!r:.60}")
+    return list(messages)
 
 
 def check_messages(msgs) -> None:

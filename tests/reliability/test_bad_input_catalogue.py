@@ -347,3 +347,97 @@ def test_a_serving_precision_alias_or_auto_round_trips(tmp_path, key, value, ser
         configs.append(json.loads((tmp_path / name / "config.json").read_text()))
     assert configs[0] == configs[1] and configs[0]["torch_dtype"] == "float32"
     assert configs[0].get("decision_precision", "float32") == served
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: np.zeros((1, 4, 10), dtype=np.longdouble), "numpy dtype float128"),
+        (lambda: np.zeros((1, 4, 10), dtype=">f4"), "big-endian numpy array"),
+        (lambda: np.zeros((1, 4, 10), dtype=np.float32)[..., ::-1], "a numpy array with a negative stride"),
+        (lambda: torch.zeros(1, 4, 10, dtype=torch.float8_e4m3fn), "dtype torch.float8_e4m3fn"),
+    ],
+)
+def test_logits_torch_cannot_take_as_they_are_are_refused_by_name_and_the_rows_stay_pending(make, message):
+    if message.startswith("numpy dtype float128") and np.dtype(np.longdouble).itemsize <= 8:
+        pytest.skip("this platform's long double is float64")
+    blk = spec().block(0, np.full(4, 9))
+    blk.propose()
+    with pytest.raises(ValueError, match=message):
+        blk.accept(make())
+    blk.accept(np.zeros((1, 4, 10), dtype=np.float32))  # the block still takes good logits
+    assert blk.passes == 1
+
+
+def test_clearing_the_decisions_a_block_returns_leaves_the_block_working():
+    """``Block.decisions`` was the block's own list: a caller clearing it broke the next round."""
+    spec_ = Speculator(vocab_size=10, block_size=4, mask_id=9, drafter="confidence", temperature=1.0)
+    blocks = [spec_.block(0, np.full(4, 9)) for _ in range(2)]
+    logits = torch.randn(4, 64, 4, 10, generator=torch.Generator().manual_seed(1))
+    for k, blk in enumerate(blocks):
+        for i in range(4):
+            if blk.done:
+                break
+            rows = blk.propose()
+            blk.accept(logits[i, : len(rows)])
+            if k == 0:
+                got = blk.decisions
+                assert isinstance(got, tuple)
+                list(got).clear()
+    assert blocks[0].decisions == blocks[1].decisions and np.array_equal(blocks[0].tokens, blocks[1].tokens)
+    assert len(blocks[0].decisions) >= 1
+
+
+def test_block_decisions_cannot_be_cleared_in_place():
+    blk = spec().block(0, np.full(4, 9))
+    blk.propose()
+    blk.accept(torch.zeros(1, 4, 10))
+    with pytest.raises(AttributeError):
+        blk.decisions.clear()
+    assert len(blk.decisions) == 1
+
+
+def test_run_conformance_refuses_no_examples_by_name():
+    pytest.importorskip("hypothesis")
+    from spotref.conformance import run_conformance
+
+    with pytest.raises(ValueError, match=r"max_examples must be an int in \[1, inf\], got 0"):
+        run_conformance(spotref.generate, max_examples=0)
+
+
+def test_run_conformance_names_a_decoder_that_returns_a_list_before_any_case():
+    pytest.importorskip("hypothesis")
+    from spotref.conformance import run_conformance
+
+    calls = []
+
+    def tokens_only(*args, **kwargs):
+        calls.append(1)
+        return spotref.generate(*args, **kwargs).tokens
+
+    with pytest.raises(TypeError, match="generate_fn returned a list, not a result with tokens and passes"):
+        run_conformance(tokens_only, max_examples=50)
+    assert len(calls) == 1  # the probe case only: no Hypothesis case, no shrinking
+
+
+@pytest.mark.parametrize(
+    "messages, message",
+    [
+        (123, "messages must be a str .* got int 123"),
+        ({"role": "user", "content": "hi"}, "got one dict: pass a list of them"),
+        (b"hi", "got bytes"),
+    ],
+)
+def test_encode_chat_names_messages_that_are_no_str_or_list(messages, message):
+    with pytest.raises(ValueError, match=message):
+        spotref.load_target("gsm-b32").encode_chat(messages)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: torch.tensor([1, 2, 3], device="meta"), lambda: torch.tensor([1, 2]).to_sparse()]
+)
+@pytest.mark.parametrize("argument", ["prompt_ids", "stop_ids"])
+def test_a_meta_or_sparse_tensor_of_ids_is_refused_by_name(make, argument):
+    kw = {"prompt_ids": [1, 2], "stop_ids": None, argument: make()}
+    with pytest.raises(ValueError, match=f"{argument} must be a dense tensor with values"):
+        spotref.generate(tiny_model(V=10, B=4), kw["prompt_ids"], 4, stop_ids=kw["stop_ids"])
