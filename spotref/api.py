@@ -150,7 +150,7 @@ class Speculator:
         self.depth = check_int("depth", depth, 0, LIMIT - 1)
         self.width = check_width(width, 1 if drafter is None else budget)
         self.core = resolve_core(core)
-        self.drafter = None if drafter is None else speculator_drafter(drafter, model)
+        self.drafter = None if drafter is None else speculator_drafter(drafter, model, self.rule.block_size)
         self.drafter, self.budget = self.resolve_budget(budget, model)
 
     def resolve_budget(self, budget, model) -> tuple:
@@ -192,14 +192,15 @@ class Speculator:
         )
 
 
-def speculator_drafter(drafter, model):
-    """The resolved drafter; a model's own drafter asked for without the model is named."""
+def speculator_drafter(drafter, model, block_size: int):
+    """The resolved drafter for blocks of ``block_size`` (one trained for another is refused);
+    a model's own drafter asked for without the model is named."""
     if model is None and isinstance(drafter, str) and drafter in MODEL_DRAFTERS:
         raise ValueError(
             f"drafter {drafter!r} is the target's own trained drafter: use "
             f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)"
         )
-    return resolve_drafter(drafter, model)
+    return resolve_drafter(drafter, model, block_size)
 
 
 def decision_rule(

@@ -120,9 +120,25 @@ def drafter_for(model, kind: str, directory: Path | str | None = None):
     )
 
 
-def resolve_drafter(drafter, model):
+def resolve_drafter(drafter, model, block_size: int | None = None):
     """A drafter for ``model``: a registered name (``DRAFTERS``), a bundled SPOT drafter's name or a
-    ``.pt`` checkpoint path (``load_drafter``), or any callable ``view -> Draft`` (kept as is)."""
+    ``.pt`` checkpoint path (``load_drafter``), or any callable ``view -> Draft`` (kept as is).
+    ``block_size``: the block length decoded in (None: not known yet); a drafter that declares
+    another (a strict ``SpotDrafter``'s ``block_size``) is refused here, before any pass."""
+    resolved = named_drafter(drafter, model)
+    declared = getattr(resolved, "block_size", None)
+    if block_size is not None and declared is not None and declared != block_size:
+        label = repr(os.fspath(drafter)) if isinstance(drafter, (str, os.PathLike)) else type(drafter).__name__
+        raise ValueError(
+            f"drafter {label} was trained for block size {declared}, the target's block size is "
+            f"{block_size}: use a drafter of its block size (spotref.load_drafter(path, strict=False) "
+            f"tries this one anyway)"
+        )
+    return resolved
+
+
+def named_drafter(drafter, model):
+    """``resolve_drafter``'s lookup: the drafter a name or path gives, or the callable as it is."""
     if isinstance(drafter, (str, os.PathLike)):
         name = os.fspath(drafter)
         if name in DRAFTERS:

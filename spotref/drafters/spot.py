@@ -77,6 +77,13 @@ class SpotDrafter(torch.nn.Module):
         self.second, self.strict, self.calls = second, strict, calls
 
     @property
+    def block_size(self) -> int | None:
+        """The block length this drafter takes: its order model's when ``strict``, else None (any).
+        ``spotref.names.resolve_drafter`` refuses it for a decode of another block length, before
+        any pass."""
+        return self.model.block_size if self.strict else None
+
+    @property
     def curves(self) -> dict:
         """Offline commits per round vs budget ({"0"|"1": {N: commits}}) of this drafter's calls
         ("spot": per level, "spot-root": per round; the per-level curve where no other was

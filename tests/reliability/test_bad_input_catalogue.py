@@ -441,3 +441,16 @@ def test_a_meta_or_sparse_tensor_of_ids_is_refused_by_name(make, argument):
     kw = {"prompt_ids": [1, 2], "stop_ids": None, argument: make()}
     with pytest.raises(ValueError, match=f"{argument} must be a dense tensor with values"):
         spotref.generate(tiny_model(V=10, B=4), kw["prompt_ids"], 4, stop_ids=kw["stop_ids"])
+
+
+@pytest.mark.parametrize("drafter", ["gsm-b16", "object"])
+def test_a_drafter_of_another_block_size_is_refused_when_resolved(drafter):
+    """A block-16 SPOT drafter for the block-32 gsm target was refused only at its first call,
+    after the prefill and a pass; now when the Speculator resolves it."""
+    from spotref.load.drafters import load_drafter
+
+    d = load_drafter("gsm-b16") if drafter == "object" else drafter
+    with pytest.raises(ValueError, match="trained for block size 16, the target's block size is 32"):
+        Speculator.for_model("gsm-b32", drafter=d)
+    lax = load_drafter("gsm-b16", strict=False)  # transfer, asked for: allowed
+    assert Speculator.for_model("gsm-b32", drafter=lax).drafter is lax
