@@ -644,11 +644,17 @@ def served_as(cfg: dict, stored: torch.dtype) -> dict:
     model is served in another precision (its config's ``decision_precision``, else its old
     ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``, by its canonical
     name (``precision_name``; a value naming no float type serves as "auto", docs/spec.md section
-    2.1, and is written so): what is written, ``from_pretrained`` reads back."""
+    2.1, and is written so; a ``decision_precision`` naming none is refused, as its reader
+    refuses it): what is written, ``from_pretrained`` reads back."""
     cfg = dict(cfg)
     found = [(k, cfg.pop(k)) for k in SERVED if k in cfg]  # every key popped
     key, served = next(((k, v) for k, v in found if v), (None, None))
     cfg["torch_dtype"] = str(stored).removeprefix("torch.")
+    if key == "decision_precision" and precision_name(served) is None:  # the reader refuses it
+        raise ValueError(
+            f"save_pretrained: the model's config has decision_precision={served!r}, a precision "
+            f"from_pretrained does not read: use one of {', '.join(PRECISIONS)} (or an alias: {', '.join(ALIASES)})"
+        )
     served = None if served is None else (precision_name(served) or "auto")
     if served is not None and served != cfg["torch_dtype"]:
         cfg["decision_precision"] = served

@@ -260,7 +260,6 @@ def test_a_refused_save_leaves_an_existing_checkpoint_as_it_was(tmp_path):
     [
         (lambda m: None, "int8", "dtype='int8' is not a precision"),
         (lambda m: m.double(), None, "the model's weights are float64"),
-        (lambda m: m.config.extra.update(torch_dtype="int8"), None, "torch_dtype='int8'"),
         (lambda m: m.config.extra.update(decision_precision="fp8"), None, "decision_precision='fp8'"),
         (lambda m: m.config.extra.update(rope_scaling={"type": "yarn"}), None, "rope_scaling"),
         (lambda m: m.config.extra.update(note=object()), None, "not JSON serializable"),
