@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 
 from spotref.checks import (  # noqa: F401
+    MAX_TEMPERATURE,
     MIN_TEMPERATURE,
     as_numpy,
     check_int,

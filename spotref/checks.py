@@ -286,14 +286,24 @@ def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:
 
 
 MIN_TEMPERATURE = 1e-6
+MAX_TEMPERATURE = float(np.finfo(np.float32).max)  # 3.4e38: above it T is inf in float32
 
 
-def check_temperature(temperature) -> float:
-    T = check_real("temperature", temperature, lo=0.0)
+def check_temperature(temperature, name: str = "temperature") -> float:
+    """T as a float: 0 (argmax) or in [MIN_TEMPERATURE, MAX_TEMPERATURE]. Below the floor ``L / T``
+    heads for overflow; above the cap T itself is inf in float32, and the rule divides the logits
+    by T in float32 or narrower (bfloat16 and float16 logits are divided in float32), so every
+    score would be 0 or NaN. One range for every precision. ``name``: the argument's name."""
+    T = check_real(name, temperature, lo=0.0)
     if 0 < T < MIN_TEMPERATURE:
         raise ValueError(
-            f"temperature {T!r} is below {MIN_TEMPERATURE:g}: L / T heads for float64 "
+            f"{name} {T!r} is below {MIN_TEMPERATURE:g}: L / T heads for float64 "
             f"overflow and the noise no longer matters; use temperature=0 (argmax)"
+        )
+    if T > MAX_TEMPERATURE:
+        raise ValueError(
+            f"{name} {T!r} is above {MAX_TEMPERATURE:.3g}, float32's largest number: the rule divides "
+            f"the logits by T in float32 or narrower, where such a T is inf"
         )
     return T
 

@@ -232,12 +232,20 @@ class LLaDARule(DecisionRule):
     confidence: str = "low_confidence"  # the only one: generate.py's "random" is not a decision
     CONFIDENCES: ClassVar[tuple] = ("low_confidence",)
 
+    MAX_TEMPERATURE: ClassVar[float] = 20.0  # the divisor (-log u) ** T stays above 0 in float64
+
     def __post_init__(self):
         super().__post_init__()
         if self.top_k is not None or self.top_p is not None:
             raise ValueError(
                 f"LLaDA's rule draws from the whole vocabulary: top_k and top_p must be None, "
                 f"got top_k={self.top_k!r}, top_p={self.top_p!r}"
+            )
+        if self.temperature > self.MAX_TEMPERATURE:
+            raise ValueError(
+                f"temperature {self.temperature!r} is above {self.MAX_TEMPERATURE:g}, the most LLaDA's draw takes: "
+                f"its divisor (-log u) ** T underflows float64 to 0 above it (u within 2**-52 of 1), and "
+                f"exp(L) / 0 is inf for a token and NaN for MASK"
             )
 
     def block_noise(self, block: int) -> BlockNoise:

@@ -44,6 +44,8 @@ def model(monkeypatch):
         (dict(temperature=math.nan), "temperature"),
         (dict(temperature=math.inf), "temperature"),
         (dict(temperature="hot"), "temperature"),
+        (dict(temperature=1e300), r"temperature 1e\+300 is above 3.4e\+38"),  # inf in float32
+        (dict(temperature=1e39, precision="float64"), r"temperature 1e\+39 is above"),  # one range
         (dict(threshold=0.0), "threshold"),
         (dict(threshold=1.0), "threshold"),
         (dict(threshold=math.nan), "threshold"),
@@ -303,3 +305,27 @@ def test_numpy_positions_and_tokens_are_accepted():
         return Draft((np.int64(-1), np.int32(0)), ((), ((np.int64(j), np.int16(view.coupled_token(j, view.step))),)))
 
     assert spotref.generate(m, [1, 2], 6, drafter=drafter).tokens == want
+
+
+# ---- a temperature the rule cannot take: refused before the first pass ---------------------------
+
+
+@pytest.mark.parametrize("T", [30.0, 100.0, 1e6])
+def test_llada_refuses_a_temperature_its_draw_cannot_take(T):
+    """LLaDA's divisor (-log u) ** T underflows float64 to 0 above T = 20: MASK's 0 / 0 was NaN,
+    and the rule committed MASK (the core then refused it as "token 39 ... is not a vocabulary
+    token", after the first pass). Now the temperature is named before any pass."""
+    from canvas_model import CanvasModel
+
+    m = CanvasModel("llada")
+    with pytest.raises(ValueError, match=rf"temperature {T!r} is above 20, the most LLaDA's draw takes"):
+        spotref.generate(m, [1, 2, 3], 8, temperature=T, drafter="confidence", budget=4)
+    assert m.calls == 0
+
+
+def test_llada_takes_temperature_20_and_dream_larger_ones():
+    from canvas_model import CanvasModel
+
+    llada, dream = CanvasModel("llada"), CanvasModel("dream")
+    assert len(spotref.generate(llada, [1, 2, 3], 8, temperature=20.0).tokens) == 8
+    assert len(spotref.generate(dream, [1, 2, 3], 8, temperature=1e6).tokens) == 8
