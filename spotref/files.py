@@ -239,14 +239,40 @@ def atomic_save(obj, path) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 
+_RUN_DIRS = contextvars.ContextVar("spotref_run_dirs", default=None)  # the list tidy_run_dirs keeps
+
+
 def run_dir(tool: str, root=RUNS) -> Path:
-    """A new directory ``root/TOOL-YYYYmmdd-HHMMSS[-k]`` for one run's outputs (created)."""
+    """A new directory ``root/TOOL-YYYYmmdd-HHMMSS[-k]`` for one run's outputs (created; inside
+    ``tidy_run_dirs`` removed again if the run leaves it empty)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    made = _RUN_DIRS.get()
+    if made is not None and not Path(root).exists():
+        made.append(Path(root))  # removed too, when the run leaves it empty
     for k in range(1000):
         d = Path(root, f"{tool}-{stamp}" + (f"-{k}" if k else ""))
         try:
             d.mkdir(parents=True)
-            return d
         except FileExistsError:
             continue
+        if made is not None:
+            made.append(d)
+        return d
     raise RuntimeError(f"cannot create a run directory under {root}")
+
+
+@contextlib.contextmanager
+def tidy_run_dirs():
+    """The run directories ``run_dir`` makes inside the block (and a ``runs/`` it made for them)
+    are removed when the block ends and they are still empty: a run refused after its directory
+    was named, interrupted or failed before writing anything leaves no empty ``runs/TOOL-TIME/``.
+    A directory holding anything is kept."""
+    made = []
+    token = _RUN_DIRS.set(made)
+    try:
+        yield
+    finally:
+        _RUN_DIRS.reset(token)
+        for d in reversed(made):  # the run directories, then their root
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only an empty directory is removed

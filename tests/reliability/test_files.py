@@ -96,6 +96,25 @@ def test_run_dirs_are_new_each_time(tmp_path):
     assert a != b and a.is_dir() and b.is_dir() and a.name.startswith("bench-")
 
 
+def test_run_dirs_left_empty_are_removed_and_the_rest_kept(tmp_path):
+    """``tidy_run_dirs``: a run directory (and a ``runs/`` made for it) left empty when the block
+    ends, normally or not, is removed; one holding a file is kept, as is a root that was there."""
+    root = tmp_path / "runs"
+    with pytest.raises(KeyboardInterrupt), files.tidy_run_dirs():
+        files.run_dir("tool", root)
+        raise KeyboardInterrupt
+    assert not root.exists()
+    with files.tidy_run_dirs():
+        kept = files.run_dir("tool", root)
+        (kept / "report.md").write_text("x")
+        files.run_dir("tool", root)  # a second one, left empty
+    assert list(root.iterdir()) == [kept]
+    with files.tidy_run_dirs():
+        files.run_dir("tool", root)
+    assert list(root.iterdir()) == [kept]
+    assert files.run_dir("tool", root).is_dir()  # outside the block: made and kept
+
+
 def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     """order.save and save_pretrained die half-way: the files already there survive."""
     from spotref.checkpoint import save_pretrained
