@@ -18,10 +18,12 @@ from spotref.cli.argtypes import (
     add_prompt_tokens,
     choice_list,
     int_list,
+    list_of,
     nonneg_int,
     positive_int,
     real_list,
     seed_int,
+    temperature_arg,
 )
 from spotref.cli.options import Options
 
@@ -42,7 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--targets", default="all", help="comma-separated bundled targets (default: all; 'random': a random tiny model)"
     )
-    p.add_argument("--temperatures", type=real_list(0.0), default=None, help="comma list of temperatures (default 0,1)")
+    p.add_argument(
+        "--temperatures",
+        type=list_of(temperature_arg, "temperatures"),
+        default=None,
+        help="comma list of temperatures (default 0,1)",
+    )
     p.add_argument(
         "--budgets",
         type=int_list(1),

@@ -22,7 +22,7 @@ import torch
 
 import spotref
 from spotref import decode
-from spotref.cli.argtypes import guarded, int_list, nonneg_int, positive_int
+from spotref.cli.argtypes import guarded, int_list, nonneg_int, positive_int, temperature_arg
 from spotref.cli.options import Options
 from spotref.cli.report import table
 from spotref.drafters import order
@@ -201,7 +201,7 @@ def parser() -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", nargs="?", default=DEFAULT_TARGET, help=f"a bundled target (default {DEFAULT_TARGET})")
     p.add_argument("--drafter", default="spot", help="spot, calibrated or confidence (default spot)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (default 0)")
+    p.add_argument("--temperature", type=temperature_arg, default=0.0, help="sampling temperature T (default 0)")
     p.add_argument(
         "--depth", type=nonneg_int, default=32, help="tree depth cap D (default 32, as the bench; generate's is 8)"
     )

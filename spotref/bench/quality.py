@@ -170,7 +170,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompts", type=positive_int, default=None, help="held-out prompts (default 64; a math target: 500)"
     )
-    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="a multiple of the block size")
+    p.add_argument(
+        "--prompt-tokens", type=positive_int, default=64, help="tokens per prompt, a multiple of the block size"
+    )
     p.add_argument(
         "--new-tokens", type=positive_int, default=None, help="new tokens per prompt (default 128; a math target: 256)"
     )
@@ -215,9 +217,21 @@ def target_report(target, options: QualityOptions) -> dict:
     o = options
     if (target.meta.get("corpus") or {}).get("name") == "gsm":
         return quality_math.report(target, o.prompts or 500, o.new_tokens or solution_room(target.model))
+    check_prompt_tokens(o.prompt_tokens, target)
     r = report(target, heldout_prompts(o.prompts or 64), o.prompt_tokens, o.new_tokens or 128)
     r["meets_bar"] = passes_bar(r)
     return r
+
+
+def check_prompt_tokens(prompt_tokens: int, target) -> None:
+    """The code report aligns blocks at absolute positions: ``--prompt-tokens`` must be a multiple
+    of the target's block size (``ValueError`` naming both, before any prompt is decoded)."""
+    B = target.model.block_size
+    if prompt_tokens % B:
+        raise ValueError(
+            f"--prompt-tokens {prompt_tokens} is not a multiple of {target.name}'s block size {B} "
+            f"(the report aligns blocks at absolute positions): use {max(B, prompt_tokens // B * B)}"
+        )
 
 
 def write_meta(path: Path, r: dict) -> None:

@@ -23,6 +23,7 @@ import argparse
 import ast
 from pathlib import Path
 
+from spotref.cli.argtypes import guarded
 from spotref.files import atomic_path, run_dir, shipped_writes
 
 ROOT = Path(__file__).resolve().parents[1]  # the spotref package
@@ -172,11 +173,29 @@ def draw(g: dict, path: Path) -> None:
     plt.close(fig)
 
 
+PROG = "python -m spotref.cli.architecture"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotref.cli.architecture", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--png", action="store_true", help="draw the picture (needs matplotlib)")
     p.add_argument("--update-shipped", action="store_true", help=f"draw it into {SHIPPED_PNG} (default: runs/)")
     args = p.parse_args(argv)
+    return guarded(PROG, lambda: run(args))
+
+
+def needs_matplotlib() -> None:
+    """``ImportError`` saying what to install, before anything is printed or a directory made."""
+    try:
+        import matplotlib  # noqa: F401  (optional: the [bench] extra)
+    except ImportError:
+        raise ImportError("--png needs matplotlib: pip install 'spotref[bench]' (or pip install matplotlib)") from None
+
+
+def run(args) -> int:
+    """Print the layers and their imports; draw the picture with ``--png``; 1 when the layering is broken."""
+    if args.png:
+        needs_matplotlib()
     g = graph()
     for i in reversed(range(len(LAYERS))):
         print(f"{LAYERS[i]}:")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spotref.checks import check_int, check_real
-from spotref.files import shipped_writes
+from spotref.checks import check_int, check_real, check_temperature
+from spotref.files import shipped_writes, tidy_run_dirs
 
 SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.noise)
+MAX_THREADS = 1024  # --threads: more than any machine's cores; torch crashed at 100000
 
 
 def _int(text: str) -> int:
@@ -31,6 +32,20 @@ def _checked(check, *args):
         raise argparse.ArgumentTypeError(str(e).strip()) from None
 
 
+def checked_by(check, what: str):
+    """A validator that returns ``check(text)``, whose ``ValueError`` becomes argparse's error
+    (for a check that already names what it refuses: a device, a dtype)."""
+
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).strip()) from None
+
+    parse.__name__ = what
+    return parse
+
+
 def int_range(lo: int | None = None, hi: int | None = None, what: str = "an integer"):
     """A validator for integers in [lo, hi] (either bound may be None)."""
 
@@ -46,18 +61,30 @@ nonneg_int = int_range(0)
 seed_int = int_range(0, SEED_MAX, "a seed (an integer)")
 
 
-def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool = False):
-    """A validator for finite floats in [lo, hi] ((lo, hi] with ``open_lo``)."""
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool = False, open_hi: bool = False):
+    """A validator for finite floats in [lo, hi] (open on a side with ``open_lo`` / ``open_hi``)."""
 
     def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        return _checked(check_real, v, lo, hi, open_lo)
+        return _checked(check_real, _float(text), lo, hi, open_lo, open_hi)
 
     parse.__name__ = "number"
     return parse
+
+
+def _temperature(text: str) -> float:
+    return check_temperature(_float(text), name="")
+
+
+# A validator for a temperature T: 0 or in [1e-6, 3.4e38], the API's check (``check_temperature``);
+# a family's own cap (LLaDA's) is checked when the model is known.
+temperature_arg = checked_by(_temperature, "number")
 
 
 positive_real = real_range(0.0, open_lo=True)
@@ -87,6 +114,11 @@ def real_list(lo: float = 0.0):
     return list_of(real_range(lo), "numbers")
 
 
+def token_ids(text: str) -> list[int]:
+    """A validator for token ids: integers >= 0, separated by commas or spaces (none: an empty prompt)."""
+    return [nonneg_int(t) for t in text.replace(",", " ").split()]
+
+
 def choice_list(choices):
     """A validator for a comma-separated list drawn from ``choices`` (at least one)."""
 
@@ -104,14 +136,15 @@ def choice_list(choices):
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
-    """``--threads`` (default 1) for a tool that runs torch; the tool's ``run`` calls
-    ``torch.set_num_threads(options.threads)``. torch's own default is every core, so two jobs side
-    by side on a small machine would run more threads than cores and slow each other several-fold."""
+    """``--threads`` (default 1, at most ``MAX_THREADS``) for a tool that runs torch; the tool's
+    ``run`` calls ``torch.set_num_threads(options.threads)``. torch's own default is every core, so
+    two jobs side by side on a small machine would run more threads than cores and slow each other
+    several-fold; 100000 threads crashed torch's thread pool (a segmentation fault)."""
     p.add_argument(
         "--threads",
-        type=positive_int,
+        type=int_range(1, MAX_THREADS),
         default=1,
-        help="torch CPU threads (default 1: more threads than free cores slow every pass)",
+        help=f"torch CPU threads, at most {MAX_THREADS} (default 1: more threads than free cores slow every pass)",
     )
 
 
@@ -132,9 +165,11 @@ def plain(doc: str) -> str:
 
 def guarded(prog: str, run) -> int:
     """``run()``'s exit status; bad input (ValueError) is one line and status 2, a missing
-    optional package or an unwritable file one line and status 1, Ctrl-C one line and 130."""
+    optional package or an unwritable file one line and status 1, Ctrl-C one line and 130. A run
+    directory the run made and left empty (refused, interrupted) is removed (``tidy_run_dirs``)."""
     try:
-        return run()
+        with tidy_run_dirs():
+            return run()
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -22,7 +22,7 @@ import torch
 import spotref
 from spotref import names
 from spotref.api import check_width
-from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int
+from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.data.gsm import final_answer
@@ -52,7 +52,7 @@ def add_arguments(p):
         help=f"most new tokens per prompt (default {MATH_LENGTH} on a math target, whose "
         f"solutions stop at end-of-text, {CANVAS_SOLUTION_ROOM} on a whole-canvas one, else {TEXT_LENGTH})",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
+    p.add_argument("--temperature", type=temperature_arg, default=0.0, help="sampling temperature T (0: argmax)")
     p.add_argument("--budgets", type=int_list(1), default=[16], help="comma list of node budgets N (default 16)")
     p.add_argument(
         "--no-auto",

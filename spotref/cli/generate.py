@@ -23,7 +23,17 @@ import spotref
 from spotref.api import check_budget, check_width
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
 from spotref.checkpoint import resolve_device, resolve_dtype
-from spotref.cli.argtypes import add_threads, int_range, nonneg_int, positive_int, seed_int
+from spotref.cli.argtypes import (
+    add_threads,
+    checked_by,
+    int_range,
+    nonneg_int,
+    positive_int,
+    real_range,
+    seed_int,
+    temperature_arg,
+    token_ids,
+)
 from spotref.cli.options import Options
 from spotref.decode import CANVAS_FAMILIES, family
 from spotref.load.targets import load_target
@@ -40,6 +50,21 @@ def budget_arg(text: str) -> int | str:
         return "auto" if text == "auto" else positive_int(text)
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"must be auto or {str(e).removeprefix('must be ')}") from None
+
+
+def _device(text: str) -> str:
+    """``--device``: a torch device this machine has (``resolve_device``), checked as parsed."""
+    resolve_device(text)
+    return text
+
+
+def _dtype(text: str) -> str:
+    """``--dtype``: bfloat16, float16 or float32 (``resolve_dtype``), checked as parsed."""
+    resolve_dtype(text)
+    return text
+
+
+device_arg, dtype_arg = checked_by(_device, "device"), checked_by(_dtype, "dtype")
 
 
 def add_generate(p) -> None:
@@ -78,19 +103,7 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
         help="block size B (default: the config's; LLaDA and Dream: 32)",
     )
     p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T (0: argmax)")
-    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus filter p in (0, 1]")
-    p.add_argument(
-        "--confidence",
-        choices=CONFIDENCES,
-        default=None,
-        help="the family's confidence (default: its own): SDAR: filtered (the sampled token's probability "
-        "under the top-k/top-p filtered distribution, SDAR's generate.py) or unfiltered (under softmax(L / T), "
-        "lmdeploy, SGLang); LLaDA: low_confidence; Dream: maskgit_plus, topk_margin or entropy",
-    )
-    p.add_argument("--threshold", type=float, default=None, help="threshold rule tau (default: one position)")
-    p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
+    add_rule_args(p)
     p.add_argument("--drafter", default="confidence", help=f"{drafters} (default confidence)")
     p.add_argument(
         "--budget",
@@ -114,16 +127,45 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     )
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D (default 8)")
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
+    p.add_argument("--device", type=device_arg, default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     add_threads(p)
-    p.add_argument("--dtype", default=None, help="bfloat16, float16, float32 (default: the checkpoint's)")
+    p.add_argument(
+        "--dtype", type=dtype_arg, default=None, help="bfloat16, float16, float32 (default: the checkpoint's)"
+    )
+
+
+def add_rule_args(p) -> None:
+    """The decision rule's parameters, each checked as parsed (the API's ranges)."""
+    p.add_argument(
+        "--temperature",
+        type=temperature_arg,
+        default=0.0,
+        help="sampling temperature T (0: argmax, else 1e-6 .. 3.4e38)",
+    )
+    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
+    p.add_argument("--top-p", type=real_range(0.0, 1.0, open_lo=True), default=None, help="nucleus filter p in (0, 1]")
+    p.add_argument(
+        "--confidence",
+        choices=CONFIDENCES,
+        default=None,
+        help="the family's confidence (default: its own): SDAR: filtered (the sampled token's probability "
+        "under the top-k/top-p filtered distribution, SDAR's generate.py) or unfiltered (under softmax(L / T), "
+        "lmdeploy, SGLang); LLaDA: low_confidence; Dream: maskgit_plus, topk_margin or entropy",
+    )
+    p.add_argument(
+        "--threshold",
+        type=real_range(0.0, 1.0, open_lo=True, open_hi=True),
+        default=None,
+        help="threshold rule tau in (0, 1) (default: one position)",
+    )
+    p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")
 
 
 def add_prompt_args(p) -> None:
     """The prompt (text or token ids) and its chat format."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
-    src.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
+    src.add_argument("--prompt-ids", type=token_ids, help="prompt as comma-separated token ids")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument(
         "--chat",
@@ -147,7 +189,7 @@ class GenerateOptions(Options):
 
     model: str  # --model, a checkpoint directory or a bundled target's name
     prompt: str | None  # --prompt text; None: --prompt-ids
-    prompt_ids: str | None  # --prompt-ids as given, comma-separated (``prompt_ids`` parses it)
+    prompt_ids: list[int] | None  # --prompt-ids, parsed (``argtypes.token_ids``); None: --prompt
     chat: bool  # wrap --prompt in the chat format (``chat_prompt``)
     raw: bool  # --prompt as it is, also for a chat-trained target
     system: str | None  # --system message (in the chat format)
@@ -268,10 +310,7 @@ def prompt_ids(options: GenerateOptions, tok) -> list:
     where ``chat_prompt`` says so."""
     o = options
     if o.prompt_ids is not None:
-        try:
-            return [int(t) for t in o.prompt_ids.replace(",", " ").split()]
-        except ValueError:
-            raise ValueError(f"--prompt-ids must be comma-separated integers, got {o.prompt_ids!r}") from None
+        return list(o.prompt_ids)
     if tok is None:
         raise ValueError(f"--model {o.model!r} has no tokenizer files: use --prompt-ids")
     if not chat_prompt(o, tok):

@@ -33,9 +33,11 @@ def test_demo_prints_exact_and_spot_side_by_side(capsys):
 
 @pytest.mark.parametrize("model", ["random", "gsm-b32"])  # gsm-b32: its SPOT drafter runs for budget="auto"
 def test_demo_bad_argument_is_one_clear_line(capsys, model):
-    assert main(["demo", "--model", model, "--prompts", "1", "--temperature", "-1"]) == 2
+    with pytest.raises(SystemExit) as e:  # refused as parsed, before the model is set up
+        main(["demo", "--model", model, "--prompts", "1", "--temperature", "-1"])
     err = capsys.readouterr().err
-    assert "spotref demo: error: temperature must be" in err and "Traceback" not in err
+    assert e.value.code == 2 and "spotref demo: error: argument --temperature: must be in" in err
+    assert "Traceback" not in err
 
 
 def test_demo_table_counts_answer_blocks_apart():

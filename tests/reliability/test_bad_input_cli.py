@@ -134,7 +134,6 @@ def test_bad_command_lines(capsys, argv):
         (["generate", "--model", DEFAULT_TARGET, "--prompt", "x", "--raw", "--no-think"], "which --raw leaves out"),
         (["generate", *MODEL, "--drafter", "bogus"], "--drafter 'bogus' is unknown"),
         (["generate", *MODEL, "--drafter", "nope.pt"], "--drafter 'nope.pt': no drafter checkpoint"),
-        (["generate", *MODEL, "--temperature", "1e-320"], "temperature 1e-320 is below"),
         (["generate", "--model", "no-such-target", "--prompt", "x"], "--model 'no-such-target'"),
         (["demo", "--model", "no-such-target"], "unknown target 'no-such-target'"),
         (["bench", "--update-shipped", "--out", "x.md"], "--update-shipped writes the shipped report"),
@@ -144,6 +143,10 @@ def test_bad_command_lines(capsys, argv):
         (["train-target", "--name", "t", "--export", str(TARGETS_DIR)], "t.safetensors is a shipped file"),
         (["train-drafter", DEFAULT_TARGET, "--update-shipped", "--out", "x.pt"], "--update-shipped writes the shipped"),
         (["train-drafter", "no-such-target"], "unknown target 'no-such-target'"),
+        (
+            ["quality", "stdlib-b32", "--prompt-tokens", 7],
+            "--prompt-tokens 7 is not a multiple of stdlib-b32's block size 32",
+        ),
     ],
 )
 def test_bad_input_found_later_is_one_line(capsys, argv, message):
@@ -171,6 +174,32 @@ def test_drafter_option_takes_what_load_drafter_takes(capsys):
         ]
     )
     assert rc == 0 and "(drafter stdlib-b16)" in capsys.readouterr().err
+
+
+def test_costmodel_temperature_is_an_argparse_error_naming_it(capsys):
+    """``--temperature nan`` ran the cost model on NaN; now refused as parsed."""
+    from spotref.bench import costmodel
+
+    with pytest.raises(SystemExit) as e:
+        costmodel.main(["--temperature", "nan"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument --temperature: must be a finite number, got nan" in err
+
+
+def test_architecture_png_without_matplotlib_is_one_line(capsys, monkeypatch, tmp_path):
+    """``--png`` without matplotlib: one line saying what to install (status 1), before any
+    output or run directory (it was a traceback from inside the drawing, and an empty runs/ dir)."""
+    from spotref.cli import architecture
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    assert architecture.main(["--png"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "python -m spotref.cli.architecture: error: --png needs matplotlib: "
+        "pip install 'spotref[bench]' (or pip install matplotlib)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------------
@@ -295,6 +324,38 @@ def test_train_drafter_defaults_to_a_run_directory(tmp_path, monkeypatch):
         out_path("--out", "x.pt", "--update-shipped")
 
 
+SHIPPED_PLOT = Path(bench.__file__).resolve().parents[2] / "docs" / "results.png"
+
+
+def test_a_refused_bench_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    """``--plot`` onto a shipped file is refused after the run directory was named: the
+    directory, still empty, is removed (it was left behind)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--quick", "--targets", "random", "--plot", str(SHIPPED_PLOT)]) == 2
+    assert "is a shipped file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "module, argv",
+    [
+        ("spotref.train.train_drafter", ["train-drafter", DEFAULT_TARGET]),
+        ("spotref.bench.stability", None),
+    ],
+)
+def test_an_interrupted_run_leaves_no_empty_run_directory(tmp_path, monkeypatch, capsys, module, argv):
+    """Ctrl-C while the trajectories are recorded, before anything is written: no empty
+    ``runs/drafter-TIME/`` or ``runs/stability-TIME/`` is left."""
+    import importlib
+
+    tool = importlib.import_module(module)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tool, "recorded", interrupt)
+    assert (main(argv) if argv else tool.main([DEFAULT_TARGET])) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     paths = bench.outputs(bench.BenchOptions.parse(bench.add_arguments, []))
@@ -304,15 +365,71 @@ def test_bench_outputs(tmp_path, monkeypatch):
     assert shipped == ("docs/results.md", "docs/results.png")
 
 
+def refusal(capsys, argv) -> str:
+    """The one error line of ``argv``, an argparse error or one found after parsing (exit status 2
+    either way, no traceback)."""
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and "Traceback" not in err, err
+    return err.splitlines()[-1]
+
+
+NO_CHECKPOINT = ["--model", "./no-such-checkpoint"]  # a late refusal would name it instead
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--width", 4, "--budget", 16], "budget 16 exceeds the verify width 4"),
         (["--budget", 10**6], "budget must be an int in"),
         (["--width", 10**6], "width must be an int in"),
+        (["--temperature", "nan"], "argument --temperature: must be a finite number, got nan"),
+        (["--temperature", "-1"], "argument --temperature: must be in [0.0, inf], got -1.0"),
+        (["--temperature", "1e300"], "argument --temperature: 1e+300 is above 3.4e+38, float32's largest"),
+        (["--temperature", "1e-320"], "argument --temperature: 1e-320 is below 1e-06"),
+        (["--top-p", 2], "argument --top-p: must be in (0.0, 1.0], got 2.0"),
+        (["--top-p", "nan"], "argument --top-p: must be a finite number, got nan"),
+        (["--threshold", 1.5], "argument --threshold: must be in (0.0, 1.0), got 1.5"),
+        (["--threshold", 1], "argument --threshold: must be in (0.0, 1.0), got 1.0"),
+        (["--prompt-ids", "a,b"], "argument --prompt-ids: must be an integer, got 'a'"),
+        (["--prompt-ids", "1,-2"], "argument --prompt-ids: must be an int in [0, inf], got -2"),
+        (["--device", "bogus"], "argument --device: bad device 'bogus'"),
+        (["--dtype", "int8"], "argument --dtype: unsupported dtype 'int8': use one of bfloat16, float16, float32"),
+        (["--threads", 100000], "argument --threads: must be an int in [1, 1024], got 100000"),
+        (["--threads", 0], "argument --threads: must be an int in [1, 1024], got 0"),
     ],
 )
-def test_budget_and_width_are_refused_before_the_model_loads(capsys, argv, message):
-    """No checkpoint is read (the directory does not exist): the arguments alone are refused."""
-    err = input_error(capsys, ["generate", "--model", "./no-such-checkpoint", "--prompt-ids", "1,2", *argv])
+@pytest.mark.parametrize("command", ["generate", "audit"])
+def test_bad_arguments_are_refused_before_the_model_loads(capsys, command, argv, message):
+    """No checkpoint is read (the directory does not exist): the arguments alone are refused, each
+    by its own message (a refusal after loading would name the missing checkpoint)."""
+    prompt = [] if "--prompt-ids" in argv else ["--prompt-ids", "1,2"]
+    err = refusal(capsys, [command, *NO_CHECKPOINT, *prompt, *argv])
     assert message in err and "no-such-checkpoint" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--model", "random"],
+        ["quality", DEFAULT_TARGET],
+        ["train-target", "--name", "t"],
+        ["train-drafter", DEFAULT_TARGET],
+    ],
+)
+def test_threads_are_capped_by_name_before_any_work(capsys, argv):
+    """``--threads 100000`` crashed torch's thread pool (a segmentation fault); every tool that
+    takes ``--threads`` caps it at ``argtypes.MAX_THREADS``."""
+    err = option_error(capsys, [*argv, "--threads", 100000])
+    assert "argument --threads: must be an int in [1, 1024], got 100000" in err
+
+
+def test_threads_are_capped_in_the_module_entry_points(capsys):
+    from spotref.bench import stability
+
+    with pytest.raises(SystemExit) as e:
+        stability.main(["--threads", "100000"])
+    assert e.value.code == 2 and "argument --threads: must be an int in [1, 1024]" in capsys.readouterr().err
