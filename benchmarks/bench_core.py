@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
+from spotref.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
 from spotref.draft import DraftBuilder  # noqa: E402
 
 B, N, DEPTH, ACCEPT, STEP = 32, 64, 8, 6, 8
@@ -74,16 +75,30 @@ def build(core, draft):
     return core.build_tree(root, STEP, parents, commits, MASK, V, 1, N, DEPTH)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trees", type=int, default=16)
-    ap.add_argument("--samples", type=int, default=31)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+PROG = "python benchmarks/bench_core.py"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", type=positive_int, default=16, help="random draft trees (default 16)")
+    ap.add_argument("--samples", type=positive_int, default=31, help="timed samples, the median reported (default 31)")
+    ap.add_argument("--seed", type=nonneg_int, default=0, help="the trees' random seed (default 0)")
+    args = ap.parse_args(argv)
+    return guarded(PROG, lambda: bench(args))
+
+
+def compiled_core():
+    """The compiled core; ``ImportError`` saying how to build it."""
+    try:
+        return spotref.core_module("c")
+    except ImportError:
+        raise ImportError("the compiled core is not built: python setup.py build_ext --inplace") from None
+
+
+def bench(args) -> int:
+    cores = {"py": spotref.core_module("py"), "c": compiled_core()}
     rng = np.random.default_rng(args.seed)
     drafts = [random_draft(rng) for _ in range(args.trees)]
-    cores = {"py": spotref.core_module("py"), "c": spotref.core_module("c")}
-    assert cores["c"].__name__ == "spotref._core", "the compiled core is not built"
     trees = {name: [build(m, d) for d in drafts] for name, m in cores.items()}
     for k, d in enumerate(drafts):  # the cores agree; walks go deep
         walks = [m.walk(trees[name][k], d[3].__getitem__) for name, m in cores.items()]
@@ -127,7 +142,8 @@ def main():
     for name in cores:
         print(f"{name:6}" + "".join(f"{med[job, name]:14.2f}" for job in jobs))
     print(f"{'c/py':6}" + "".join(f"{med[job, 'py'] / med[job, 'c']:13.1f}x" for job in jobs) + "  (speed-up)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

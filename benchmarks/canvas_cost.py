@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
+from spotref.cli.argtypes import guarded, int_list, positive_int  # noqa: E402
 from spotref.dream import DreamConfig, DreamModel  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
 from spotref.llada import LLaDAConfig, LLaDAModel  # noqa: E402
@@ -67,17 +68,25 @@ def pass_fn(name: str, model, N: int, P: int, G: int, one_forward: bool):
     return lambda: [model(canvases[i : i + 1]) for i in range(N)]
 
 
+PROG = "python benchmarks/canvas_cost.py"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/canvas-cost.json", help="the JSON results file")
-    p.add_argument("--prompt", type=int, default=96, help="P: the context before the current block")
-    p.add_argument("--gen", type=int, default=256, help="G: the generated region of a canvas")
-    p.add_argument("--budgets", default="1,4,16,64", help="N: states per verify pass")
-    p.add_argument("--reps", type=int, default=5, help="timed passes per cell (the median)")
+    p.add_argument("--prompt", type=positive_int, default=96, help="P: the context before the current block")
+    p.add_argument("--gen", type=positive_int, default=256, help="G: the generated region of a canvas")
+    p.add_argument("--budgets", type=int_list(1), default=[1, 4, 16, 64], help="N: states per verify pass")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed passes per cell (the median)")
     a = p.parse_args(argv)
+    return guarded(PROG, lambda: measure(a))
+
+
+def measure(a) -> int:
+    """Every family's pass costs, printed as a table and written to ``--out`` (checked first)."""
     out = check_writable(a.out)
     torch.set_num_threads(1)
-    rows, budgets = [], [int(n) for n in a.budgets.split(",")]
+    rows, budgets = [], a.budgets
     with torch.no_grad():
         for name, model in models().items():
             for one_forward in (False, True):

@@ -16,14 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 import spotref  # noqa: E402
+from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
+
+PROG = "python benchmarks/cpu_width.py"
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/cpu/width.json", help="JSON results path")
-    p.add_argument("--problems", type=int, default=4, help="held-out problems (seed 0)")
-    p.add_argument("--tokens", type=int, default=256, help="new tokens per problem")
+    p.add_argument("--problems", type=positive_int, default=4, help="held-out problems (seed 0)")
+    p.add_argument("--tokens", type=positive_int, default=256, help="new tokens per problem")
     return p.parse_args(argv)
 
 
@@ -54,6 +57,11 @@ def curve(model) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    return guarded(PROG, lambda: measure(args))
+
+
+def measure(args) -> int:
+    """The curve and the decoders' runs, written to ``--out`` (checked first)."""
     out_path = check_writable(args.out)
     torch.set_num_threads(1)
     target = spotref.load_target("gsm-b32")

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
 from spotref.bench import quality_math  # noqa: E402
+from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
@@ -73,8 +74,14 @@ def rows(scored: dict) -> list[list]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/equation_drills.py", description=__doc__.splitlines()[0])
     p.add_argument("target", nargs="?", default="gsm-b32", help="a bundled math target or a NAME.json")
-    p.add_argument("--problems", type=int, default=100, help="held-out problems whose equations are asked")
+    p.add_argument("--problems", type=positive_int, default=100, help="held-out problems whose equations are asked")
     args = p.parse_args(argv)
+    return guarded("python benchmarks/equation_drills.py", lambda: report(args))
+
+
+def report(args) -> int:
+    """The table of ``args.target``'s first ``args.problems`` held-out problems (refused by name:
+    a target that is not bundled, or not a math target)."""
     torch.set_num_threads(1)
     target = load_target(args.target)
     print(

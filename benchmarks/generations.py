@@ -10,11 +10,16 @@ run and prints which differ (exit 1 if any differs).
 import argparse
 import itertools
 import json
-import os
 import sys
-import tempfile
+from pathlib import Path
 
-import spotref
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import spotref  # noqa: E402
+from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
+from spotref.files import atomic_write_text, check_writable  # noqa: E402
+
+PROG = "python benchmarks/generations.py"
 
 TARGETS = ("gsm-b32", "stdlib-b32")
 DECODERS = {  # name -> generate's keywords
@@ -39,21 +44,34 @@ def generations(max_new_tokens: int) -> dict:
     return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the JSON file to write")
     p.add_argument("--against", help="an earlier run's JSON file to compare with")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    args = p.parse_args()
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="new tokens per generation (default 64)")
+    args = p.parse_args(argv)
+    return guarded(PROG, lambda: run(args))
+
+
+def earlier(path: str) -> dict:
+    """``--against``'s generations; ``ValueError`` naming the file when it cannot be read."""
+    try:
+        before = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--against {path!r}: cannot read an earlier run's JSON ({e})") from None
+    if not isinstance(before, dict):
+        raise ValueError(f"--against {path!r}: not a run's JSON object (got {type(before).__name__})")
+    return before
+
+
+def run(args) -> int:
+    """The generations, written to ``--out``; with ``--against``, compared (both files checked first)."""
+    check_writable(args.out)
+    before = None if args.against is None else earlier(args.against)
     out = generations(args.max_new_tokens)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(os.path.abspath(args.out)), delete=False) as f:
-        json.dump(out, f, indent=1)
-    os.replace(f.name, args.out)
-    if args.against is None:
+    atomic_write_text(args.out, json.dumps(out, indent=1))
+    if before is None:
         return 0
-    with open(args.against) as f:
-        before = json.load(f)
     differ = [k for k in out if before.get(k, {}).get("tokens") != out[k]["tokens"]]
     print(f"{len(out) - len(differ)} of {len(out)} generations identical to {args.against}")
     for k in differ:

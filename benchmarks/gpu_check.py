@@ -48,9 +48,10 @@ import torch  # noqa: E402
 
 import spotref  # noqa: E402
 from spotref.audit import audit, batch_invariance  # noqa: E402
-from spotref.checkpoint import build_on_meta  # noqa: E402
+from spotref.checkpoint import build_on_meta, resolve_device  # noqa: E402
+from spotref.cli.argtypes import checked_by, guarded, positive_int, seed_int  # noqa: E402
 from spotref.dream import DreamConfig, DreamModel  # noqa: E402
-from spotref.files import atomic_write_text  # noqa: E402
+from spotref.files import atomic_write_text, check_writable  # noqa: E402
 from spotref.llada import LLaDAConfig, LLaDAModel  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.models import SDARConfig, SDARModel  # noqa: E402
@@ -125,13 +126,27 @@ SMOKE = dict(
 DRAFTERS = ("confidence", "calibrated", "spot")
 
 
+PROG = "python benchmarks/gpu_check.py"
+
+
+def device(text: str) -> str:
+    """``--device``: a device this machine has (``resolve_device``: cpu or cuda[:k])."""
+    resolve_device(text)
+    return text
+
+
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny config, CPU, seconds (the test suite)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--device",
+        type=checked_by(device, "device"),
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="torch device (default: cuda when there is one, else cpu)",
+    )
     p.add_argument("--out", default=None, help="JSON results path")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions per point (median)")
+    p.add_argument("--seed", type=seed_int, default=0, help="the weights' and inputs' seed (default 0)")
     return p.parse_args(argv)
 
 
@@ -375,10 +390,15 @@ def projection(curve: list, gsm: dict, widths) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    return guarded(PROG, lambda: check(args))
+
+
+def check(args) -> int:
+    """The phases in order, each saved to the JSON as it ends (``--out``, checked first)."""
     t0 = time.perf_counter()
     grid, cfg = (SMOKE, SMOKE_CONFIG) if args.smoke else (FULL, SDAR_8B)
     dtype = torch.float32 if args.smoke else torch.bfloat16
-    out = Path(args.out) if args.out else default_out()
+    out = check_writable(Path(args.out) if args.out else default_out())
     res = {}
 
     def save(phase, value):

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from spotref.bench import quality_math  # noqa: E402
+from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
 from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
@@ -97,10 +98,15 @@ def summary(records: list[dict]) -> list[list]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/length_commits.py", description=__doc__.splitlines()[0])
-    p.add_argument("target", nargs="?", default="gsm-b32")
-    p.add_argument("--problems", type=int, default=150)
-    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("target", nargs="?", default="gsm-b32", help="a bundled math target or a NAME.json")
+    p.add_argument("--problems", type=positive_int, default=150, help="held-out problems (default 150)")
+    p.add_argument("--new-tokens", type=positive_int, default=256, help="new tokens per problem (default 256)")
     args = p.parse_args(argv)
+    return guarded("python benchmarks/length_commits.py", lambda: measure(args))
+
+
+def measure(args) -> int:
+    """The table of ``args.target``'s first ``args.problems`` held-out problems."""
     torch.set_num_threads(1)
     target = load_target(args.target)
     records = []

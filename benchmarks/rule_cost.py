@@ -5,11 +5,16 @@ and confidences from one filter and one softmax, what ``decide`` runs) against `
     python benchmarks/rule_cost.py
 """
 
+import argparse
+import sys
 import time
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from spotref.rules import DecisionRule
+import torch  # noqa: E402
+
+from spotref.rules import DecisionRule  # noqa: E402
 
 V, B = 151936, 32
 CASES = [("bfloat16", 0.0, None), ("bfloat16", 1.0, None), ("bfloat16", 1.0, 50), ("float64", 1.0, None),
@@ -25,7 +30,8 @@ def best_ms(f, n: int = 7) -> float:
     return 1e3 * min(times)
 
 
-def main() -> None:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(prog="python benchmarks/rule_cost.py", description=__doc__.splitlines()[0]).parse_args(argv)
     torch.set_num_threads(1)
     logits = torch.randn(B, V, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)  # (B, V)
     print("| precision | T | top-k | two passes (ms) | one pass (ms) |\n|---|---|---|---|---|")
@@ -36,7 +42,8 @@ def main() -> None:
         one = lambda: rule.drawn(logits, range(B), noise, 0)
         assert all(torch.equal(a, b) for a, b in zip(two(), one()))
         print(f"| {precision} | {T:g} | {top_k or '-'} | {best_ms(two):.0f} | {best_ms(one):.0f} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
