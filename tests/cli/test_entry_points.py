@@ -1,0 +1,58 @@
+"""Every ``python -m spotref.X`` that README.md, docs/ or spotref's own help texts mention is a
+module with a ``__main__`` entry, whose ``--help`` exits 0 (``python -m spotref.tools.demo`` once
+exited 0 doing nothing: a module without the entry runs its imports and stops)."""
+
+import re
+import runpy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MENTION = re.compile(r"python -m (spotref(?:\.\w+)+)")
+SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "spotref").rglob("*.py"))]
+
+
+def documented() -> list[str]:
+    """The modules a ``python -m spotref.X`` mention names, each once."""
+    return sorted({m for path in SOURCES for m in MENTION.findall(path.read_text(encoding="utf-8"))})
+
+
+MODULES = documented()
+
+
+def test_the_mentions_are_found():
+    assert {"spotref.bench.bench", "spotref.train.train_drafter", "spotref.cli.architecture"} <= set(MODULES)
+
+
+def entry_problem(name: str) -> str | None:
+    """Why ``python -m name`` would not run as documented (no such module, or no ``__main__``
+    entry), or None."""
+    path = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    if not path.is_file():
+        return f"python -m {name} is documented, but there is no {path.relative_to(ROOT)}"
+    if not re.search(r'^if __name__ == "__main__":', path.read_text(encoding="utf-8"), re.M):
+        return f"python -m {name} is documented, but the module has no __main__ entry: it would exit 0 doing nothing"
+    return None
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_documented_module_has_a_main_entry(name):
+    assert entry_problem(name) is None
+
+
+def test_the_check_can_fail():
+    assert "there is no spotref/tools/demo.py" in entry_problem("spotref.tools.demo")  # the old mention
+    assert "no __main__ entry" in entry_problem("spotref.cli.demo")  # `spotref demo` is its entry point
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_documented_module_parses_help_with_exit_status_0(name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as e:
+        # re-running an imported module as __main__ warns (RuntimeWarning): harmless here
+        warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    assert e.value.code in (0, None) and "usage:" in capsys.readouterr().out
