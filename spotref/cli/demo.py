@@ -266,8 +266,9 @@ def why(model, options: DemoOptions) -> str:
 
 
 LEGEND = textwrap.fill(
-    "passes: every forward of the model (the prompt's prefill, the denoise / verify passes, one store per "
-    "block), so exact decoding takes more than one per token; commits/pass: positions decided per "
+    "passes: every forward of the model (SDAR: the prompt's prefill, the denoise / verify passes, one store "
+    "per block, so exact decoding takes more than one per token; a whole-canvas model: the verify passes "
+    "alone, one canvas per row); commits/pass: positions decided per "
     "denoise / verify pass; fewer passes: exact decoding's passes over this row's; speed-up: this row's "
     "tokens/s over exact decoding's (wall time in this process: a few prompts make it noisy); answer "
     "columns: the blocks before the one holding end-of-text, whose fill after the answer is left out.",
