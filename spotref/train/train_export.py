@@ -307,7 +307,8 @@ def export_run(
     exported block size, on the run's own corpus. ``served_dtype`` (default: the run's
     ``--served-dtype``) is the exported config's torch_dtype. A bundled target is replaced only with
     ``update_shipped=True``; the outputs are checked before the work."""
-    check_export(name, str(out_dir))
+    with shipped_writes(update_shipped):
+        check_export(name, str(out_dir))
     ck = read_checkpoint(checkpoint or Path(run_dir) / "ckpt.pt")
     state, options = ck["state"], TrainOptions.from_record(ck["state"]["args"])
     init = options.init

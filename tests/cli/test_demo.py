@@ -137,6 +137,20 @@ def test_demo_on_a_math_target_finishes_its_answer(capsys):
     assert "--- spot N=8: identical, " in out
 
 
+@pytest.mark.parametrize(
+    "name, extra",
+    [("gsm-llada", []), ("gsm-dream", ["--gen-length", "32", "--no-auto"])],
+)
+def test_demo_runs_on_a_bundled_whole_canvas_target_with_its_own_drafter(capsys, name, extra):
+    """``spotref demo --model gsm-llada``: its default length fits its trained canvas (160), its
+    shipped SPOT drafter is found, and SPOT's output is exact decoding's."""
+    assert main(["demo", "--model", name, "--prompts", "1", "--budgets", "8", "--width", "8", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "--- spot N=8: identical, " in out and "every output identical to exact decoding: yes" in out
+    assert not extra or "at most 32 new tokens" in out
+    assert extra or ("at most 160 new tokens" in out and "--- spot auto (N=" in out)
+
+
 def test_demo_runs_every_pass_at_a_fixed_width_and_says_what_a_pass_costs(capsys):
     assert (
         main(["demo", "--model", "random", "--prompts", "1", "--gen-length", "24", "--width", "8", "--budgets", "4,8"])

@@ -8,8 +8,7 @@ import torch
 
 import spotref
 from spotref.load.bpe import ByteTokenizer
-from spotref.load.targets import DEFAULT_TARGET, list_targets, load_target
-from spotref.models import SDARModel
+from spotref.load.targets import DEFAULT_TARGET, FAMILIES, family_of, list_targets, load_target
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -38,9 +37,9 @@ def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
 def test_load_target_contract(name):
     target = load_target(name)
     m = target.model
-    assert isinstance(m, SDARModel) and not m.training
+    assert isinstance(m, FAMILIES[family_of(target.meta)]) and not m.training  # SDARModel, or a canvas family's
     assert all(p.dtype == torch.float32 for p in m.parameters())
-    assert m.config.block_size and m.config.mask_token_id == target.tokenizer.mask_id
+    assert m.block_size and m.mask_id == target.tokenizer.mask_id
     assert target.name == name and target.meta["heldout_loss"] > 0
     assert target.eos_id == target.tokenizer.eos_id and target.stop_ids == [target.eos_id]
     assert target.meta["weights"]["bytes"] <= 8 * 2**20

@@ -121,3 +121,19 @@ def test_a_canvas_run_exports_from_its_checkpoint_with_its_serving_precision(tmp
     assert x.meta["config"]["torch_dtype"] == "bfloat16" and y.meta["config"]["torch_dtype"] == "float16"
     ck = read_checkpoint(run / "ckpt.pt")
     assert x.meta["heldout_loss"] == pytest.approx(ck["state"]["history"][-1]["heldout_loss"], abs=1e-3)
+
+
+def test_export_run_writes_a_shipped_directory_only_when_allowed(tmp_path, monkeypatch):
+    """``export_run(update_shipped=True)`` may write into the package (its up-front check too);
+    without it the check refuses before any work."""
+    from spotref import files
+    from spotref.train.train_export import export_run
+
+    canvas_run(tmp_path, "llada", "--steps", "1", "--ckpt-every", "1")
+    package = tmp_path / "package"
+    monkeypatch.setattr(files, "PACKAGE", package)  # a stand-in package: nothing real changes
+    with pytest.raises(ValueError, match="shipped file"):
+        export_run(tmp_path / "runs" / "canvas", package / "targets", "c")
+    assert not (package / "targets").exists()
+    export_run(tmp_path / "runs" / "canvas", package / "targets", "c", update_shipped=True)
+    assert (package / "targets" / "c.json").is_file()
