@@ -834,7 +834,7 @@ def test_the_default_recipe_is_empty(tiny_run):
     target = load_target("tiny", directory=tiny_run[0] / "targets")
     recipe = target.meta["training"]["recipe"]
     assert not recipe["rows_per_doc"] and not recipe["fresh_problems"] and recipe["curriculum"] is None
-    assert target.model.config.rope_theta == 1_000_000.0
+    assert target.model.config.rope_theta == 10_000.0  # SDARConfig's default, transformers' Qwen3Config's
 
 
 @pytest.mark.parametrize(
