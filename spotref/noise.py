@@ -61,10 +61,21 @@ def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
 
 
 def uniform(seed: int, block: int, step: int, B: int, V: int, device=None) -> torch.Tensor:
-    """u: (B, V) float64 in the open interval (0, 1)."""
+    """u: (B, V) float64 in the open interval (0, 1). The top 53 bits k of each mixed word give
+    (k + 0.5) / 2**53 in float64; for k = 2**53 - 1 that rounds to 1.0 (1 - 2**-54 lies halfway
+    to 1, ties to even), so it is held at U_MAX, the largest float64 below 1: the one value that
+    changes, and -log u stays finite."""
     counter = torch.arange(1, B * V + 1, dtype=torch.int64, device=device)
     z = _mix_tensor(counter * _signed(GOLDEN) + _signed(noise_key(seed, block, step)))
-    return ((_shr(z, 11).double() + 0.5) * 2.0**-53).view(B, V)
+    return uniform_of_bits(_shr(z, 11)).view(B, V)
+
+
+U_MAX = 1.0 - 2.0**-53  # the largest float64 below 1
+
+
+def uniform_of_bits(k: torch.Tensor) -> torch.Tensor:
+    """k: int64 in [0, 2**53) -> u = min((k + 0.5) / 2**53, U_MAX), float64 in (0, 1)."""
+    return ((k.double() + 0.5) * 2.0**-53).clamp(max=U_MAX)
 
 
 def gumbel_of(u: torch.Tensor) -> torch.Tensor:

@@ -47,3 +47,16 @@ def test_uniform_is_open_and_gumbel_has_the_right_moments():
     assert torch.isfinite(g).all()
     assert abs(g.mean().item() - 0.5772156649) < 0.01  # Euler-Mascheroni
     assert abs(g.var().item() - math.pi**2 / 6) < 0.03
+
+
+def test_u_stays_below_one_at_the_top_53_bit_value():
+    """(2**53 - 1 + 0.5) / 2**53 rounds to 1.0 in float64 (ties to even), where -log u is 0 and
+    the Gumbel noise infinite: it is held at the largest float64 below 1; no other value moves."""
+    from spotref.noise import U_MAX, uniform_of_bits
+
+    k = torch.tensor([0, 1, 2**52 - 1, 2**52, 2**53 - 2, 2**53 - 1], dtype=torch.int64)
+    raw = (k.double() + 0.5) * 2.0**-53  # the formula without the hold
+    assert raw[-1].item() == 1.0  # what the hold is for
+    u = uniform_of_bits(k)
+    assert torch.equal(u[:-1], raw[:-1]) and u[-1].item() == U_MAX < 1.0
+    assert bool((u > 0).all()) and bool(torch.isfinite(-torch.log(-torch.log(u))).all())
