@@ -22,7 +22,7 @@ import torch
 import spotref
 from spotref import names
 from spotref.api import check_width
-from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg
+from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg, tool_main
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.data.gsm import final_answer
@@ -317,3 +317,12 @@ def summary_rows(runs: dict) -> list[list]:
         r[:6] + [base[2] / max(r[2], 1), r[5] / max(base[5], 1e-9), r[6], r[7] / max(r[6], 1), base[7] / max(r[7], 1)]
         for r in rows
     ]
+
+
+def main(argv=None) -> int:
+    """``python -m spotref.cli.demo``: the same as ``spotref demo``."""
+    return tool_main("python -m spotref.cli.demo", __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

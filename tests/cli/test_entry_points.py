@@ -45,7 +45,15 @@ def test_a_documented_module_has_a_main_entry(name):
 
 def test_the_check_can_fail():
     assert "there is no spotref/tools/demo.py" in entry_problem("spotref.tools.demo")  # the old mention
-    assert "no __main__ entry" in entry_problem("spotref.cli.demo")  # `spotref demo` is its entry point
+    assert "no __main__ entry" in entry_problem("spotref.cli.report")  # a helper module, not a tool
+
+
+def test_python_m_demo_runs_the_demo(capsys):
+    """``python -m spotref.cli.demo`` runs ``spotref demo`` (it exited 0 doing nothing)."""
+    from spotref.cli import demo
+
+    assert demo.main(["--model", "random", "--prompts", "1", "--gen-length", "8", "--no-auto", "--budgets", "2"]) == 0
+    assert "every output identical to exact decoding: yes" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", MODULES)
