@@ -2,8 +2,7 @@
 
 A round with budget N costs ``t(N) = verify(N) + draft(N)``: one target forward over N block
 states (measured here, on the running machine, after ``context`` tokens: SDAR's cache, or a whole
-canvas) plus the
-drafter's own time on N nodes (measured on a real view). It commits ``E(N)`` decisions on
+canvas) plus the drafter's own time on N nodes (measured on a real view). It commits ``E(N)`` decisions on
 average: the drafter's offline acceptance curve, measured on held-out trajectories when the
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
@@ -47,9 +46,9 @@ def verify_times(
     """{N: seconds} of one target pass over N states of a block after ``context`` tokens, through
     the model's target (``decode.bind``: SDAR's prefix cache of the context, or a whole canvas of
     the context and ``context`` more positions; ``context`` at most half the model's positions),
-    rows alone; ``width``: the pass at that fixed
-    width, W rows as one forward, measured once: the cost of every N <= width. Blocks of
-    ``block_length`` (None: ``model.block_size``; SDAR decodes in its own)."""
+    rows alone; ``width``: the pass at that fixed width, W rows as one forward, measured once: the
+    cost of every N <= width. Blocks of ``block_length`` (None: ``model.block_size``; SDAR decodes
+    in its own)."""
     B, V, mask_id = block_length or model.block_size, model.config.vocab_size, model.mask_id
     g = torch.Generator().manual_seed(0)
     context = min(context, model.config.max_position_embeddings // 2 // B * B)  # a canvas that fits
