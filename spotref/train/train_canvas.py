@@ -6,7 +6,10 @@ prompt and then masks to their end. The prompt is never masked; every other posi
 end-of-text padding included, as LLaDA's SFT pads its answers) is masked with the row's rate
 ``t ~ U(eps, 1)`` (``canvas_noise``), and the model (``model.logits``, bidirectional over the
 whole row) is trained with ``canvas_loss`` (1 / t weights; Dream's logits shifted by
-``model.logit_shift``). Every batch is a function of (``--seed``, step), so a resume is exact.
+``model.logit_shift``). With ``--decode-states`` a share of the rows is drawn instead as
+semi-autoregressive decoding sees the canvas (``decode_rows``, ``decode_noise``): a clean prefix,
+one block partly masked (from a written result on, ``--suffix-results`` of them) and masks after
+it, the loss on that block. Every batch is a function of (``--seed``, step), so a resume is exact.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import torch
 from spotref.dream import DreamConfig, DreamModel
 from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.train.train_curriculum import step_rows
-from spotref.train.train_objective import canvas_loss, canvas_noise
+from spotref.train.train_data import result_starts
+from spotref.train.train_objective import canvas_loss, canvas_noise, decode_noise
 from spotref.train.train_options import TrainOptions
 
 EPS = 1e-3  # the least mask rate t, LLaDA's
@@ -62,9 +66,11 @@ def canvas_model(options: TrainOptions, tok):
     return DreamModel(cfg)
 
 
-def canvas_batch(rows: list, L: int, mask_id: int, eos_id: int, rng: np.random.Generator):
+def canvas_batch(rows: list, L: int, mask_id: int, eos_id: int, rng: np.random.Generator, decode=None):
     """Rows ``(ids, start, end)`` -> ``x_t, x, masked, t, answer``: x_t, x, masked and answer
-    (N, L), t (N,). Each row end-of-text padded to L; its answer is from ``start`` on."""
+    (N, L), t (N,). Each row end-of-text padded to L; its answer is from ``start`` on.
+    ``decode``: ``(chosen, cuts, B, rng)`` (``decode_rows``), the rows drawn in a decoding state
+    instead (``decode_noise``); None: none (the draws of the other rows are the same either way)."""
     N = len(rows)
     x = np.full((N, L), eos_id, dtype=np.int64)  # (N, L)
     for i, (ids, _, _) in enumerate(rows):
@@ -72,7 +78,29 @@ def canvas_batch(rows: list, L: int, mask_id: int, eos_id: int, rng: np.random.G
     prompt = np.array([start for _, start, _ in rows])  # (N,)
     x_t, masked, t = canvas_noise(x, prompt, mask_id, rng, EPS)
     answer = np.arange(L)[None, :] >= prompt[:, None]  # (N, L)
+    if decode is not None and decode[0].any():
+        chosen, cuts, B, drng = decode
+        n_text = np.array([end - start for _, start, end in rows])  # (N,)
+        sub = decode_noise(
+            x[chosen], prompt[chosen], n_text[chosen], B, mask_id, drng, [cuts[i] for i in np.flatnonzero(chosen)]
+        )
+        x_t[chosen], masked[chosen], t[chosen], answer[chosen] = sub[0], sub[1], sub[2], sub[3]
     return tuple(torch.from_numpy(a) for a in (x_t, x, masked, t.astype(np.float32), answer))
+
+
+def decode_rows(rows: list, tok, options: TrainOptions, rng: np.random.Generator):
+    """``--decode-states``: which rows (N,) bool are drawn in a decoding state, and per row the answer
+    offset of a result's first digit to cut at (``--suffix-results`` of them, where the row writes
+    a result) or None."""
+    chosen = rng.random(len(rows)) < options.decode_states
+    cuts = [None] * len(rows)
+    for i in np.flatnonzero(chosen):
+        ids, start, _ = rows[i]
+        if rng.random() < options.suffix_results:
+            starts = result_starts(ids, tok)
+            starts = starts[(starts >= start) & (starts < options.seq_len)]
+            cuts[i] = int(rng.choice(starts)) - start if len(starts) else None
+    return chosen, cuts
 
 
 def batch_loss(model, batch, bf16: bool) -> torch.Tensor:
@@ -88,7 +116,11 @@ def canvas_step_loss(run, step: int) -> torch.Tensor:
     o, tok = run.options, run.tok
     rng = np.random.default_rng([o.seed, step, o.seq_len])
     rows = step_rows(run.data, tok, o, step, rng, run.state.get("level"))
-    return batch_loss(run.model, canvas_batch(rows, o.seq_len, tok.mask_id, tok.eos_id, rng), o.bf16)
+    decode = None
+    if o.decode_states:
+        drng = np.random.default_rng([o.seed, 29, step])
+        decode = (*decode_rows(rows, tok, o, drng), o.block_size, drng)
+    return batch_loss(run.model, canvas_batch(rows, o.seq_len, tok.mask_id, tok.eos_id, rng, decode), o.bf16)
 
 
 @torch.no_grad()

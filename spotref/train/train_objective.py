@@ -106,3 +106,44 @@ def canvas_loss(logits, x, masked, t, shift: int = 0, answer=None):
     per_row = (ce * masked).sum(-1) / t  # (N,)
     length = torch.full_like(per_row, x.shape[1]) if answer is None else answer.sum(-1).to(per_row.dtype)  # (N,)
     return (per_row / length).mean()
+
+
+def decode_state(n_answer: int, n_text: int, B: int, rng: np.random.Generator, cut=None):
+    """One row's decoding state over its ``n_answer`` answer positions (``n_text`` of them text and
+    its end-of-text) -> ``(block, first, k)``: the block decoding is in (blocks of ``B`` from the
+    answer's start, drawn among those that start within the text), the first of its positions
+    that may be masked, and how many are (k ~ U{1..n} of its n, or, with ``cut``, a result's
+    first digit as an answer offset: every one from there to the block's end)."""
+    if cut is not None:
+        block = cut // B
+        return block, cut, min(B * (block + 1), n_answer) - cut
+    block = int(rng.integers(0, -(-min(n_text, n_answer) // B)))
+    n = min(B, n_answer - B * block)
+    return block, B * block, int(rng.integers(1, n + 1))
+
+
+def decode_noise(x, prompt, n_text, B: int, mask_id: int, rng: np.random.Generator, cuts):
+    """x: (N, L) rows as decoding sees them (``--decode-states``); ``prompt`` (N,) lengths,
+    ``n_text`` (N,) answer text lengths with the end-of-text, ``cuts`` one answer offset of a
+    result's first digit per row or None -> ``(x_t, masked, t, answer)``, each (N, L) but t (N,).
+    Every position before the row's block is clean and every one after it masked (the blocks
+    decoding has not reached); inside it ``decode_state``'s k positions are masked (a random k,
+    or the cut's suffix); ``masked`` (the loss's) and ``answer`` (its length) are the block's,
+    t = k / n, so the row's loss is the mean cross-entropy of its masked block positions."""
+    N, L = x.shape
+    x_t, masked = x.copy(), np.zeros((N, L), dtype=bool)
+    answer, t = np.zeros((N, L), dtype=bool), np.ones(N)
+    for i in range(N):
+        P = int(prompt[i])
+        block, first, k = decode_state(L - P, int(n_text[i]), B, rng, cuts[i])
+        lo, hi = P + B * block, min(P + B * (block + 1), L)
+        if cuts[i] is None:
+            pick = P + first + rng.permutation(hi - lo)[:k]
+        else:
+            pick = np.arange(P + first, hi)
+        masked[i, pick] = True
+        answer[i, lo:hi] = True
+        x_t[i, pick] = mask_id
+        x_t[i, hi:] = mask_id
+        t[i] = k / (hi - lo)
+    return x_t, masked, t, answer

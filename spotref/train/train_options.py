@@ -41,7 +41,6 @@ CANVAS_REFUSES = {  # what a whole-canvas family refuses: options of BD3-LM's bl
     "--weighting": "weighting",
     "--eot-weight": "eot_weight",
     "--mask-results": "mask_results",
-    "--suffix-results": "suffix_results",
     "--result-weight": "result_weight",
     "--adaptive": "adaptive",
     "--init-deepen": "init_deepen",
@@ -176,7 +175,17 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="--rows-per-doc: share of rows in which each block holding a written result is masked "
         "from one of its results' first digit to the block end, and nothing before (the state "
-        "in which the decoder places a result's length), default 0",
+        "in which the decoder places a result's length); --family llada / dream: share of the "
+        "--decode-states rows masked from one result's first digit on, nothing before it. Default 0",
+    )
+    p.add_argument(
+        "--decode-states",
+        type=real_range(0.0, 1.0),
+        default=0.0,
+        help="--family llada / dream: share of rows drawn as semi-autoregressive decoding sees "
+        "them: one block of --block-size (from the prompt's end) partly masked, k ~ U{1..n}, "
+        "every position before it clean, every one after it masked, the loss on that block; "
+        "with --suffix-results, that share of them masked from a written result on. Default 0",
     )
     p.add_argument(
         "--result-weight",
@@ -414,6 +423,7 @@ class TrainOptions:
     drill_from: str | None  # a key of DRILLS; None: "range"
     mask_results: float
     suffix_results: float
+    decode_states: float
     result_weight: float
     curriculum: str | None  # LEVEL@STEP,... (parse_curriculum)
     adaptive: str | None  # LEVEL,... (adaptive_levels)
@@ -546,6 +556,8 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--curriculum-lower applies to --curriculum or --adaptive only")
     if o.family != "sdar":
         check_canvas(o, default)
+    elif o.decode_states:
+        raise ValueError("--decode-states applies to --family llada / dream only (SDAR's blocks are its recipe)")
 
 
 def check_canvas(options: TrainOptions, default: TrainOptions) -> None:
@@ -556,6 +568,10 @@ def check_canvas(options: TrainOptions, default: TrainOptions) -> None:
     for name, key in CANVAS_REFUSES.items():
         if getattr(o, key) != getattr(default, key):
             raise ValueError(f"{name} applies to --family sdar only (BD3-LM's blocks and its recipe)")
+    if o.suffix_results and not o.decode_states:
+        raise ValueError(
+            f"--family {o.family}: --suffix-results cuts the --decode-states rows: it needs --decode-states"
+        )
     if o.head_dim * o.heads != o.hidden:
         raise ValueError(
             f"--family {o.family}: the head size is --hidden / --heads, so --head-dim must be "

@@ -73,3 +73,30 @@ def test_the_shift_predicts_position_i_from_the_logits_at_i_minus_1():
     assert got.item() != pytest.approx(canvas_loss(logits, x, masked, t, 0, answer).item(), rel=1e-3)
     with pytest.raises(ValueError, match="shift must be 0 or 1"):
         canvas_loss(logits, x, masked, t, 2, answer)
+
+
+def test_a_decode_state_row_is_a_clean_prefix_one_partly_masked_block_and_masks_after_it():
+    from spotref.train.train_objective import decode_noise
+
+    rng, B, L = np.random.default_rng(2), 8, 64
+    for _ in range(300):
+        P, n_text = int(rng.integers(0, 20)), int(rng.integers(1, 30))
+        x = rng.integers(0, 50, (1, L))
+        x_t, masked, t, answer = decode_noise(x, np.array([P]), np.array([n_text]), B, 99, rng, [None])
+        lo = int(np.flatnonzero(answer[0])[0])
+        hi = lo + int(answer[0].sum())
+        assert (lo - P) % B == 0 and lo - P < n_text and hi == min(lo + B, L)  # a block within the text
+        assert (x_t[0, :lo] == x[0, :lo]).all() and (x_t[0, hi:] == 99).all()  # clean before, masked after
+        assert (masked[0] == answer[0] & (x_t[0] == 99)).all() and 1 <= masked.sum() <= hi - lo
+        assert t[0] == masked.sum() / (hi - lo)
+
+
+def test_a_decode_state_cut_at_a_result_masks_from_its_first_digit_on_and_nothing_before():
+    from spotref.train.train_objective import decode_noise
+
+    x = np.arange(40)[None] + 100
+    x_t, masked, t, answer = decode_noise(x, np.array([5]), np.array([30]), 8, 99, np.random.default_rng(0), [11])
+    # answer offset 11 is position 16, in the block [13, 21): clean to 15, masked from 16 on
+    assert (x_t[0, :16] == x[0, :16]).all() and (x_t[0, 16:] == 99).all()
+    assert np.flatnonzero(masked[0]).tolist() == list(range(16, 21)) and t[0] == 5 / 8
+    assert np.flatnonzero(answer[0]).tolist() == list(range(13, 21))

@@ -77,6 +77,7 @@ def test_a_canvas_batch_pads_rows_to_the_canvas_and_never_masks_a_prompt():
         (("--rows-per-doc", "--mix-blocks", "16,32"), "--mix-blocks applies to --family sdar only"),
         (("--rows-per-doc", "--mask-results", "0.5"), "--mask-results applies to --family sdar only"),
         (("--rows-per-doc", "--head-dim", "32"), "--head-dim must be 32 / 2"),
+        (("--rows-per-doc", "--suffix-results", "0.5"), "--suffix-results cuts the --decode-states rows"),
     ],
 )
 def test_options_a_canvas_family_cannot_train_with_are_named(tmp_path, extra, message):
@@ -86,6 +87,48 @@ def test_options_a_canvas_family_cannot_train_with_are_named(tmp_path, extra, me
     ]  # fmt: skip
     with pytest.raises(ValueError, match=message):
         train(TrainOptions.from_argv(argv))
+
+
+def test_decode_states_apply_to_canvas_families_only(tmp_path):
+    argv = ["--name", "c", "--runs", str(tmp_path), "--corpus", "gsm", "--corpus-size", "20", "--steps", "1"]
+    with pytest.raises(ValueError, match="--decode-states applies to --family llada / dream only"):
+        train(TrainOptions.from_argv([*argv, "--tokenizer", "bytes", "--decode-states", "0.5"]))
+
+
+def test_a_canvas_batch_with_decode_states_changes_only_the_chosen_rows():
+    rows = [(list(range(10, 50)), 4, 30), (list(range(60, 100)), 6, 36), (list(range(1, 41)), 2, 20)]
+    plain = canvas_batch(rows, 48, 99, 0, np.random.default_rng(3))
+    chosen = np.array([False, True, False])
+    drawn = canvas_batch(
+        rows, 48, 99, 0, np.random.default_rng(3), (chosen, [None, 3, None], 8, np.random.default_rng(4))
+    )
+    for a, b in zip(plain, drawn):
+        assert torch.equal(a[~torch.from_numpy(chosen)], b[~torch.from_numpy(chosen)])
+    x_t, _, masked, t, answer = (a[1] for a in drawn)
+    assert (x_t[:9] != 99).all() and (x_t[9:] == 99).all()  # cut at answer offset 3: position 9
+    assert masked.nonzero().flatten().tolist() == list(range(9, 14)) and t == 5 / 8
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_canvas_run_with_decode_states_trains_and_resumes_exactly(tmp_path, family):
+    argv = (
+        "--steps",
+        "4",
+        "--eval-every",
+        "2",
+        "--ckpt-every",
+        "2",
+        "--decode-states",
+        "0.7",
+        "--suffix-results",
+        "0.5",
+    )
+    straight = canvas_run(tmp_path / "a", family, *argv)
+    canvas_run(tmp_path / "b", family, *argv, "--until", "2")
+    resumed = canvas_run(tmp_path / "b", family, *argv)
+    a = read_checkpoint(tmp_path / "a" / "runs" / "canvas" / "ckpt.pt")["model"]
+    b = read_checkpoint(tmp_path / "b" / "runs" / "canvas" / "ckpt.pt")["model"]
+    assert straight["step"] == resumed["step"] == 4 and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
