@@ -35,6 +35,7 @@ import torch
 import transformers
 
 import spotref
+import spotref.checks
 
 
 def load(path, dtype=torch.float32):
@@ -115,23 +116,47 @@ def generate(
     return out[: next((i + 1 for i, t in enumerate(out) if t in stop_ids), len(out))]
 
 
-if __name__ == "__main__":
+def checked(parse, check):
+    """An argparse type: ``parse`` the text, then ``check`` it; a bad one is a usage error naming it."""
+
+    def arg(text):
+        try:
+            return check(parse(text))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return arg
+
+
+def positive(n: int) -> int:
+    if n < 1:
+        raise ValueError(f"must be at least 1, got {n}")
+    return n
+
+
+def arguments(argv=None) -> argparse.Namespace:
+    """The command line, every value checked before the checkpoint is read."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint", help="an SDAR checkpoint directory (config.json, safetensors)")
-    ap.add_argument("--prompt-ids", default="1,2,3", help="comma-separated token ids")
-    ap.add_argument("--new", type=int, default=32, help="tokens to generate")
-    ap.add_argument("--temperature", type=float, default=0.0)
+    ids = lambda text: [int(t) for t in text.split(",") if t]
+    ap.add_argument("--prompt-ids", type=checked(ids, list), default=[1, 2, 3], help="comma-separated token ids")
+    ap.add_argument("--new", type=checked(int, positive), default=32, help="tokens to generate")
+    temperature = checked(float, lambda T: spotref.checks.check_temperature(T, name="T"))
+    ap.add_argument("--temperature", type=temperature, default=0.0, help="0: argmax, else 1e-6 .. 3.4e38")
     ap.add_argument("--drafter", default="confidence", help='"confidence", "none", ...')
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = arguments()
     model, B, mask_id, precision = load(args.checkpoint)
     eos = json.loads((Path(args.checkpoint) / "config.json").read_text()).get("eos_token_id")
     stops = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    ids = [int(t) for t in args.prompt_ids.split(",") if t]
     drafter = None if args.drafter == "none" else args.drafter
     print(
         generate(
             model,
-            ids,
+            args.prompt_ids,
             args.new,
             B,
             mask_id,

@@ -21,7 +21,7 @@ from spotref.cli.argtypes import (
     list_of,
     nonneg_int,
     positive_int,
-    real_list,
+    real_range,
     seed_int,
     temperature_arg,
 )
@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--thresholds",
-        type=real_list(0.0),
+        type=list_of(real_range(0.0, 1.0, open_lo=True, open_hi=True), "thresholds"),
         default=None,
         help="comma list of thresholds tau for the SPOT-Sets rows (default 0.9,0.7,0.5; with --quick 0.9)",
     )

@@ -36,10 +36,11 @@ from spotref.cli.argtypes import (
 )
 from spotref.cli.options import Options
 from spotref.decode import CANVAS_FAMILIES, family
-from spotref.load.targets import load_target
+from spotref.load.targets import TARGETS_DIR, family_of, list_targets, load_target, read_meta
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
 from spotref.names import DRAFTERS, resolve_drafter
+from spotref.rules import LLaDARule
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
@@ -256,6 +257,30 @@ def directory_model(path: Path, block_size, mask_token_id, dtype, device):
     )
 
 
+def model_family(spec: str) -> str | None:
+    """``--model``'s family read from its metadata alone (config.json's ``model_type``, or a bundled
+    target's ``NAME.json``), before any weight is read; None where it cannot be told (the loader
+    then names why)."""
+    path = Path(spec)
+    if path.is_dir():
+        return {"llada": "llada", "Dream": "dream"}.get(read_config_type(path), "sdar")
+    meta = TARGETS_DIR / f"{spec}.json"
+    try:
+        return family_of(read_meta(meta)) if spec in list_targets() else None
+    except ValueError:
+        return None
+
+
+def check_family_temperature(spec: str, temperature: float) -> None:
+    """LLaDA's cap on T (``LLaDARule.MAX_TEMPERATURE``), checked before the model loads."""
+    cap = LLaDARule.MAX_TEMPERATURE
+    if temperature > cap and model_family(spec) == "llada":
+        raise ValueError(
+            f"--temperature {temperature:g} is above {cap:g}, the most LLaDA's draw takes "
+            f"(its divisor (-log u) ** T underflows float64 to 0 above it): --model {spec} is a LLaDA model"
+        )
+
+
 def read_config_type(path: Path):
     """config.json's ``model_type`` (None where it cannot be read: the reader then names why)."""
     try:
@@ -375,6 +400,7 @@ def setup(options: GenerateOptions):
     torch.set_num_threads(o.threads)
     drafter = drafter_arg(o.drafter)
     check_width(o.width, check_budget(o.budget) if drafter is not None else 1)  # before the model loads
+    check_family_temperature(o.model, o.temperature)
     model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
     ids = prompt_ids(o, tok)

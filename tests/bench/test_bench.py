@@ -60,8 +60,10 @@ def test_threshold_rows_alone(tmp_path, capsys):
     text = out.read_text()
     assert {r.tau for r in bench_sets.rows_from_report(text)} == {"0.5", "0.7"}
     assert bench_report.parse_table(text, bench_report.COLUMNS[:4]) == []  # no one-position rows asked for
-    assert bench.main(["--quick", "--targets", "random", "--thresholds", "1.5", "--out", str(tmp_path / "x.md")]) == 2
-    assert "--thresholds: each tau must lie in (0, 1), got 1.5" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # refused by its parser, before any target loads
+        bench.main(["--quick", "--targets", "random", "--thresholds", "1.5", "--out", str(tmp_path / "x.md")])
+    assert e.value.code == 2
+    assert "argument --thresholds: must be in (0.0, 1.0), got 1.5" in capsys.readouterr().err  # at parse time
 
 
 def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):

@@ -101,3 +101,20 @@ def test_the_example_runs_as_a_script(models, checkpoint):
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
     want = spotref.generate(ours, [5, 17, 200], 6, temperature=1.0).tokens
     assert out.strip().splitlines()[-1] == str(want)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--temperature", "nan"], "T must be a finite number"),
+        (["--temperature", "-1"], "T must be"),
+        (["--temperature", "1e300"], "above 3.4e+38"),
+        (["--new", "0"], "must be at least 1, got 0"),
+        (["--prompt-ids", "a,b"], "invalid literal"),
+    ],
+)
+def test_the_example_refuses_bad_arguments_before_reading_the_checkpoint(example, capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        example.arguments(["no-such-checkpoint", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert example.arguments(["x", "--temperature", "0.5", "--prompt-ids", "4,5"]).prompt_ids == [4, 5]

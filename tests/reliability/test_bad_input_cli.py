@@ -411,6 +411,21 @@ def test_bad_arguments_are_refused_before_the_model_loads(capsys, command, argv,
     assert message in err and "no-such-checkpoint" not in err
 
 
+@pytest.mark.parametrize("command", ["generate", "audit"])
+def test_llada_s_temperature_cap_is_refused_before_its_weights_load(capsys, monkeypatch, tmp_path, command):
+    """T > 20 on a LLaDA model (bundled, or a directory whose config.json says llada) is refused from
+    the metadata: no weight is read (the loader is made to fail if called)."""
+    import spotref.cli.generate as cli_generate
+
+    monkeypatch.setattr(cli_generate, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("loaded"))
+    (tmp_path / "config.json").write_text('{"model_type": "llada"}')
+    for model in ("gsm-llada", str(tmp_path)):
+        err = refusal(capsys, [command, "--model", model, "--prompt-ids", "1,2", "--temperature", "25"])
+        assert "--temperature 25 is above 20, the most LLaDA's draw takes" in err
+    monkeypatch.undo()  # a Dream model takes T = 25: the cap is LLaDA's alone
+    assert cli_generate.model_family("gsm-dream") == "dream" and cli_generate.model_family("gsm-b32") == "sdar"
+
+
 @pytest.mark.parametrize(
     "argv",
     [
