@@ -24,7 +24,7 @@ from spotref.checks import (  # noqa: F401
 )
 from spotref.core import LIMIT
 from spotref.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
-from spotref.names import MODEL_DRAFTERS, auto_budget, resolve_core, resolve_drafter, resolve_model
+from spotref.names import MODEL_DRAFTERS, auto_budget, recorder, resolve_core, resolve_drafter, resolve_model
 from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
 
 
@@ -47,27 +47,26 @@ def generate(
     precision: str | None = None,
     width: int | None = None,
     block_length: int | None = None,
+    trace: bool = False,
 ) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
-    model: an ``SDARModel`` or a whole-canvas model (LLaDA, Dream), or an object with either
-    contract (docs/spec.md section 1.1), a bundled ``Target`` or its name.
-    drafter: None (exact decoding), a name ("confidence", "confidence-chain", "calibrated",
-    "spot"), a trained order model (``spotref.load_drafter``) or any ``drafter(view) -> Draft``;
-    budget: the node budget N or "auto"; depth: the depth cap D. precision: the rule's dtype
-    (None: the model's serving precision); width: None (each row of a pass alone) or W >= budget
-    (every pass one forward of W rows: exact decoding at width W; ``check_width``); confidence:
-    None, the family's own; block_length: None, the model's own (``check_canvas``).
-    docs/spec.md section 7 gives every argument; each is checked before the first forward
-    (``ValueError`` naming it).
+    model: an ``SDARModel`` or a whole-canvas model (LLaDA, Dream), an object with either contract
+    (docs/spec.md 1.1), a bundled ``Target`` or its name. drafter: None (exact decoding), a name
+    ("confidence", "confidence-chain", "calibrated", "spot"), a trained order model
+    (``spotref.load_drafter``) or any ``drafter(view) -> Draft``; budget: the node budget N or
+    "auto"; depth: the depth cap D. precision: the rule's dtype (None: the model's serving
+    precision); width: None (each row of a pass alone) or W >= budget (every pass one forward of W
+    rows: exact decoding at width W); confidence: None, the family's own; block_length: None, the
+    model's own (``check_canvas``); trace: True records every round into ``Result.trace`` (docs/spec.md
+    8). Each argument (docs/spec.md 7) is checked before the first forward (``ValueError`` naming it).
     """
     model = resolve_model(model)
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
     block_length = check_canvas(model, len(prompt), max_new_tokens, block_length)
     stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
-    if not isinstance(fused_store, (bool, np.bool_)):
-        raise ValueError(f"fused_store must be True or False, got {fused_store!r}")
+    check_flags(fused_store=fused_store, trace=trace)
     spec = Speculator.for_model(
         model,
         temperature=temperature,
@@ -84,10 +83,26 @@ def generate(
         width=width,
         block_length=block_length,
     )
-    stats, t, fill = Stats(), time.perf_counter(), partial(fill_block, spec.block)
+    rec, stats, t = recorder() if trace else None, Stats(), time.perf_counter()
+    fill = partial(fill_block, partial(spec.block, recorder=rec))
     tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store), block_length)
-    wall = time.perf_counter() - t
-    return Result(tokens, stats.passes, {**vars(stats), "rounds": len(stats.accepted), "wall_s": wall})
+    stats = {**vars(stats), "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
+    return Result(tokens, stats["passes"], stats, traced(rec, spec, tokens, stats, len(prompt), max_new_tokens, stops))
+
+
+def check_flags(**flags) -> None:
+    """Each flag True or False (a numpy bool too), else ``ValueError`` naming it."""
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def traced(rec, spec, tokens, stats: dict, prompt_length: int, max_new_tokens: int, stops) -> object:
+    """The ``Trace`` of a decode ``rec`` recorded (None without a recorder)."""
+    if rec is None:
+        return None
+    meta = dict(prompt_length=prompt_length, max_new_tokens=int(max_new_tokens), stop_ids=sorted(stops))
+    return rec.trace(spec, tokens=tokens, passes=stats["passes"], **meta)
 
 
 class Speculator:
@@ -134,6 +149,7 @@ class Speculator:
         check_int("vocab_size", vocab_size, 2)  # 1 would hold only MASK: nothing to commit
         check_int("block_size", block_size, 1)
         check_int("mask_id", mask_id, 0, vocab_size - 1)
+        self.family = family
         self.rule = decision_rule(
             int(vocab_size),
             int(block_size),
@@ -174,13 +190,17 @@ class Speculator:
         B = check_block_length(model, block_length)
         return cls(model.config.vocab_size, B, model.mask_id, model=model, family=family(model), **kwargs)
 
-    def block(self, index: int, state, stats: Stats | None = None) -> Block:
+    def block(self, index: int, state, stats: Stats | None = None, recorder=None) -> Block:
         """A ``Block`` for block ``index`` starting at ``state``: the index the noise is keyed by
-        (SDAR: absolute, from position 0; LLaDA, Dream: k, the generated block, from 0)."""
+        (SDAR: absolute, from position 0; LLaDA, Dream: k, the generated block, from 0).
+        ``recorder``: None, or a ``spotref.trace.record.Recorder`` that records the block's
+        rounds (``recorder.trace(spec)`` gives the ``Trace``; docs/spec.md section 8)."""
         check_int("index", index, 0, LIMIT - 1)  # the noise key holds 64 bits; positions less
         rule = self.rule
         state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
-        return Block(
+        if recorder is not None and not all(callable(getattr(recorder, m, None)) for m in RECORDER):
+            raise TypeError(f"recorder must have the methods {', '.join(RECORDER)} (spotref.trace.record.Recorder)")
+        block = Block(
             rule,
             self.drafter,
             self.core,
@@ -190,7 +210,14 @@ class Speculator:
             np.asarray(state, np.int64),
             stats,
             self.width,
+            recorder,
         )
+        if recorder is not None:
+            recorder.opened(block)
+        return block
+
+
+RECORDER = ("opened", "proposed", "accepted")  # what a Block's recorder is told
 
 
 def speculator_drafter(drafter, model, block_size: int):

@@ -39,6 +39,7 @@ class Result:
     tokens: list  # generated tokens, prompt excluded
     passes: int  # every pass: each verify, and SDAR's prefill and stores
     stats: dict
+    trace: object = None  # generate(..., trace=True): the decode's ``spotref.trace.Trace``
 
 
 @dataclass
@@ -195,6 +196,10 @@ class Block:
     one shape (docs/spec.md sections 4 and 7).
     Out-of-turn calls (``propose`` twice, ``accept`` before ``propose``) raise ``RuntimeError``;
     bad logits raise ``ValueError``: neither can corrupt the block.
+    ``recorder``: None, or an observer told of each round after the block has taken it,
+    ``recorder.proposed(block, view, draft)`` at the end of ``propose`` and
+    ``recorder.accepted(block, tree, logits, taken)`` at the end of ``accept`` (``spotref.trace``);
+    it reads, and nothing it does reaches a decision.
     """
 
     def __init__(
@@ -208,8 +213,10 @@ class Block:
         state: np.ndarray,
         stats: Stats | None = None,
         width: int | None = None,
+        recorder=None,
     ):
         self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
+        self.recorder = recorder
         self.budget, self.depth, self.index = budget, depth, index
         self.state = np.array(state, dtype=np.int64)  # (B,) MASK where uncommitted
         self.step = 0  # decisions taken in this block
@@ -280,6 +287,8 @@ class Block:
                 self.budget,
                 self.depth,
             )
+        if self.recorder is not None:
+            self.recorder.proposed(self, view, draft)
         return padded(self._tree.states, self.width)
 
     def accept(self, logits) -> None:
@@ -296,6 +305,8 @@ class Block:
         self._tree = None  # only now: logits the rule refuses leave the rows pending
         self._decisions += taken
         self.passes += 1
+        if self.recorder is not None:
+            self.recorder.accepted(self, tree, logits, taken)
 
 
 def padded(states: np.ndarray, width: int | None) -> np.ndarray:

@@ -8,7 +8,8 @@ modification time (so the same name finds the same object and a rewritten file i
 value of everything the measurement depends on. The targets' loader is imported when a target is
 first named and a drafter's module when a drafter is first named: exact decoding with a model
 object loads neither, and the cost model behind ``budget="auto"`` loads when that budget is
-asked for (docs/architecture.md lists the few places that import on demand).
+asked for, and the trace recorder when a trace is asked for (docs/architecture.md lists the few
+places that import on demand).
 """
 
 from __future__ import annotations
@@ -222,3 +223,14 @@ def resolve_core(core):
     if not all(callable(getattr(core, f, None)) for f in ("build_tree", "walk")):
         raise ValueError(f"core must be None, 'py', 'c' or a core module (spotref.core_module()), got {core!r}")
     return core
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+
+def recorder():
+    """A fresh ``spotref.trace.record.Recorder``: the trace module is imported when a trace is
+    first asked for (``generate(..., trace=True)``), so decoding without one loads none of it."""
+    from spotref.trace.record import Recorder
+
+    return Recorder()

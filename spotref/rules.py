@@ -180,12 +180,16 @@ class DecisionRule:
             return ()
         rows = logits[torch.as_tensor(masked, device=logits.device)]  # (M, V)
         x, c = self.drawn(rows, masked, noise, step)  # (M,), (M,)
-        if self.threshold is not None and bool((c > self.threshold).any()):  # exact comparison
-            chosen = torch.nonzero(c > self.threshold)[:, 0]
-        else:
-            chosen = c.argmax()[None]  # first maximum: the lowest position
-        x, chosen = x.tolist(), chosen.tolist()
+        x, chosen = x.tolist(), self.chosen(c).tolist()
         return tuple((int(masked[i]), x[i]) for i in chosen)
+
+    def chosen(self, c: torch.Tensor) -> torch.Tensor:
+        """c (M,) float64, the confidences of the masked positions in ascending order -> the
+        indices into them committed (step 4 of docs/spec.md section 2): every ``c > tau`` under
+        the threshold rule, else the first maximum (the lowest position)."""
+        if self.threshold is not None and bool((c > self.threshold).any()):  # exact comparison
+            return torch.nonzero(c > self.threshold)[:, 0]
+        return c.argmax()[None]  # first maximum: the lowest position
 
 
 def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:

@@ -11,7 +11,7 @@ inside a function); ``--png`` draws the picture of docs/architecture.md. The lay
 3. ``data``: the training corpora and the held-out problem generators;
 4. ``load``: bundled targets and drafters beside their data, tokenizers, atomic files;
 5. ``spec entry``: api (``spotref.generate``), names (names into objects), reference,
-   conformance, audit, the package face;
+   conformance, audit, the package face, and the trace of a decode (``spotref.trace``);
 6. ``tools``: the command line, demo, training, benchmarks, reports.
 
 A module imports inside a function only where ``LAZY`` says why; even there, never upward.
@@ -33,7 +33,8 @@ ENTRY = {"spotref.api", "spotref.names", "spotref.reference", "spotref.conforman
 LAZY = {  # the modules that import on demand, and why
     "spotref.cli.main": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
     "spotref.names": "the targets' loader when a target is first named, a drafter's module when it is first "
-    "named, the cost model when budget='auto' (exact decoding with a model object loads none of them)",
+    "named, the cost model when budget='auto', the trace recorder when a trace is asked for (exact decoding "
+    "with a model object loads none of them)",
     "spotref.load.targets": "the corpus a target's metadata names, when held-out prompts are asked for",
 }
 
@@ -51,6 +52,7 @@ def layer(module: str) -> int:
         (1, "spotref.drafters"),
         (2, "spotref.data"),
         (3, "spotref.load"),
+        (4, "spotref.trace"),
         (5, "spotref.cli"),
         (5, "spotref.train"),
         (5, "spotref.record"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -91,6 +92,13 @@ def add_arguments(p):
         default=1,
         help="prompts shown in full with their outputs (a target's only; default 1)",
     )
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="DIR",
+        help="write each prompt's trace, exact decoding and every SPOT run side by side, to DIR/prompt-K.json "
+        "(docs/spec.md section 8; spotref show draws it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ class DemoOptions(Options):
     fused_store: bool
     model: str  # a bundled target, "default" or "random"
     show: int  # prompts shown in full
+    trace: str | None  # --trace DIR; None: no traces
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,7 @@ def demo(o: DemoOptions) -> int:
         )
         budgets[f"{name_of} auto (N={auto.budget})"] = (auto.drafter, auto.budget)
     runs = {"exact": [], **{key: [] for key in budgets}}
+    kw["trace"] = o.trace is not None
     for prompt in progress(prompts, "prompts"):
         exact = spotref.generate(model, prompt, length, **kw)
         runs["exact"].append(exact)
@@ -237,6 +247,8 @@ def demo(o: DemoOptions) -> int:
             if spot.tokens != exact.tokens:
                 raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
             runs[key].append(spot)
+        if o.trace is not None:
+            save_trace(o.trace, len(runs["exact"]), {key: results[-1] for key, results in runs.items()}, env)
     for i in range(min(o.show, len(prompts)) if env.decode else 0):
         show(env, i, runs)
     print(
@@ -249,6 +261,17 @@ def demo(o: DemoOptions) -> int:
     print(f"\n{LEGEND}")
     print("\n" + textwrap.fill(why(model, o).strip(), 100))
     return 0
+
+
+def save_trace(directory: str, k: int, results: dict, env: Setup) -> None:
+    """Prompt ``k``'s decodes, exact decoding first, as one trace ``directory/prompt-K.json``
+    (each decode labelled as the table's rows), with the tokens' text where the target has it."""
+    trace = None
+    for key, res in results.items():
+        res.trace.decodes[0]["label"] = key
+        trace = res.trace if trace is None else trace + res.trace
+    trace = trace if env.decode is None else trace.with_pieces(env.decode)
+    print(f"trace: {trace.save(Path(directory) / f'prompt-{k}.json')}")
 
 
 def why(model, options: DemoOptions) -> str:

@@ -70,6 +70,12 @@ device_arg, dtype_arg = checked_by(_device, "device"), checked_by(_dtype, "dtype
 
 def add_generate(p) -> None:
     add_model_args(p, max_new_tokens=128, drafters="none (exact decoding), " + DRAFTER_NAMES)
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="write the decode's trace (every round, docs/spec.md section 8) to FILE; spotref show FILE draws it",
+    )
 
 
 def add_audit(p) -> None:
@@ -185,8 +191,8 @@ def add_prompt_args(p) -> None:
 
 
 @dataclass(frozen=True)
-class GenerateOptions(Options):
-    """The options of ``spotref generate`` (``add_generate``), built once by ``run_generate``."""
+class ModelOptions(Options):
+    """The options ``spotref generate`` and ``spotref audit`` share (``add_model_args``)."""
 
     model: str  # --model, a checkpoint directory or a bundled target's name
     prompt: str | None  # --prompt text; None: --prompt-ids
@@ -216,7 +222,14 @@ class GenerateOptions(Options):
 
 
 @dataclass(frozen=True)
-class AuditOptions(GenerateOptions):
+class GenerateOptions(ModelOptions):
+    """The options of ``spotref generate`` (``add_generate``), built once by ``run_generate``."""
+
+    trace: str | None  # --trace FILE; None: no trace
+
+
+@dataclass(frozen=True)
+class AuditOptions(ModelOptions):
     """The options of ``spotref audit`` (``add_audit``): generate's and ``--batch-rows``, built
     once by ``run_audit``."""
 
@@ -330,7 +343,7 @@ def check_pair(model, tok) -> None:
         )
 
 
-def prompt_ids(options: GenerateOptions, tok) -> list:
+def prompt_ids(options: ModelOptions, tok) -> list:
     """The prompt's token ids: --prompt-ids as given, else --prompt encoded, in the chat format
     where ``chat_prompt`` says so."""
     o = options
@@ -347,7 +360,7 @@ def prompt_ids(options: GenerateOptions, tok) -> list:
     return tok.encode(chat_format(msgs, enable_thinking=False if o.no_think else None))
 
 
-def chat_prompt(options: GenerateOptions, tok) -> bool:
+def chat_prompt(options: ModelOptions, tok) -> bool:
     """Whether --prompt goes in the chat format, as the user's turn: with --chat, and by default
     for a bundled target trained on chat turns (its tokenizer a ``ChatText``); never with --raw.
     ``ValueError`` for --chat on a model without a chat format."""
@@ -373,7 +386,7 @@ def drafter_arg(name: str):
         raise ValueError(f"--{e}" if str(e).startswith("drafter ") else f"--drafter {name!r}: {e}") from None
 
 
-def check_chat_args(options: GenerateOptions) -> None:
+def check_chat_args(options: ModelOptions) -> None:
     """What can be told before the model loads: --chat and --raw only apply to --prompt text,
     and --system and --no-think only to a prompt in the chat format (not --prompt-ids, not --raw)."""
     o = options
@@ -386,14 +399,14 @@ def check_chat_args(options: GenerateOptions) -> None:
         refuse_chat_options(o, "needs --chat (it only changes the chat format)")
 
 
-def refuse_chat_options(options: GenerateOptions, why: str) -> None:
+def refuse_chat_options(options: ModelOptions, why: str) -> None:
     """``ValueError`` naming --system or --no-think, when given, and ``why`` it does not apply."""
     for flag, given in (("--system", options.system is not None), ("--no-think", options.no_think)):
         if given:
             raise ValueError(f"{flag} {why}")
 
 
-def setup(options: GenerateOptions):
+def setup(options: ModelOptions):
     """(model, tokenizer, prompt ids, drafter, generate kwargs) from the options."""
     o = options
     check_chat_args(o)
@@ -437,9 +450,12 @@ def run_generate(args) -> int:
     options = GenerateOptions.from_namespace(args)
     model, tok, ids, drafter, kw = setup(options)
     t = time.perf_counter()
-    res = spotref.generate(model, ids, options.max_new_tokens, drafter=drafter, **kw)
+    res = spotref.generate(model, ids, options.max_new_tokens, drafter=drafter, trace=options.trace is not None, **kw)
     wall = time.perf_counter() - t
     print(show(tok, res.tokens, kw["stop_ids"]))
+    if options.trace is not None:
+        trace = res.trace if tok is None else res.trace.with_pieces(tok.decode)
+        print(f"trace: {trace.save(options.trace)}", file=sys.stderr)
     print(
         f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
         f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {options.drafter})",

@@ -30,6 +30,12 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
         "add_generate",
         "run_generate",
     ),
+    "show": (
+        "pictures of a decode's trace: the commit order, a round's tree, a GIF and an HTML page",
+        "spotref.cli.show",
+        "add_arguments",
+        "run",
+    ),
     "audit": (
         "exact vs speculative decoding: identical, or the first divergence",
         "spotref.cli.generate",

@@ -162,6 +162,11 @@ def add_problem_arguments(p: argparse.ArgumentParser) -> None:
         "the default) or an equation of a fresh training problem (problems: the sizes "
         "the solutions write)",
     )
+    add_result_arguments(p)
+
+
+def add_result_arguments(p: argparse.ArgumentParser) -> None:
+    """What the recipe does to the written results, and the canvas families' decoding states."""
     p.add_argument(
         "--mask-results",
         type=real_range(0.0, 1.0),

@@ -209,6 +209,7 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
         "demo": "DemoOptions",
         "generate": "GenerateOptions",
         "audit": "AuditOptions",
+        "show": "ShowOptions",
         "train-target": None,  # TrainOptions: its own record of a run's options (train_options)
         "bench": "BenchOptions",
         "quality": "QualityOptions",

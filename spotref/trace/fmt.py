@@ -1,0 +1,241 @@
+"""The trace file: one JSON document, versioned, checked whole when read (docs/spec.md section 8).
+
+``Trace`` holds one or more decodes (``decodes``, each a dict as ``Recorder.trace`` writes it)
+and the text of their tokens where a tokenizer was at hand (``pieces``: id -> text). ``save``
+writes it atomically; ``load`` refuses a file that is not JSON (a truncated write), not a
+spotref trace, of another version, or whose fields do not hold what the format says, with one
+``ValueError`` naming the file, the place (decode, block, round, decision) and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from spotref.files import atomic_write_text
+
+FORMAT, VERSION = "spotref-trace", 1
+RULE_FIELDS = ("temperature", "seed", "threshold", "top_k", "top_p", "confidence", "precision")
+
+
+class Trace:
+    """Decodes recorded round by round; ``a + b`` lays two traces side by side."""
+
+    def __init__(self, decodes: list, pieces: dict | None = None):
+        self.decodes = list(decodes)
+        self.pieces = dict(pieces or {})  # str(token id) -> its text
+
+    def __add__(self, other: "Trace") -> "Trace":
+        return Trace(self.decodes + other.decodes, {**self.pieces, **other.pieces})
+
+    def __len__(self) -> int:
+        return len(self.decodes)
+
+    def with_pieces(self, decode_fn) -> "Trace":
+        """The trace with the text of every token it holds, ``decode_fn([id]) -> str`` each."""
+        ids = {t for d in self.decodes for t in d["tokens"]}
+        ids |= {c[1] for d in self.decodes for b in d["blocks"] for r in b["rounds"] for c in _commits(r)}
+        return Trace(self.decodes, {**self.pieces, **{str(i): decode_fn([i]) for i in sorted(ids)}})
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "pieces": self.pieces, "decodes": self.decodes}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    def save(self, path) -> Path:
+        """Write the trace to ``path`` atomically (a reader never sees half a file)."""
+        return atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def from_dict(cls, data, source: str = "trace") -> "Trace":
+        """A trace from its JSON object, checked (``ValueError`` naming ``source`` and the place)."""
+        check_trace(data, source)
+        return cls(data["decodes"], data["pieces"])
+
+    @classmethod
+    def load(cls, path) -> "Trace":
+        """Read and check a trace file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"trace {path}: cannot be read ({e})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"trace {path}: not a complete JSON document ({e.msg} at line {e.lineno}, column {e.colno}); "
+                f"a truncated or damaged file?"
+            ) from None
+        return cls.from_dict(data, f"trace {path}")
+
+
+def load(path) -> Trace:
+    """``Trace.load(path)``."""
+    return Trace.load(path)
+
+
+def _commits(round_: dict) -> list:
+    return [c for d in round_.get("decisions", ()) for c in d["commits"]]
+
+
+def committed(decode: dict) -> list:
+    """The generated tokens a trace's blocks commit: each block's start with its decisions
+    applied, the positions masked at its start, blocks in order; cut to ``max_new_tokens`` and
+    after the first stop id, as ``decode.decode`` cuts them."""
+    mask, out = decode["mask_id"], []
+    for block in decode["blocks"]:
+        state = list(block["start"])
+        for round_ in block["rounds"]:
+            for d in round_["decisions"]:
+                for j, x, _ in d["commits"]:
+                    state[j] = x
+        out += [state[j] for j, t in enumerate(block["start"]) if t == mask]
+    return cut(out, decode)
+
+
+def cut(out: list, decode: dict) -> list:
+    """Generated tokens cut to the decode's ``max_new_tokens`` and after its first stop id."""
+    if decode.get("max_new_tokens") is not None:
+        out = out[: decode["max_new_tokens"]]
+    stops = set(decode.get("stop_ids") or ())
+    for i, t in enumerate(out):
+        if t in stops:
+            return out[: i + 1]
+    return out
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+INT, NUM, STR, LIST, DICT = "an int", "a number", "a string", "a list", "an object"
+
+
+def kind_ok(value, kind: str) -> bool:
+    """Whether a JSON value is of ``kind`` (a bool is no int; a number is finite)."""
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, {STR: str, LIST: list, DICT: dict}[kind])
+
+
+def need(obj: dict, key: str, kind: str, where: str, optional: bool = False):
+    """``obj[key]``, which must be of ``kind`` (or None when ``optional``)."""
+    if key not in obj:
+        raise ValueError(f"{where}: no field {key!r}")
+    value = obj[key]
+    if (value is None and optional) or kind_ok(value, kind):
+        return value
+    raise ValueError(f"{where}: {key!r} must be {kind}{' or null' if optional else ''}, got {value!r:.60}")
+
+
+def ints(obj: dict, key: str, where: str, lo: int = 0, hi: int | None = None, optional: bool = False) -> list:
+    """``obj[key]``: a list of ints in [lo, hi) (or None when ``optional``)."""
+    values = need(obj, key, LIST, where, optional)
+    if values is None:
+        return None
+    for v in values:
+        if not kind_ok(v, INT) or v < lo or (hi is not None and v >= hi):
+            span = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
+            raise ValueError(f"{where}: {key!r} must hold ints in {span}, got {v!r:.60}")
+    return values
+
+
+def check_trace(data, source: str) -> None:
+    """The whole document, or ``ValueError`` naming the first problem."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f'{source}: not a spotref trace (no "format": {FORMAT!r})')
+    version = data.get("version")
+    if version != VERSION:
+        raise ValueError(f"{source}: trace version {version!r}; this spotref reads version {VERSION}")
+    pieces = need(data, "pieces", DICT, source)
+    if not all(isinstance(v, str) for v in pieces.values()):
+        raise ValueError(f"{source}: 'pieces' must map token ids to strings")
+    decodes = need(data, "decodes", LIST, source)
+    if not decodes:
+        raise ValueError(f"{source}: 'decodes' is empty")
+    for i, decode in enumerate(decodes):
+        check_decode(decode, f"{source}, decode {i}")
+
+
+def check_decode(decode, where: str) -> None:
+    if not isinstance(decode, dict):
+        raise ValueError(f"{where}: must be an object")
+    for key in ("label", "family", "drafter"):
+        need(decode, key, STR, where)
+    bl = need(decode, "block_length", INT, where)
+    need(decode, "mask_id", INT, where)
+    need(decode, "vocab_size", INT, where)
+    need(decode, "rule", DICT, where)
+    for key in ("budget", "depth", "passes"):
+        need(decode, key, INT, where)
+    need(decode, "width", INT, where, optional=True)
+    need(decode, "prompt_length", INT, where, optional=True)
+    need(decode, "max_new_tokens", INT, where, optional=True)
+    ints(decode, "stop_ids", where)
+    tokens = ints(decode, "tokens", where)
+    for b, block in enumerate(need(decode, "blocks", LIST, where)):
+        check_block(block, bl, f"{where}, block {b}")
+    if committed(decode) != tokens:
+        raise ValueError(f"{where}: the decisions its blocks record do not commit its 'tokens'")
+
+
+def check_block(block, bl: int, where: str) -> None:
+    if not isinstance(block, dict):
+        raise ValueError(f"{where}: must be an object")
+    need(block, "index", INT, where)
+    start = ints(block, "start", where)
+    if len(start) != bl:
+        raise ValueError(f"{where}: 'start' holds {len(start)} tokens, not the block length {bl}")
+    need(block, "fixed", INT, where)
+    for r, round_ in enumerate(need(block, "rounds", LIST, where)):
+        check_round(round_, bl, f"{where}, round {r}")
+
+
+def check_round(round_, bl: int, where: str) -> None:
+    if not isinstance(round_, dict):
+        raise ValueError(f"{where}: must be an object")
+    need(round_, "step", INT, where)
+    for key in ("wall_s", "draft_s"):
+        need(round_, key, NUM, where)
+    tree = need(round_, "tree", DICT, where)
+    parents = ints(tree, "parents", f"{where}, tree", lo=-1)
+    commits = need(tree, "commits", LIST, f"{where}, tree")
+    probs = need(tree, "probs", LIST, f"{where}, tree", optional=True)
+    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents[1:], 1)):
+        raise ValueError(f"{where}: the tree's 'parents' must start with -1 and name an earlier node each")
+    if len(commits) != len(parents) or (probs is not None and len(probs) != len(parents)):
+        raise ValueError(f"{where}: the tree's 'parents', 'commits' and 'probs' differ in length")
+    rows = need(round_, "rows", INT, where)
+    node_rows = ints(round_, "node_rows", where, hi=rows)
+    path = ints(round_, "path", where, hi=rows)
+    if len(node_rows) != len(parents) or not path or path[0] != 0:
+        raise ValueError(f"{where}: 'node_rows' must give each node's row and 'path' start at row 0")
+    ints(round_, "stale_order", where, hi=bl, optional=True)
+    decisions = need(round_, "decisions", LIST, where)
+    if not 1 <= len(decisions) <= len(path) or len(decisions) < len(path) - 1:
+        raise ValueError(f"{where}: {len(decisions)} decisions along a path of {len(path)} rows")
+    for k, d in enumerate(decisions):
+        check_decision(d, bl, f"{where}, decision {k}")
+
+
+def check_decision(d, bl: int, where: str) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: must be an object")
+    need(d, "step", INT, where)
+    need(d, "row", INT, where)
+    masked = ints(d, "masked", where, hi=bl)
+    tokens = ints(d, "tokens", where)
+    conf = need(d, "confidences", LIST, where)
+    if not (len(masked) == len(tokens) == len(conf)) or not all(kind_ok(c, NUM) for c in conf):
+        raise ValueError(f"{where}: 'masked', 'tokens' and 'confidences' must be parallel lists (numbers)")
+    commits = need(d, "commits", LIST, where)
+    drawn = dict(zip(masked, tokens))
+    for c in commits:
+        ok = isinstance(c, list) and len(c) == 3 and kind_ok(c[0], INT) and kind_ok(c[2], NUM)
+        if not ok or drawn.get(c[0]) != c[1]:
+            raise ValueError(
+                f"{where}: commit {c!r:.60} is no [position, token, confidence] drawn at a masked position"
+            )
