@@ -3,7 +3,7 @@
 Reusable by any decoder that follows spotref's model and drafter contracts (docs/spec.md section 7):
 
     from spotref.conformance import run_conformance    # pip install "spotref[conformance]"
-    run_conformance(my_generate, max_examples=200)     # raises AssertionError on the first bug
+    run_conformance(my_generate)                       # 100 cases; AssertionError on the first bug
 
 ``my_generate(model, prompt_ids, max_new_tokens, **kwargs)`` must return an object with
 ``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
@@ -14,21 +14,27 @@ family's confidence measure, the rule's precision (docs/spec.md section 2.1), bu
 256), depth, verify width (None: rows alone; or a fixed width >= budget, exact decoding at that
 width the reference) and drafter (confidence, random valid trees, an oracle proposing the true
 trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
-weights, SPOT-Sets included), and asserts: tokens identical to exact decoding; never
-more passes than exact; the oracle accepted in full. Divergences are reported as
-"block b, step k, position p: exact t, got t'".
+weights, SPOT-Sets included); 5 cases in 8 are aimed at a boundary (a threshold equal to a
+confidence that occurs, top-p at a cumulative mass, ties at the top logit, ties between
+positions: ``aimed``). The verdict: tokens identical to exact decoding and never more passes
+than exact, whatever drafter the decoder uses. ``efficiency=True`` adds a separate check of
+spotref's own decoder: it drafts with the suite's drafter and accepts the oracle's rounds in
+full. Divergences are reported as "block b, step k, position p: exact t, got t'".
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import numbers
 import os
 import random
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from unittest import mock
 
+import numpy as np
 import torch
 
 from spotref.api import generate
@@ -40,7 +46,7 @@ from spotref.dream import DreamConfig, DreamModel
 from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.models import SDARConfig, SDARModel
 from spotref.rules import FAMILIES as RULES
-from spotref.rules import PRECISIONS
+from spotref.rules import PRECISIONS, DecisionRule
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
@@ -248,14 +254,26 @@ def make_drafter(kind: str, exact, case: Case):
 # --- the check --------------------------------------------------------------------------------
 
 
-def check_case(case: Case, generate_fn) -> dict:
-    """Run exact decoding and ``generate_fn`` on one case; assert the contract. Returns stats."""
+def check_case(case: Case, generate_fn, efficiency: bool = False) -> dict:
+    """Run exact decoding and ``generate_fn`` on one case; assert the verdict. Returns stats.
+
+    The verdict (always): tokens identical to exact decoding, and never more passes. efficiency:
+    also assert that ``generate_fn`` drafts with the suite's drafter and accepts the oracle's
+    rounds in full (``check_oracle_accepted``); a correct decoder that drafts with a drafter of
+    its own fails it, so it is off unless asked for."""
     exact, got, tokens, passes = run_case(case, generate_fn)
     assert_identical(exact, tokens, case.block_size, len(case.prompt), case.family)
     assert passes <= exact.passes, f"{passes} passes, exact decoding needed {exact.passes}"
-    if case.drafter == "oracle" and isinstance(getattr(got, "stats", None), dict) and "starts" in got.stats:
+    if efficiency and case.drafter == "oracle":
         check_oracle_accepted(exact, got, min(case.kwargs["depth"], case.kwargs["budget"] - 1))
-    return {"passes": passes, "exact_passes": exact.passes}
+    return {"passes": passes, "exact_passes": exact.passes, "tokens": len(exact.tokens), "drafted": drafted(got)}
+
+
+def drafted(got) -> bool | None:
+    """Whether some verify pass of ``got`` held a drafted row besides the current state (its
+    ``stats["draft_nodes"]``, as ``spotref.generate`` reports); None when it does not say."""
+    nodes = got.stats.get("draft_nodes") if isinstance(getattr(got, "stats", None), dict) else None
+    return None if nodes is None else any(n > 1 for n in nodes)
 
 
 def run_case(case: Case, generate_fn) -> tuple:
@@ -314,7 +332,14 @@ def probe_case() -> Case:
 
 
 def check_oracle_accepted(exact, got, d_eff: int):
-    """Each round of the oracle commits min(D + 1, remaining) decisions (1 at a block's start)."""
+    """Each round of the oracle commits min(D + 1, remaining) decisions (1 at a block's start):
+    read from ``got.stats["starts"]`` and ``["accepted"]`` (one entry per verify pass)."""
+    stats = getattr(got, "stats", None)
+    if not isinstance(stats, dict) or "starts" not in stats or "accepted" not in stats:
+        raise AssertionError(
+            'the efficiency check reads result.stats["starts"] and ["accepted"] (per verify pass: '
+            "(block, step) and decisions accepted), as spotref.generate reports: this result has none"
+        )
     remaining = {}
     for b, k, _ in exact.stats["trajectory"]:
         remaining[b] = max(remaining.get(b, 0), k + 1)  # decisions in block b
@@ -340,16 +365,22 @@ def hypothesis():
     return hypothesis
 
 
-def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES):
+def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, aims=True):
     """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
     those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
-    besides its share of the rest, and cases shrink towards it."""
+    besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
+    (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
+    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 5 cases in 8 aimed at a
+    boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
+    cumulative mass, ties between positions)."""
     st = hypothesis().strategies
 
     @st.composite
     def case(draw):
         family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
-        B = draw(st.sampled_from(block_sizes))  # SDAR's block size, a canvas family's block_length
+        corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
+        drafting = [b for b in block_sizes if b >= 2] or list(block_sizes)
+        B = draw(st.sampled_from(block_sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
         V = draw(st.integers(8, 300))
         mask_id = draw(st.integers(0, V - 1))
         heads, kv = draw(st.sampled_from([(2, 1), (2, 2), (4, 2)]))
@@ -379,24 +410,92 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES):
             top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
             confidence=draw(st.sampled_from(confidences)),
             precision=precision,
-            budget=draw(st.integers(1, MAX_BUDGET)),
-            depth=draw(st.integers(0, B)),
+            budget=draw(st.integers(1 if corner else 2, MAX_BUDGET)),
+            depth=draw(st.integers(0 if corner else 1, B)),
             stop_ids=draw(st.lists(token, min_size=1, max_size=2)),
         )
         kwargs["width"] = draw(st.none() | st.integers(0, 8).map(lambda e: kwargs["budget"] + e))
         if family != "sdar":
             kwargs["block_length"] = B
-        return Case(
+        case = Case(
             cfg,
             draw(st.integers(0, 2**16)),
             prompt,
-            draw(st.integers(0, 2 * B + 5)),
+            draw(st.integers(0 if corner else 2, 2 * B + 5)),
             draw(st.sampled_from(DRAFTERS)),
             kwargs,
             family,
         )
+        aim = draw(st.sampled_from(AIMS)) if aims else None
+        return aimed(case, aim, draw(st.integers(0, 2**16))) if aim else case
 
     return case()
+
+
+AIMS = (None, None, None, "tau", "tau", "top-k", "top-p", "ties")  # 5 cases in 8 aim at a boundary
+
+
+class _FirstDecision(Exception):
+    """Stops ``first_decision``'s decoding at its first decision."""
+
+
+def first_decision(case: Case):
+    """(rule, logits (M, V) of the masked positions, their confidences c (M,) float64) at exact
+    decoding's first decision in ``case``; None when it takes none."""
+    decide, seen = DecisionRule.decide, []
+
+    def recording(rule, logits, state, noise, step):
+        masked = np.flatnonzero(state == rule.mask_id)
+        if len(masked):
+            rows = logits[torch.as_tensor(masked, device=logits.device)]
+            seen.append((rule, rows, rule.drawn(rows, masked, noise, step)[1]))
+            raise _FirstDecision
+        return decide(rule, logits, state, noise, step)
+
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth")}
+    with mock.patch.object(DecisionRule, "decide", recording), contextlib.suppress(_FirstDecision):
+        generate(case.model(), case.prompt, case.max_new_tokens, **kw)
+    return seen[0] if seen else None
+
+
+def aimed(case: Case, aim: str, pick: int) -> Case:
+    """``case`` aimed at a boundary where implementations differ, set from its first decision's
+    numbers (``pick`` chooses among the candidates): "tau", a threshold equal to a confidence
+    that occurs (below the largest, or tied with it); "top-k", k at a tie of the k-th logit with
+    the next (in bf16 or fp16, where ties occur); "top-p", p equal to the cumulative mass before
+    an entry; "ties", an empty prompt (identical masked rows: positions' confidences tie, and ties
+    go to the lowest position). A case without the boundary is returned as it is."""
+    kw = dict(case.kwargs)
+    if aim == "ties":
+        return dataclasses.replace(case, prompt=[], kwargs={**kw, "threshold": None})
+    filters = case.family != "llada"
+    if aim in ("top-k", "top-p") and filters:
+        kw.update(top_p=None) if aim == "top-k" else kw.update(top_k=None)
+        if case.family == "sdar":
+            kw["confidence"] = "filtered"  # the filter shows in the confidences
+        if aim == "top-k":  # near-tie weights in the coarsest precision: ties at the top
+            kw["precision"] = "bfloat16"
+            init = "init_std" if case.family == "llada" else "initializer_range"
+            case = dataclasses.replace(case, config=dataclasses.replace(case.config, **{init: 1e-3}))
+    case = dataclasses.replace(case, kwargs=kw)
+    first = first_decision(case)
+    if first is None:
+        return case
+    rule, rows, c = first
+    if aim == "tau" or not filters:
+        values = sorted(v for v in set(c.tolist()) if 0 < v < 1)
+        candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
+        key, value = "threshold", candidates[pick % len(candidates)] if candidates else None
+    else:
+        ranked = torch.sort(rule.scaled(rows), dim=-1, descending=True, stable=True).values  # (M, V)
+        if aim == "top-k":  # k = 1 tied with the next entry: the confidence is 1 / m, not 1
+            tied = (ranked[:, 0] == ranked[:, 1]) & torch.isfinite(ranked[:, 1])
+            key, value = "top_k", 1 if bool(tied.any()) else None
+        else:  # p = the top entry's mass in a row not the most confident: keeps the second, or not
+            rows = [r for r in range(len(c)) if r != int(c.argmax())] or [0]
+            masses = sorted({float(v) for v in torch.softmax(ranked[rows], -1)[:, 0].double() if 0 < v < 1})
+            key, value = "top_p", masses[pick % len(masses)] if masses else None
+    return case if value is None else dataclasses.replace(case, kwargs={**kw, key: value})
 
 
 def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads, kv, tied, init):
@@ -445,9 +544,21 @@ def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads
 
 
 def run_conformance(
-    generate_fn, max_examples: int = 100, database=None, strategy=None, progress=None, **settings
+    generate_fn,
+    max_examples: int = 100,
+    database=None,
+    strategy=None,
+    progress=None,
+    efficiency: bool = False,
+    **settings,
 ) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
+
+    The verdict is exactness: tokens identical to exact decoding and never more passes, whatever
+    drafter ``generate_fn`` uses. efficiency (default False): also require that it drafts with the
+    suite's drafter and accepts every round of the oracle drafter in full (it reads
+    ``result.stats["starts"]`` and ``["accepted"]``, as ``spotref.generate`` reports them): a
+    check of spotref's own decoder, not of exactness.
 
     ``max_examples``: an int >= 1 (``ValueError`` otherwise). ``generate_fn`` is first run on one
     small case (``probe_case``), so one that is not callable, or whose result is not an object
@@ -460,8 +571,11 @@ def run_conformance(
     only the first bug found is reported (``report_multiple_bugs=False``), as one AssertionError
     rather than an ExceptionGroup of every distinct failure.
 
-    Returns what was covered: a Counter of cases by family, drafter, rule, temperature and prompt shape
-    (its "cases" entry is the number of distinct cases checked). strategy: the cases to draw
+    Returns what was covered: a Counter of cases by family, rule, temperature and prompt shape
+    (its "cases" entry is the number of distinct cases checked); what happened, not what was
+    asked: "decoded" counts the cases with at least one token, "drafted" and "drafter=NAME" those
+    where some verify pass held a drafted row (read from ``result.stats["draft_nodes"]``;
+    "drafting-unreported" counts the cases whose result does not say). strategy: the cases to draw
     (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
     progress: a callable given one line at every tenth of the cases and the verdict at the end
     (e.g. ``print``); default None, silent."""
@@ -489,8 +603,7 @@ def run_conformance(
     )
     @given(cases() if strategy is None else strategy)
     def conformance(case):
-        check_case(case, generate_fn)
-        seen.update(coverage(case))
+        seen.update(coverage(case, check_case(case, generate_fn, efficiency)))
         if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
             progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
 
@@ -499,7 +612,7 @@ def run_conformance(
     if progress:
         progress(
             f"conformance: passed, {seen['cases']} cases identical to exact decoding "
-            f"({sum(v for k, v in seen.items() if k.startswith('drafter='))} drafted runs)"
+            f"({seen['decoded']} decoded a token, {seen['drafted']} drafted)"
         )
     return seen
 
@@ -522,17 +635,24 @@ def _storage(private: bool):
             configuration.set_hypothesis_home_dir(before)
 
 
-def coverage(case: Case) -> list[str]:
+def coverage(case: Case, outcome: dict) -> list[str]:
+    """The coverage keys of ``case`` given ``check_case``'s ``outcome`` (see ``run_conformance``)."""
     B, kw = case.block_size, case.kwargs
     T = kw["temperature"]
     if case.family != "sdar":
         prompt = "canvas"  # no prompt token inside a block
     else:
         prompt = "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks"
+    drafted = outcome["drafted"]
+    happened = ["decoded"] if outcome["tokens"] else []
+    if drafted is None:
+        happened.append("drafting-unreported")
+    elif drafted:
+        happened += ["drafted", f"drafter={case.drafter}"]
     return [
         "cases",
+        *happened,
         f"family={case.family}",
-        f"drafter={case.drafter}",
         "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
         f"precision={kw['precision']}",
         "budget>64" if kw["budget"] > 64 else "budget<=64",

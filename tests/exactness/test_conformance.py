@@ -30,10 +30,12 @@ def core(request):
 
 
 def test_spot_is_identical_to_exact_decoding(core):
-    seen = run_conformance(partial(spotref.generate, core=core), max_examples=EXAMPLES)
+    seen = run_conformance(partial(spotref.generate, core=core), max_examples=EXAMPLES, efficiency=True)
     print(f"\nconformance ({core.__name__}): {dict(sorted(seen.items()))}")
     # The suite must really have covered what it claims (a suite that ran nothing passes too).
     assert seen["cases"] >= 0.9 * EXAMPLES, seen
+    # What happened, not what was asked: most cases decode and draft (issue 50: 28% decoded nothing).
+    assert seen["decoded"] >= 0.85 * seen["cases"] and seen["drafted"] >= 0.5 * seen["cases"], seen
     for key in [
         "drafter=oracle",
         "drafter=wrong",
@@ -100,7 +102,9 @@ def test_the_suite_catches_a_lossy_decoder():
     # name the block and step. One AssertionError, not an ExceptionGroup, on every seed.
     # No shrinking: the first failing case is enough to show the suite fails.
     with pytest.raises(AssertionError, match=r"block \d+, step \d+"):
-        run_conformance(partial(spotref.generate, core=LossyCore), max_examples=200, phases=[Phase.generate])
+        run_conformance(
+            partial(spotref.generate, core=LossyCore), max_examples=200, phases=[Phase.generate], efficiency=True
+        )
 
 
 def test_first_divergence_reads_a_canvas_block_from_the_generated_tokens():
@@ -134,7 +138,7 @@ def test_first_divergence_names_block_step_and_position():
 
 
 @settings(max_examples=max(EXAMPLES // 3, 10))
-@given(cases(families=("sdar",)).filter(lambda c: c.prompt))
+@given(cases(families=("sdar",), aims=False).filter(lambda c: c.prompt))  # boundaries hinge on rounding
 def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
     # Two independent implementations agree up to rounding, so cases must not hinge on the last
     # bit: with no context at all (empty prompt) every masked position of the first block sees
