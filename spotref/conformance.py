@@ -383,15 +383,7 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, a
         B = draw(st.sampled_from(block_sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
         V = draw(st.integers(8, 300))
         mask_id = draw(st.integers(0, V - 1))
-        heads, kv = draw(st.sampled_from([(2, 1), (2, 2), (4, 2)]))
-        sizes = dict(
-            hidden=draw(st.sampled_from([16, 32])),
-            layers=draw(st.integers(1, 2)),
-            heads=heads,
-            kv=kv,
-            tied=draw(st.booleans()),
-            init=draw(st.sampled_from(init_ranges)),
-        )
+        sizes = draw(model_sizes(init_ranges))
         cfg = tiny_config(family, V, mask_id, B, **sizes)
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
         prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
@@ -432,6 +424,19 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, a
     return case()
 
 
+def model_sizes(init_ranges):
+    """Hypothesis strategy of a tiny model's sizes: ``tiny_config``'s keyword arguments."""
+    st = hypothesis().strategies
+    return st.builds(
+        lambda hk, **kw: dict(heads=hk[0], kv=hk[1], **kw),
+        st.sampled_from([(2, 1), (2, 2), (4, 2)]),
+        hidden=st.sampled_from([16, 32]),
+        layers=st.integers(1, 2),
+        tied=st.booleans(),
+        init=st.sampled_from(init_ranges),
+    )
+
+
 AIMS = (None, None, None, "tau", "tau", "top-k", "top-p", "ties")  # 5 cases in 8 aim at a boundary
 
 
@@ -461,9 +466,10 @@ def first_decision(case: Case):
 def aimed(case: Case, aim: str, pick: int) -> Case:
     """``case`` aimed at a boundary where implementations differ, set from its first decision's
     numbers (``pick`` chooses among the candidates): "tau", a threshold equal to a confidence
-    that occurs (below the largest, or tied with it); "top-k", k at a tie of the k-th logit with
-    the next (in bf16 or fp16, where ties occur); "top-p", p equal to the cumulative mass before
-    an entry; "ties", an empty prompt (identical masked rows: positions' confidences tie, and ties
+    that occurs (below the largest, or tied with it); "top-k", k = 1 where the top logit ties
+    with the next (near-tie weights, bf16: the filtered confidence is 1 / m, a mutant's 1);
+    "top-p", p equal to the top entry's mass in a row other than the most confident (the mass
+    before the second entry); "ties", an empty prompt (identical masked rows: positions' confidences tie, and ties
     go to the lowest position). A case without the boundary is returned as it is."""
     kw = dict(case.kwargs)
     if aim == "ties":
@@ -585,22 +591,11 @@ def run_conformance(
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
     run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
-    if isinstance(database, (str, os.PathLike)):
-        from hypothesis.database import DirectoryBasedExampleDatabase
-
-        database = DirectoryBasedExampleDatabase(os.fspath(database))
-
-    seen = Counter()
-
+    database, seen = example_database(database), Counter()
     settings = {"report_multiple_bugs": False, **settings}
+    health = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
-    @hsettings(
-        max_examples=max_examples,
-        deadline=None,
-        database=database,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        **settings,
-    )
+    @hsettings(max_examples=max_examples, deadline=None, database=database, suppress_health_check=health, **settings)
     @given(cases() if strategy is None else strategy)
     def conformance(case):
         seen.update(coverage(case, check_case(case, generate_fn, efficiency)))
@@ -610,11 +605,22 @@ def run_conformance(
     with _storage(database is None):
         conformance()
     if progress:
-        progress(
-            f"conformance: passed, {seen['cases']} cases identical to exact decoding "
-            f"({seen['decoded']} decoded a token, {seen['drafted']} drafted)"
-        )
+        progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding {happened(seen)}")
     return seen
+
+
+def example_database(database):
+    """Hypothesis' example database for ``database``: a path opens a directory of examples."""
+    if isinstance(database, (str, os.PathLike)):
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        return DirectoryBasedExampleDatabase(os.fspath(database))
+    return database
+
+
+def happened(seen: Counter) -> str:
+    """What the checked cases did, for the verdict line."""
+    return f"({seen['decoded']} decoded a token, {seen['drafted']} drafted)"
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ NOT_RUN_MARK = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # the file from 0 (the test id shows them: README.md#1).
 SUBS = {
     ("README.md", 1): [("path/to/SDAR-8B-Chat", "<tiny_sdar>")],  # the 16 GB weights
-    ("README.md", 3): [("max_examples=500", "max_examples=2")],  # minutes -> seconds
+    ("README.md", 3): [("progress=print)", "progress=print, max_examples=2)")],  # a minute -> seconds
     ("docs/checkpoints.md", 0): [
         ("/models/SDAR-8B-Chat", "<tiny_sdar_tok>"),
         ('device="cuda"', 'device="cpu"'),

@@ -107,6 +107,10 @@ def no_drafter(model, prompt, n, drafter=None, budget=None, depth=None, width=No
 def test_correct_decoders_written_differently_are_never_flagged(generate_fn):
     seen = run_conformance(generate_fn, max_examples=40)
     assert seen["cases"] >= 30 and seen["decoded"] > 0, seen
+    if generate_fn is no_drafter:  # coverage counts drafting that happened, not the drafter offered
+        assert seen["drafted"] == 0 and not any(k.startswith("drafter=") for k in seen), seen
+    else:
+        assert seen["drafted"] > 0, seen
 
 
 def test_the_efficiency_check_is_separate_and_asked_for():
