@@ -31,54 +31,33 @@ import os
 import random
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
-from unittest import mock
+from functools import partial
 
 import numpy as np
 import torch
 
-from spotref.api import generate
+from spotref.api import Speculator, generate
 from spotref.checks import check_int, is_array
-from spotref.draft import Draft, DraftBuilder
+from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as before the split)
+    AIMS,
+    BLOCK_SIZES,
+    DRAFTERS,
+    FAMILIES,
+    INIT_RANGES,
+    MAX_BUDGET,
+    MAX_TEMPERATURE,
+    MODELS,
+    Case,
+    aimed,
+    cases,
+    first_decision,
+    hypothesis,
+    model_sizes,
+    tiny_config,
+)
+from spotref.draft import Draft, DraftBuilder, View
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
-from spotref.models import SDARConfig, SDARModel
-from spotref.rules import FAMILIES as RULES
-from spotref.rules import PRECISIONS, DecisionRule
-
-BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
-INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
-MAX_TEMPERATURE = 3.0  # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
-MAX_BUDGET = 256
-DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
-FAMILIES = ("sdar", "llada", "dream")
-MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}
-
-
-@dataclass
-class Case:
-    """One conformance example: a tiny model of ``family`` and one generation request."""
-
-    config: SDARConfig | LLaDAConfig | DreamConfig
-    weights_seed: int
-    prompt: list
-    max_new_tokens: int
-    drafter: str
-    kwargs: dict = field(default_factory=dict)  # temperature, seed, threshold, top_k, top_p, confidence,
-    # precision, budget, depth, stop_ids, width; block_length (canvas families)
-    family: str = "sdar"
-
-    def model(self) -> SDARModel | LLaDAModel | DreamModel:
-        with torch.random.fork_rng():
-            torch.manual_seed(self.weights_seed)
-            return MODELS[self.family](self.config).eval()
-
-    @property
-    def block_size(self) -> int:
-        """The block length decoded in: SDAR's trained block size, a canvas family's block_length."""
-        return self.config.block_size if self.family == "sdar" else self.kwargs["block_length"]
 
 
 def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar") -> str | None:
@@ -251,6 +230,42 @@ def make_drafter(kind: str, exact, case: Case):
     raise ValueError(f"unknown suite drafter {kind!r}")
 
 
+# --- the suite's drafters for an outside decoder ----------------------------------------------
+
+GENERATION_ONLY = ("stop_ids", "fused_store")  # generate's arguments a drafter never reads
+
+
+def drafter_adapter(model, drafter, **generate_kwargs):
+    """The drafter ``run_conformance`` hands ``generate_fn`` (a name such as "confidence", a
+    callable ``drafter(view) -> Draft`` or a SPOT drafter), as a function of plain arrays for a
+    decoder that keeps its own state (docs/spec.md section 5.1):
+
+        propose = drafter_adapter(model, drafter, **kwargs)   # kwargs: generate_fn's, as given
+        draft = propose(state, step, block, stale_logits, unseen)
+        # draft.parents: node 0 = -1 (the current state), then each node's parent;
+        # draft.commits: per node, ((position, token), ...), () for the root
+
+    state: (B,) ints, MASK where uncommitted; step: the decisions already taken in the block;
+    block: its index (SDAR: absolute from position 0; a canvas family: k, from 0 after the
+    prompt); stale_logits: (B, V), the last pass's logits at the state it decided from; unseen:
+    the positions committed after that pass (the last round's bonus decision). At a block's first
+    state nothing is stale: propose the root alone (``Draft.root()``). The draft never changes
+    what is exact: verify its states and accept by state equality (section 3). generate_kwargs:
+    ``spotref.generate``'s (temperature, seed, threshold, top_k, top_p, confidence, precision,
+    budget, depth, width, block_length; stop_ids ignored), checked as it checks them."""
+    kw = {k: v for k, v in generate_kwargs.items() if k not in GENERATION_ONLY}
+    spec = Speculator.for_model(model, drafter=drafter, **kw)
+
+    def propose(state, step: int, block: int, stale_logits, unseen=()) -> Draft:
+        state = np.asarray(state, dtype=np.int64)
+        stale = torch.as_tensor(stale_logits)
+        rule = dataclasses.replace(spec.rule)  # the drafter's own copy: nothing it does reaches a decision
+        view = View.of(state, step, block, stale, rule, spec.budget, spec.depth, list(unseen))
+        return spec.drafter(view)
+
+    return propose
+
+
 # --- the check --------------------------------------------------------------------------------
 
 
@@ -348,214 +363,18 @@ def check_oracle_accepted(exact, got, d_eff: int):
         assert n == want, f"oracle round at block {b}, step {k}: accepted {n}, want {want}"
 
 
-# --- the Hypothesis strategy ------------------------------------------------------------------
-
-
-def hypothesis():
-    """The ``hypothesis`` package, or a ``ModuleNotFoundError`` saying how to install it."""
-    try:
-        import hypothesis
-        import hypothesis.strategies  # noqa: F401  (hypothesis.strategies.*)
-    except ModuleNotFoundError as e:
-        if e.name != "hypothesis":
-            raise
-        raise ModuleNotFoundError(
-            'the conformance suite needs Hypothesis: pip install "spotref[conformance]"', name="hypothesis"
-        ) from None
-    return hypothesis
-
-
-def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, aims=True):
-    """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
-    those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
-    besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
-    (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
-    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 5 cases in 8 aimed at a
-    boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
-    cumulative mass, ties between positions)."""
-    st = hypothesis().strategies
-
-    @st.composite
-    def case(draw):
-        family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
-        corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
-        drafting = [b for b in block_sizes if b >= 2] or list(block_sizes)
-        B = draw(st.sampled_from(block_sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
-        V = draw(st.integers(8, 300))
-        mask_id = draw(st.integers(0, V - 1))
-        sizes = draw(model_sizes(init_ranges))
-        cfg = tiny_config(family, V, mask_id, B, **sizes)
-        token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
-        prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
-        precision = draw(st.sampled_from(PRECISIONS))
-        confidences = [c for c in RULES[family].CONFIDENCES if (c, precision) != ("entropy", "float16")]
-        filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
-        kwargs = dict(
-            temperature=draw(
-                st.just(0.0)
-                | st.integers(1, 60).map(lambda i: i / 20)  # every 0.05
-                | st.floats(0.05, MAX_TEMPERATURE)
-            ),
-            seed=draw(st.integers(0, 2**64 - 1)),
-            threshold=draw(st.none() | st.floats(0.01, 0.99)),
-            top_k=draw(st.none() | st.integers(1, V)) if filters else None,
-            top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
-            confidence=draw(st.sampled_from(confidences)),
-            precision=precision,
-            budget=draw(st.integers(1 if corner else 2, MAX_BUDGET)),
-            depth=draw(st.integers(0 if corner else 1, B)),
-            stop_ids=draw(st.lists(token, min_size=1, max_size=2)),
-        )
-        kwargs["width"] = draw(st.none() | st.integers(0, 8).map(lambda e: kwargs["budget"] + e))
-        if family != "sdar":
-            kwargs["block_length"] = B
-        case = Case(
-            cfg,
-            draw(st.integers(0, 2**16)),
-            prompt,
-            draw(st.integers(0 if corner else 2, 2 * B + 5)),
-            draw(st.sampled_from(DRAFTERS)),
-            kwargs,
-            family,
-        )
-        aim = draw(st.sampled_from(AIMS)) if aims else None
-        return aimed(case, aim, draw(st.integers(0, 2**16))) if aim else case
-
-    return case()
-
-
-def model_sizes(init_ranges):
-    """Hypothesis strategy of a tiny model's sizes: ``tiny_config``'s keyword arguments."""
-    st = hypothesis().strategies
-    return st.builds(
-        lambda hk, **kw: dict(heads=hk[0], kv=hk[1], **kw),
-        st.sampled_from([(2, 1), (2, 2), (4, 2)]),
-        hidden=st.sampled_from([16, 32]),
-        layers=st.integers(1, 2),
-        tied=st.booleans(),
-        init=st.sampled_from(init_ranges),
-    )
-
-
-AIMS = (None, None, None, "tau", "tau", "top-k", "top-p", "ties")  # 5 cases in 8 aim at a boundary
-
-
-class _FirstDecision(Exception):
-    """Stops ``first_decision``'s decoding at its first decision."""
-
-
-def first_decision(case: Case):
-    """(rule, logits (M, V) of the masked positions, their confidences c (M,) float64) at exact
-    decoding's first decision in ``case``; None when it takes none."""
-    decide, seen = DecisionRule.decide, []
-
-    def recording(rule, logits, state, noise, step):
-        masked = np.flatnonzero(state == rule.mask_id)
-        if len(masked):
-            rows = logits[torch.as_tensor(masked, device=logits.device)]
-            seen.append((rule, rows, rule.drawn(rows, masked, noise, step)[1]))
-            raise _FirstDecision
-        return decide(rule, logits, state, noise, step)
-
-    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth")}
-    with mock.patch.object(DecisionRule, "decide", recording), contextlib.suppress(_FirstDecision):
-        generate(case.model(), case.prompt, case.max_new_tokens, **kw)
-    return seen[0] if seen else None
-
-
-def aimed(case: Case, aim: str, pick: int) -> Case:
-    """``case`` aimed at a boundary where implementations differ, set from its first decision's
-    numbers (``pick`` chooses among the candidates): "tau", a threshold equal to a confidence
-    that occurs (below the largest, or tied with it); "top-k", k = 1 where the top logit ties
-    with the next (near-tie weights, bf16: the filtered confidence is 1 / m, a mutant's 1);
-    "top-p", p equal to the top entry's mass in a row other than the most confident (the mass
-    before the second entry); "ties", an empty prompt (identical masked rows: positions' confidences tie, and ties
-    go to the lowest position). A case without the boundary is returned as it is."""
-    kw = dict(case.kwargs)
-    if aim == "ties":
-        return dataclasses.replace(case, prompt=[], kwargs={**kw, "threshold": None})
-    filters = case.family != "llada"
-    if aim in ("top-k", "top-p") and filters:
-        kw.update(top_p=None) if aim == "top-k" else kw.update(top_k=None)
-        if case.family == "sdar":
-            kw["confidence"] = "filtered"  # the filter shows in the confidences
-        if aim == "top-k":  # near-tie weights in the coarsest precision: ties at the top
-            kw["precision"] = "bfloat16"
-            init = "init_std" if case.family == "llada" else "initializer_range"
-            case = dataclasses.replace(case, config=dataclasses.replace(case.config, **{init: 1e-3}))
-    case = dataclasses.replace(case, kwargs=kw)
-    first = first_decision(case)
-    if first is None:
-        return case
-    rule, rows, c = first
-    if aim == "tau" or not filters:
-        values = sorted(v for v in set(c.tolist()) if 0 < v < 1)
-        candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
-        key, value = "threshold", candidates[pick % len(candidates)] if candidates else None
-    else:
-        ranked = torch.sort(rule.scaled(rows), dim=-1, descending=True, stable=True).values  # (M, V)
-        if aim == "top-k":  # k = 1 tied with the next entry: the confidence is 1 / m, not 1
-            tied = (ranked[:, 0] == ranked[:, 1]) & torch.isfinite(ranked[:, 1])
-            key, value = "top_k", 1 if bool(tied.any()) else None
-        else:  # p = the top entry's mass in a row not the most confident: keeps the second, or not
-            rows = [r for r in range(len(c)) if r != int(c.argmax())] or [0]
-            masses = sorted({float(v) for v in torch.softmax(ranked[rows], -1)[:, 0].double() if 0 < v < 1})
-            key, value = "top_p", masses[pick % len(masses)] if masses else None
-    return case if value is None else dataclasses.replace(case, kwargs={**kw, key: value})
-
-
-def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads, kv, tied, init):
-    """A tiny model's config of ``family``: every canvas (prompt <= B, max_new_tokens <= 2B + 5
-    rounded up to blocks of B) within its positions."""
-    if family == "llada":
-        return LLaDAConfig(
-            vocab_size=V,
-            d_model=hidden,
-            n_heads=heads,
-            n_kv_heads=kv,
-            n_layers=layers,
-            mlp_hidden_size=32,
-            max_sequence_length=4 * B + 8,
-            weight_tying=tied,
-            mask_token_id=mask_id,
-            init_std=init,
-        )
-    if family == "dream":
-        return DreamConfig(
-            vocab_size=V,
-            hidden_size=hidden,
-            intermediate_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            max_position_embeddings=4 * B + 8,
-            tie_word_embeddings=tied,
-            initializer_range=init,
-            mask_token_id=mask_id,
-            pad_token_id=None,  # no eos / bos either: a tiny vocabulary holds none of Dream's ids
-        )
-    return SDARConfig(
-        vocab_size=V,
-        hidden_size=hidden,
-        intermediate_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        head_dim=8,
-        mask_token_id=mask_id,
-        block_size=B,
-        tie_word_embeddings=tied,
-        initializer_range=init,
-    )
+MAX_EXAMPLES = 100  # the default number of cases, everywhere (run_conformance, spotref conform)
 
 
 def run_conformance(
     generate_fn,
-    max_examples: int = 100,
+    max_examples: int = MAX_EXAMPLES,
     database=None,
     strategy=None,
     progress=None,
     efficiency: bool = False,
+    batch_invariance: bool = False,
+    seed: int | None = None,
     **settings,
 ) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
@@ -564,7 +383,10 @@ def run_conformance(
     drafter ``generate_fn`` uses. efficiency (default False): also require that it drafts with the
     suite's drafter and accepts every round of the oracle drafter in full (it reads
     ``result.stats["starts"]`` and ``["accepted"]``, as ``spotref.generate`` reports them): a
-    check of spotref's own decoder, not of exactness.
+    check of spotref's own decoder, not of exactness. batch_invariance (default False): the
+    separate check for decoders that batch rows: every case has a verify width W and a model
+    whose logits depend on the rows of a forward (``BatchSensitive``), so only a decoder that
+    runs every pass as one forward of W rows, as exact decoding at width W, stays exact.
 
     ``max_examples``: an int >= 1 (``ValueError`` otherwise). ``generate_fn`` is first run on one
     small case (``probe_case``), so one that is not callable, or whose result is not an object
@@ -584,29 +406,51 @@ def run_conformance(
     "drafting-unreported" counts the cases whose result does not say). strategy: the cases to draw
     (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
     progress: a callable given one line at every tenth of the cases and the verdict at the end
-    (e.g. ``print``); default None, silent."""
-    h = hypothesis()
-    HealthCheck, given, hsettings = h.HealthCheck, h.given, h.settings
+    (e.g. ``print``); default None, silent. seed: an int makes the run reproducible (Hypothesis'
+    ``seed``: the same cases in the same order); None, a fresh random run."""
     check_int("max_examples", max_examples, 1)
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
     run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
-    database, seen = example_database(database), Counter()
-    settings = {"report_multiple_bugs": False, **settings}
-    health = [HealthCheck.too_slow, HealthCheck.data_too_large]
-
-    @hsettings(max_examples=max_examples, deadline=None, database=database, suppress_health_check=health, **settings)
-    @given(cases() if strategy is None else strategy)
-    def conformance(case):
-        seen.update(coverage(case, check_case(case, generate_fn, efficiency)))
-        if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
-            progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
-
+    seen, database = Counter(), example_database(database)
+    check = partial(check_case, generate_fn=generate_fn, efficiency=efficiency)
+    conformance = hypothesis_test(check, seen, cases(batch=batch_invariance) if strategy is None else strategy,
+                                  max_examples, database, progress, settings)  # fmt: skip
+    if seed is not None:
+        conformance = hypothesis().seed(check_int("seed", seed, 0))(conformance)
     with _storage(database is None):
         conformance()
     if progress:
         progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding {happened(seen)}")
     return seen
+
+
+def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database, progress, settings: dict):
+    """The Hypothesis test of ``run_conformance``: ``check(case)`` on each case drawn, its
+    coverage added to ``seen``."""
+    h = hypothesis()
+    settings = {"report_multiple_bugs": False, **settings}
+    health = [h.HealthCheck.too_slow, h.HealthCheck.data_too_large]
+
+    @h.settings(max_examples=max_examples, deadline=None, database=database, suppress_health_check=health, **settings)
+    @h.given(strategy)
+    def conformance(case):
+        seen.update(coverage(case, check(case)))
+        if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
+            progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
+
+    return conformance
+
+
+def conformance_test(generate_fn, **kwargs):
+    """A pytest test of ``generate_fn``, for your CI: in a test file,
+    ``test_my_decoder = conformance_test(my_generate)`` (kwargs: ``run_conformance``'s, e.g.
+    ``max_examples=200, seed=0``)."""
+
+    def test_conformance():
+        run_conformance(generate_fn, **kwargs)
+
+    return test_conformance
 
 
 def example_database(database):
