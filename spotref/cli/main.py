@@ -42,6 +42,12 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
         "add_audit",
         "run_audit",
     ),
+    "conform": (
+        "the conformance suite on your decoder MODULE:FUNCTION: identical to exact decoding, or the first difference",
+        "spotref.cli.conform",
+        "add_arguments",
+        "run",
+    ),
     "train-target": (
         "train a bundled SDAR target (BD3-LM objective) in runs/NAME/",
         "spotref.train.train_target",

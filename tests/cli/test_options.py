@@ -214,6 +214,7 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
         "bench": "BenchOptions",
         "quality": "QualityOptions",
         "train-drafter": "DrafterOptions",
+        "conform": "ConformOptions",
     }
     assert set(classes) == set(cli.COMMANDS)
     for command, (_, module, add, _) in cli.COMMANDS.items():

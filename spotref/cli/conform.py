@@ -1,0 +1,116 @@
+"""``spotref conform MODULE:FUNCTION``: the conformance suite on your own decoder.
+
+FUNCTION is called as ``spotref.generate`` is (docs/spec.md section 5.1 gives every keyword and
+what it returns). The cases run in chunks of ``CHUNK``, each with its own seed (``--seed``,
+then the next), with a progress line after each, until ``--max-examples`` cases ran or
+``--minutes`` passed. The verdict: exit status 0 and a summary of what was covered, or status
+1 and the first difference from exact decoding (``block b, step k, position p: exact t, got
+t'``) on the minimal case Hypothesis found, with the case itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from spotref.cli.argtypes import add_threads, nonneg_int, positive_int, real_range, tool_main
+from spotref.cli.options import Options
+from spotref.conformance import MAX_EXAMPLES, run_conformance
+
+CHUNK = 10  # cases per progress line (one Hypothesis run each)
+
+
+@dataclass(frozen=True)
+class ConformOptions(Options):
+    target: str
+    max_examples: int
+    minutes: float | None
+    seed: int
+    efficiency: bool
+    batch_invariance: bool
+    threads: int
+
+
+def add_arguments(p):
+    p.add_argument("target", metavar="MODULE:FUNCTION", help="your decoder, e.g. mydecoder:generate")
+    p.add_argument("--max-examples", type=positive_int, default=MAX_EXAMPLES, help=f"cases (default {MAX_EXAMPLES})")
+    p.add_argument(
+        "--minutes", type=real_range(0.0, open_lo=True), default=None, help="stop after this long (default: no limit)"
+    )
+    p.add_argument("--seed", type=nonneg_int, default=0, help="the first chunk's seed (default 0): a run replays")
+    p.add_argument("--efficiency", action="store_true", help="also the efficiency check (spotref's own decoder)")
+    p.add_argument("--batch-invariance", action="store_true", help="the batch-invariance check instead")
+    add_threads(p)
+
+
+def load_function(target: str):
+    """The callable ``MODULE:FUNCTION`` names (the working directory importable); ``ValueError``
+    naming what is missing."""
+    module_name, sep, name = target.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"target must be MODULE:FUNCTION (e.g. mydecoder:generate), got {target!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"target {target!r}: no module {e.name!r} (run from the directory that holds it)") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ValueError(f"target {target!r}: module {module_name} has no function {name!r}")
+    return fn
+
+
+def summary(seen: Counter) -> list[str]:
+    """The coverage, one line per dimension: ``family: sdar 41, llada 30, dream 29``."""
+    groups = {}
+    for key, n in sorted(seen.items()):
+        dim, _, value = key.partition("=")
+        groups.setdefault(dim if value else "happened", []).append(f"{value or dim} {n}")
+    return [f"  {dim}: {', '.join(values)}" for dim, values in groups.items()]
+
+
+def run(args) -> int:
+    args = ConformOptions.from_namespace(args)
+    torch.set_num_threads(args.threads)
+    fn, seen, start = load_function(args.target), Counter(), time.perf_counter()
+    chunk, seed = 0, args.seed
+    while seen["cases"] < args.max_examples:
+        if args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
+            print(f"conform: time is up ({args.minutes:g} min)")
+            break
+        n = min(CHUNK, args.max_examples - seen["cases"])
+        try:
+            got = run_conformance(
+                fn,
+                max_examples=n,
+                seed=seed + chunk,
+                efficiency=args.efficiency,
+                batch_invariance=args.batch_invariance,
+            )
+        except AssertionError as e:
+            print(f"conform: FAILED (seed {seed + chunk}): {e}")
+            return 1
+        seen.update(got)
+        chunk += 1
+        print(f"conform: {seen['cases']} / {args.max_examples} cases identical to exact decoding ({elapsed(start)})")
+    print(f"conform: passed, {seen['cases']} cases identical to exact decoding; covered:")
+    print("\n".join(summary(seen)))
+    return 0
+
+
+def elapsed(start: float) -> str:
+    return f"{(time.perf_counter() - start) / 60:.1f} min"
+
+
+def main(argv=None) -> int:
+    return tool_main("spotref conform", __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
