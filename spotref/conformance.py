@@ -409,6 +409,7 @@ def run_conformance(
     (e.g. ``print``); default None, silent. seed: an int makes the run reproducible (Hypothesis'
     ``seed``: the same cases in the same order); None, a fresh random run."""
     check_int("max_examples", max_examples, 1)
+    hypothesis()  # a missing dependency named before any case runs
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
     run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
