@@ -37,8 +37,8 @@ def test_the_gallery_is_broad():
 
 @pytest.mark.parametrize("name", CORRECT)
 def test_correct_decoders_written_differently_are_never_flagged(name):
-    seen = run_conformance(CORRECT[name], max_examples=40, seed=0)
-    assert seen["cases"] >= 30 and seen["decoded"] > 0, seen
+    seen = run_conformance(CORRECT[name], max_examples=12, seed=0)  # 5 seeds x 100: benchmarks/mutant_gallery.py
+    assert seen["cases"] >= 10 and seen["decoded"] > 0, seen
 
 
 def test_spotref_passes_the_batch_invariance_check():
@@ -75,5 +75,5 @@ def through_the_adapter(model, prompt, n, drafter=None, **kw):
 
 def test_the_drafter_adapter_gives_the_suites_drafts():
     """Drafting through the adapter is exact and as efficient as the suite's drafter itself."""
-    seen = run_conformance(through_the_adapter, max_examples=25, seed=0, efficiency=True)
+    seen = run_conformance(through_the_adapter, max_examples=10, seed=0, efficiency=True)
     assert seen["drafted"] > 0 and seen["drafter=oracle"] > 0, seen
