@@ -57,6 +57,7 @@ def layer(module: str) -> int:
         (5, "spotref.train"),
         (5, "spotref.record"),
         (5, "spotref.bench"),
+        (5, "spotref.calib"),
     ):
         if module == package or module.startswith(package + "."):
             return i
@@ -135,6 +136,7 @@ def draw(g: dict, path: Path) -> None:
         "spotref.train",
         "spotref.record",
         "spotref.bench",
+        "spotref.calib",
     }  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]
     fig, ax = plt.subplots(figsize=(16, 8))

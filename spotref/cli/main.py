@@ -73,6 +73,12 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
         "add_arguments",
         "run",
     ),
+    "calibrate-sets": (
+        "adapt a SPOT-Sets drafter to a new target from at most 32 of its prompts (into runs/calibrate-sets-TIME/)",
+        "spotref.calib.calibrate",
+        "add_arguments",
+        "run",
+    ),
 }
 
 

@@ -215,6 +215,7 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
         "quality": "QualityOptions",
         "train-drafter": "DrafterOptions",
         "conform": "ConformOptions",
+        "calibrate-sets": "CalibOptions",
     }
     assert set(classes) == set(cli.COMMANDS)
     for command, (_, module, add, _) in cli.COMMANDS.items():

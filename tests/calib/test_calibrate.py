@@ -1,0 +1,119 @@
+"""spotref calibrate-sets: a set drafter refit on a new target changes only the named parameters,
+decodes exactly, and bad requests are refused before any work (tiny models: seconds)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_model
+
+import spotref
+from spotref.calib import calibrate as cal
+from spotref.calib.fit import CALIBRATED
+from spotref.cli.main import main
+from spotref.drafters import order
+from spotref.drafters.spot import SpotDrafter
+from spotref.load.drafters import load_order_model, save_order_model
+
+B = 8  # the tiny target's block size
+
+
+@dataclass
+class TinyTarget:
+    """Stands in for a bundled ``Target``: a tiny SDAR model and numeric prompts."""
+
+    model: object
+    name: str = "tiny"
+    stop_ids: object = None
+
+    def heldout(self, n, seed, split):
+        rng = np.random.default_rng(seed)
+        return [(" ".join(map(str, rng.integers(0, 60, 12))), None) for _ in range(n)]
+
+    def encode(self, text):
+        return [int(t) for t in text.split()]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return TinyTarget(tiny_model(V=61, B=B, init=1.0, layers=1))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A set drafter of block size 16 (another target's): random set-head output weights."""
+    torch.manual_seed(0)
+    model = order.OrderModel(16, d_model=32, layers=1, heads=2, ff=64).eval()
+    with torch.no_grad():
+        model.set_head[2].weight.normal_(0, 0.5)
+    path = tmp_path_factory.mktemp("src") / "source.pt"
+    save_order_model(path, model, {"target": {"name": "other"}})
+    return path
+
+
+SMALL = dict(prompts=3, new_tokens=8, prompt_tokens=8, taus=[0.9, 0.7], temperatures=[0.0, 1.0], steps=30)
+
+
+@pytest.fixture(scope="module")
+def calibrated(source, target):
+    return cal.calibrate_sets(source, target, **SMALL)
+
+
+def test_only_the_named_parameters_change(calibrated, source, tmp_path):
+    model, header = calibrated
+    out = tmp_path / "cal.pt"
+    save_order_model(out, model, header)
+    got, h = load_order_model(out)
+    before, _ = load_order_model(source)
+    a, b = got.state_dict(), before.state_dict()
+    assert a.keys() == b.keys()
+    same = [k for k in a if torch.equal(a[k], b[k])]
+    assert sorted(set(a) - set(same)) == sorted(CALIBRATED)  # each named one moved, nothing else
+    c = h["calibration"]
+    assert c["parameters"] == list(CALIBRATED) and c["n_parameters"] == 64 + 1 + 1  # weight, bias, scale
+    assert c["loss_after"] <= c["loss_before"] and c["prompts"] == 3 and c["states"] > 0
+    assert h["target"]["name"] == "tiny" and got.block_size == B  # the new target's drafter
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+@pytest.mark.parametrize("tau", [0.9, 0.7])
+def test_the_calibrated_drafter_decodes_exactly(calibrated, target, T, tau):
+    drafter = SpotDrafter(calibrated[0])  # strict: it declares the target's block size
+    prompt, kw = [11, 2, 9, 4, int(10 * tau)], dict(temperature=T, seed=3, threshold=tau)
+    exact = spotref.generate(target.model, prompt, 2 * B, **kw)
+    res = spotref.generate(target.model, prompt, 2 * B, drafter=drafter, budget=8, depth=4, **kw)
+    assert res.tokens == exact.tokens
+
+
+def test_requests_are_refused_before_any_work(source, target, tmp_path):
+    with pytest.raises(ValueError, match=r"--prompts 33: a light calibration reads at most 32 prompts"):
+        cal.calibrate_sets(source, target, prompts=33)
+    with pytest.raises(ValueError, match=r"--taus must be thresholds in \(0, 1\), got 1.5"):
+        cal.calibrate_sets(source, target, taus=[0.9, 1.5])
+    bare = tmp_path / "bare.pt"
+    model, _ = load_order_model(source)
+    save_order_model(bare, order.without_set_head(model), {})
+    with pytest.raises(ValueError, match=r"has no set head .*--sets-only adds one"):
+        cal.calibrate_sets(bare, target)
+    with pytest.raises(ValueError, match="no SPOT drafter named 'nope'"):
+        cal.calibrate_sets("nope", target)
+    assert (
+        cal.calibrate_sets(
+            source, target, **{**SMALL, "prompts": 32, "steps": 1, "taus": [0.9], "temperatures": [0.0]}
+        )[1]["calibration"]["prompts"]
+        == 32
+    )
+
+
+def test_the_command_refuses_before_making_a_run_directory(source, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        (["stdlib-b16", "--prompts", "40"], "at most 32 prompts"),
+        (["stdlib-b16", "--out", str(cal.__file__).replace("calibrate.py", "x.pt")], "is a shipped file"),
+        (["no-such-target", "--out", "x.pt"], "no-such-target"),
+    ]
+    for extra, message in cases:
+        assert main(["calibrate-sets", str(source), *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "x.pt").exists()
