@@ -128,8 +128,9 @@ def for_block_size(model: order.OrderModel, block_size: int) -> order.OrderModel
     return new.eval()
 
 
-def record_calibration(target, options: CalibOptions) -> tj.Trajectories:
-    """Exact threshold trajectories of ``target`` on its first ``--prompts`` training prompts."""
+def record_calibration(target, options: CalibOptions) -> tuple:
+    """(exact threshold trajectories of ``target`` on its first ``--prompts`` training prompts,
+    how many prompts were used: a text shorter than ``--prompt-tokens`` is left out, with a warning)."""
     o = options
     prompts = prompts_for(target, o.prompts, "train", o.prompt_tokens)
     if not prompts:
@@ -148,7 +149,7 @@ def record_calibration(target, options: CalibOptions) -> tj.Trajectories:
         for T in o.temperatures
         for tau in o.taus
     ]
-    return tj.Trajectories.concat(parts)
+    return tj.Trajectories.concat(parts), len(prompts)
 
 
 def calibrate_sets(drafter, target, options: CalibOptions | None = None, **changes) -> tuple:
@@ -161,7 +162,7 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, **chang
     source, header = set_drafter(drafter)
     target = names.target(target, o.targets_dir) if isinstance(target, str) else target
     t0, c0 = time.time(), time.process_time()
-    ds = record_calibration(target, o)
+    ds, used = record_calibration(target, o)
     model = for_block_size(source, target.model.block_size)
     data = calib_fit.frozen(model, ds, seed=o.seed)
     losses = calib_fit.fit(model, data, steps=o.steps)
@@ -170,7 +171,7 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, **chang
         n_parameters=sum(p.numel() for n, p in model.named_parameters() if n in calib_fit.CALIBRATED),
         source=str(drafter),
         source_target=(header.get("target") or {}).get("name"),
-        prompts=o.prompts,
+        prompts=used,
         new_tokens=o.new_tokens,
         prompt_tokens=o.prompt_tokens,
         taus=list(o.taus),

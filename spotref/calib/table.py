@@ -1,0 +1,192 @@
+"""The SPOT-Sets calibration table: per target and threshold, threshold decoding alone, another
+target's set drafter transferred as is, the same drafter calibrated (``spotref calibrate-sets``)
+and the target's own set drafter.
+
+``python -m spotref.calib.table --targets stdlib-b32,stdlib-b16,stdlib-b32-d192 --out
+runs/calib/transfer-sets.md`` calibrates each target's source drafter (``--sources``, default
+``SOURCES``: each from a target of another block size) on the target's training prompts, writes
+the calibrated checkpoints beside the report, then decodes the target's held-out test prompts
+with each drafter at every T and ``tau`` (``spotref.bench.bench_run``: every row's tokens
+asserted identical to threshold decoding alone). ``fewer passes`` = threshold-alone passes /
+passes; ``kept`` = (R - 1) / (R_own - 1), the share of the own set drafter's gain over threshold
+decoding a drafter keeps; the goal is ``GOAL`` (90%) for the calibrated one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from spotref.bench import bench_options
+from spotref.bench.bench_run import metrics, run_drafter, run_exact, target_setup
+from spotref.calib import calibrate as cal
+from spotref.cli.argtypes import add_threads, int_range, positive_int, real_list, seed_int, tool_main
+from spotref.cli.options import Options
+from spotref.cli.report import table
+from spotref.drafters.spot import SpotDrafter
+from spotref.files import atomic_write_text, check_writable, run_dir
+from spotref.load.drafters import load_drafter, save_order_model
+
+SOURCES = {"stdlib-b32": "stdlib-b16", "stdlib-b16": "stdlib-b32", "stdlib-b32-d192": "stdlib-b16"}
+GOAL = 0.9  # the calibrated drafter keeps >= 90% of the own set drafter's gain
+COLUMNS = ["target", "source", "T", "tau", "N", "threshold passes", "drafter", "passes", "fewer passes", "kept"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--targets", default=",".join(SOURCES), help="comma list of bundled targets")
+    p.add_argument(
+        "--sources", default=None, help="comma list: each target's source set drafter (default: SOURCES' choice)"
+    )
+    p.add_argument("--prompts", type=positive_int, default=4, help="held-out test prompts per target (default 4)")
+    p.add_argument("--new-tokens", type=positive_int, default=128, help="new tokens per prompt (default 128)")
+    p.add_argument("--budget", type=int_range(2), default=64, help="node budget N (default 64)")
+    p.add_argument("--taus", type=real_list(), default=[0.9, 0.7], help="thresholds (default 0.9,0.7)")
+    p.add_argument("--temperatures", type=real_list(), default=[0.0], help="temperatures (default 0)")
+    p.add_argument(
+        "--calib-prompts", type=positive_int, default=cal.MAX_PROMPTS, help="calibration prompts (default 32)"
+    )
+    p.add_argument("--calib-new-tokens", type=positive_int, default=32, help="calibration new tokens (default 32)")
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--out", default=None, help="report path (default runs/calib-table-TIME/transfer-sets.md)")
+    add_threads(p)
+
+
+@dataclass(frozen=True)
+class TableOptions(Options):
+    targets: str
+    sources: str | None
+    prompts: int
+    new_tokens: int
+    budget: int
+    taus: list
+    temperatures: list
+    calib_prompts: int
+    calib_new_tokens: int
+    seed: int
+    out: str | None
+    threads: int
+
+
+def pairs(options: TableOptions) -> list[tuple[str, str]]:
+    """[(target, source drafter)], ``ValueError`` for a target without a default source."""
+    targets = [t for t in options.targets.split(",") if t]
+    if options.sources is not None:
+        sources = [s for s in options.sources.split(",") if s]
+        if len(sources) != len(targets):
+            raise ValueError(f"--sources names {len(sources)} drafters for {len(targets)} --targets")
+        return list(zip(targets, sources))
+    missing = [t for t in targets if t not in SOURCES]
+    if missing:
+        raise ValueError(f"no default source drafter for {', '.join(missing)}: pass --sources")
+    return [(t, SOURCES[t]) for t in targets]
+
+
+def bench_options_for(target: str, options: TableOptions) -> bench_options.BenchOptions:
+    o = options
+    argv = ["--targets", target, "--prompts", str(o.prompts), "--new-tokens", str(o.new_tokens)]
+    argv += ["--budgets", str(o.budget), "--rules", "threshold", "--no-auto", "--seed", str(o.seed)]
+    argv += ["--thresholds", ",".join(f"{t:g}" for t in o.taus)]
+    argv += ["--temperatures", ",".join(f"{t:g}" for t in o.temperatures)]
+    return bench_options.BenchOptions.parse(bench_options.add_arguments, argv)
+
+
+def calibrated(target: str, source: str, options: TableOptions, out_dir: Path) -> tuple:
+    """(the calibrated SpotDrafter, its ``calibration`` header entry); the checkpoint is written."""
+    o = options
+    model, header = cal.calibrate_sets(
+        source, target, prompts=o.calib_prompts, new_tokens=o.calib_new_tokens, seed=o.seed, threads=o.threads
+    )
+    save_order_model(out_dir / f"{target}-from-{Path(source).stem}.pt", model, header)
+    return SpotDrafter(model, header), header["calibration"]
+
+
+def target_rows(target: str, source: str, options: TableOptions, out_dir: Path) -> tuple[list, dict]:
+    """The table rows of one target, and its calibration's header entry."""
+    b = bench_options_for(target, options)
+    setup = target_setup(target, b)
+    if setup.spot is None or not setup.spot.model.has_sets:
+        raise ValueError(f"{target} has no own set drafter to compare with")
+    moved = load_drafter(source, strict=False)
+    mine, info = calibrated(target, source, options, out_dir)
+    drafters = {"transferred": moved, "calibrated": mine, "own": setup.spot}
+    rows = []
+    for T in options.temperatures:
+        for tau in options.taus:
+            ex = metrics(run_exact(setup, T, b, tau))["passes"]
+            got = {
+                name: metrics(run_drafter(setup, T, name, options.budget, b, drafter=d, threshold=tau))["passes"]
+                for name, d in drafters.items()
+            }
+            R = {name: ex / max(p, 1) for name, p in got.items()}
+            for name in drafters:
+                kept = (R[name] - 1) / (R["own"] - 1) if R["own"] > 1 else float("nan")
+                rows.append([target, source, f"{T:g}", f"{tau:g}", options.budget, ex, name, got[name], R[name], kept])
+    return rows, info
+
+
+def goal_lines(rows: list) -> list[str]:
+    out = []
+    for r in rows:
+        if r[6] == "calibrated":
+            verdict = "met" if r[9] >= GOAL else "not met"
+            out.append(
+                f"* {r[0]} (from {r[1]}), T = {r[2]}, tau = {r[3]}: calibrated keeps {r[9]:.0%} of the own "
+                f"set drafter's gain (goal >= {GOAL:.0%}: {verdict})"
+            )
+    return out
+
+
+def report(options: TableOptions, rows: list, infos: dict, seconds: float) -> str:
+    cal_rows = [
+        [t, i["source"], i["prompts"], i["new_tokens"], i["states"], i["loss_before"], i["loss_after"]]
+        + [i["seconds"], i["cpu_seconds"]]
+        for t, i in infos.items()
+    ]
+    return "\n".join(
+        [
+            "# SPOT-Sets with a light calibration",
+            "",
+            f"Command: `python -m spotref.calib.table {' '.join(options.argv)}` ({seconds / 60:.1f} min)",
+            "",
+            f"Calibrated parameters: {', '.join(cal.calib_fit.CALIBRATED)} (everything else is the source drafter's).",
+            "",
+            table(
+                ["target", "source", "prompts", "new tokens", "states", "loss before", "loss after", "s", "CPU s"],
+                cal_rows,
+            ),
+            "",
+            table(COLUMNS, rows),
+            "",
+            *goal_lines(rows),
+            "",
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    o = TableOptions.from_namespace(args)
+    torch.set_num_threads(o.threads)
+    todo = pairs(o)
+    out = check_writable(o.out or run_dir("calib-table") / "transfer-sets.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0, rows, infos = time.time(), [], {}
+    for target, source in todo:
+        r, infos[target] = target_rows(target, source, o, out.parent)
+        rows += r
+        print(table(COLUMNS, r), flush=True)
+    atomic_write_text(out, report(o, rows, infos, time.time() - t0))
+    print("\n".join(goal_lines(rows)))
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return tool_main("python -m spotref.calib.table", __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
