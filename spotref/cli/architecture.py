@@ -29,7 +29,15 @@ from spotref.files import atomic_path, run_dir, shipped_writes
 ROOT = Path(__file__).resolve().parents[1]  # the spotref package
 SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
 LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools")
-ENTRY = {"spotref.api", "spotref.names", "spotref.reference", "spotref.conformance", "spotref.conformance_cases", "spotref.audit", "spotref"}
+ENTRY = {
+    "spotref.api",
+    "spotref.names",
+    "spotref.reference",
+    "spotref.conformance",
+    "spotref.conformance_cases",
+    "spotref.audit",
+    "spotref",
+}
 LAZY = {  # the modules that import on demand, and why
     "spotref.cli.main": "the chosen command's module, when it runs (`spotref --help` loads no torch)",
     "spotref.names": "the targets' loader when a target is first named, a drafter's module when it is first "
