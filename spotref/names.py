@@ -125,15 +125,15 @@ def resolve_drafter(drafter, model, block_size: int | None = None):
     """A drafter for ``model``: a registered name (``DRAFTERS``), a bundled SPOT drafter's name or a
     ``.pt`` checkpoint path (``load_drafter``), or any callable ``view -> Draft`` (kept as is).
     ``block_size``: the block length decoded in (None: not known yet); a drafter that declares
-    another (a strict ``SpotDrafter``'s ``block_size``) is refused here, before any pass."""
+    another (a ``SpotDrafter`` made with ``strict=True``: ``block_size``) is refused here, before
+    any pass. Drafters are not strict by default: one trained on any target drafts for any other."""
     resolved = named_drafter(drafter, model)
     declared = getattr(resolved, "block_size", None)
     if block_size is not None and declared is not None and declared != block_size:
         label = repr(os.fspath(drafter)) if isinstance(drafter, (str, os.PathLike)) else type(drafter).__name__
         raise ValueError(
             f"drafter {label} was trained for block size {declared}, the target's block size is "
-            f"{block_size}: use a drafter of its block size (spotref.load_drafter(path, strict=False) "
-            f"tries this one anyway)"
+            f"{block_size}, and it is strict (strict=True): leave strict out to transfer it"
         )
     return resolved
 

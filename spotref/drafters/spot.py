@@ -54,7 +54,9 @@ class SpotDrafter(torch.nn.Module):
     """``drafter(view) -> Draft`` from a trained ``OrderModel`` (a ``torch.nn.Module`` holding it).
 
     second: add a runner-up token edge where P(coupled token right) < second (0: never);
-    strict: refuse a target whose block size is not the order model's (False: allow transfer);
+    strict: refuse a target whose block size is not the order model's (default False: any block
+    size, task or family; the features are block-relative and vocabulary-agnostic, see
+    ``spotref.drafters.order``);
     calls: "level" (one order-model call per tree level, the default) or "root" (one call per
     round: the root's next-commit distribution read as a Plackett-Luce ranking, ``draft_root``;
     one-position rule only: SPOT-Sets always calls once per level).
@@ -67,7 +69,7 @@ class SpotDrafter(torch.nn.Module):
         model: order.OrderModel,
         header: dict | None = None,
         second: float = SECOND,
-        strict: bool = True,
+        strict: bool = False,
         calls: str = "level",
     ):
         super().__init__()
@@ -78,9 +80,9 @@ class SpotDrafter(torch.nn.Module):
 
     @property
     def block_size(self) -> int | None:
-        """The block length this drafter takes: its order model's when ``strict``, else None (any).
-        ``spotref.names.resolve_drafter`` refuses it for a decode of another block length, before
-        any pass."""
+        """The block length this drafter takes: its order model's when ``strict``, else None (any,
+        the default). ``spotref.names.resolve_drafter`` refuses a strict drafter for a decode of
+        another block length, before any pass."""
         return self.model.block_size if self.strict else None
 
     @property

@@ -74,9 +74,12 @@ def architecture(config) -> dict:
     return d
 
 
-def load_drafter(name, strict: bool = True, directory: Path | str | None = None) -> SpotDrafter:
+def load_drafter(name, strict: bool = False, directory: Path | str | None = None) -> SpotDrafter:
     """A trained SPOT drafter: a bundled target's name (``list_checkpoints()``) or a checkpoint
-    path (str or ``Path``). A bad name or checkpoint raises ``ValueError`` naming it."""
+    path (str or ``Path``). It drafts for any target, of any block size, task or family (its
+    inputs are block-relative and vocabulary-agnostic; output is exact either way);
+    ``strict=True``: only for decodes in its own block size (refused before any pass otherwise).
+    A bad name or checkpoint raises ``ValueError`` naming it."""
     if isinstance(name, os.PathLike):
         name = os.fspath(name)
     if not isinstance(name, str) or not name:

@@ -192,12 +192,14 @@ def test_resolve_by_name_and_fingerprint(trained, tmp_path, monkeypatch):
         loaded.load_drafter("nope")
 
 
-def test_block_size_mismatch_is_a_clear_error():
+def test_a_drafter_of_another_block_size_transfers_unless_strict():
+    """Not strict by default: a block-8 order model drafts for a block-4 target, exactly (it was
+    refused); ``strict=True`` asks for the refusal, a clear error before any pass."""
     model = tiny_model(V=61, B=4)
-    with pytest.raises(ValueError, match="trained for block size 8, the target's block size is 4"):
-        spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8)))
-    lax = SpotDrafter(OrderModel(8), strict=False)  # transfer: allowed
-    assert spotref.generate(model, [1, 2, 3], 8, drafter=lax).tokens == spotref.generate(model, [1, 2, 3], 8).tokens
+    exact = spotref.generate(model, [1, 2, 3], 8).tokens
+    assert spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8)), budget=4).tokens == exact
+    with pytest.raises(ValueError, match="trained for block size 8, the target's block size is 4, and it is strict"):
+        spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8), strict=True))
 
 
 def test_cost_model_choice():

@@ -444,13 +444,16 @@ def test_a_meta_or_sparse_tensor_of_ids_is_refused_by_name(make, argument):
 
 
 @pytest.mark.parametrize("drafter", ["gsm-b16", "object"])
-def test_a_drafter_of_another_block_size_is_refused_when_resolved(drafter):
-    """A block-16 SPOT drafter for the block-32 gsm target was refused only at its first call,
-    after the prefill and a pass; now when the Speculator resolves it."""
+def test_a_drafter_of_another_block_size_is_taken_and_a_strict_one_refused_when_resolved(drafter):
+    """A block-16 SPOT drafter for the block-32 gsm target, by name or as loaded, is taken (it was
+    refused: transfer is the default). Asked for with strict=True it is refused when the
+    Speculator resolves it, before the prefill (it was refused only at its first call, after a pass)."""
     from spotref.load.drafters import load_drafter
 
-    d = load_drafter("gsm-b16") if drafter == "object" else drafter
-    with pytest.raises(ValueError, match="trained for block size 16, the target's block size is 32"):
-        Speculator.for_model("gsm-b32", drafter=d)
-    lax = load_drafter("gsm-b16", strict=False)  # transfer, asked for: allowed
-    assert Speculator.for_model("gsm-b32", drafter=lax).drafter is lax
+    if drafter == "object":
+        d = load_drafter("gsm-b16")
+        assert Speculator.for_model("gsm-b32", drafter=d).drafter is d
+    else:
+        assert Speculator.for_model("gsm-b32", drafter=drafter).drafter.model.block_size == 16
+    with pytest.raises(ValueError, match="trained for block size 16, the target's block size is 32, and it is strict"):
+        Speculator.for_model("gsm-b32", drafter=load_drafter("gsm-b16", strict=True))
