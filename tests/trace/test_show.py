@@ -1,6 +1,9 @@
 """``spotref show``: the HTML page (no matplotlib), the pictures (matplotlib, skipped without it)
 for every drafter and family, and the refusals."""
 
+import json
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -83,3 +86,44 @@ def test_without_matplotlib_the_pictures_name_what_to_install(monkeypatch, saved
     assert "pip install matplotlib" in capsys.readouterr().err
     with pytest.raises(ImportError, match="pip install matplotlib"):
         show.needs_matplotlib()
+
+
+DOM = r"""
+// The least DOM the page's script touches: elements with children, text, class, style, title.
+const make = tag => ({tag, children: [], className: "", textContent: "", style: {}, title: "", listeners: {},
+  appendChild(c) { this.children.push(c); return c; },
+  addEventListener(k, f) { this.listeners[k] = f; }});
+const byId = {decodes: make("div"), shown: make("span"), pass: make("input"),
+  data: Object.assign(make("script"), {textContent: require("fs").readFileSync(0, "utf8")})};
+global.document = {getElementById: id => byId[id], createElement: make};
+"""
+CHECK = r"""
+const cellsOf = box => box.children.filter(l => l.className === "row").flatMap(l => l.children.slice(1));
+const boxes = byId.decodes.children;
+const counts = t => { byId.pass.listeners.input({target: {value: String(t)}});
+  return boxes.map(b => cellsOf(b).filter(s => s.className === "cell").length); };
+const textNow = () => boxes.map(b => b.children.at(-1).textContent);
+const hovers = () => boxes.map(b => cellsOf(b).filter(s => s.className === "cell").every(s => s.title.includes("confidence")));
+const top = data.top, atTop = counts(top), texts = textNow(), titles = hovers();
+const atZero = counts(0), textsAtZero = textNow();
+console.log(JSON.stringify({top, atTop, atZero, shown: String(byId.shown.textContent),
+  titles,
+  masked: texts.map(t => t.includes("_")), allMasked: textsAtZero.map(t => /^_*$/.test(t))}));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no JavaScript engine (node) on this machine")
+def test_the_html_page_runs_its_slider_in_a_javascript_engine(saved, tmp_path):
+    """The page's own script, run by node over a minimal DOM: at the last pass every committed
+    cell shows its token with a hover naming its confidence; at pass 0 none does."""
+    out = tmp_path / "html"
+    assert main(["show", str(saved), "--out", str(out), "--pictures", "html"]) == 0
+    text = (out / "page.html").read_text()
+    script = text.split("<script>")[1].split("</script>")[0]
+    blob = text.split('<script id="data" type="application/json">')[1].split("</script>")[0]
+    run = subprocess.run(["node", "-e", DOM + script + CHECK], input=blob, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    data = show_html.page_data(Trace.load(saved))
+    assert got["atTop"] == [len(d["cells"]) for d in data["decodes"]] and got["atZero"] == [0] * len(data["decodes"])
+    assert got["shown"] == "0" and all(got["titles"]) and not any(got["masked"]) and all(got["allMasked"])
