@@ -79,7 +79,9 @@ def load_drafter(name, strict: bool = False, directory: Path | str | None = None
     path (str or ``Path``). It drafts for any target, of any block size, task or family (its
     inputs are block-relative and vocabulary-agnostic; output is exact either way);
     ``strict=True``: only for decodes in its own block size (refused before any pass otherwise).
-    A bad name or checkpoint raises ``ValueError`` naming it."""
+    A bad name or checkpoint raises ``ValueError`` naming it. A checkpoint
+    whose header says ``any_block_size`` (one trained on several targets: ``universal``) runs on a
+    target of any block size whatever ``strict`` says."""
     if isinstance(name, os.PathLike):
         name = os.fspath(name)
     if not isinstance(name, str) or not name:
@@ -95,7 +97,7 @@ def load_drafter(name, strict: bool = False, directory: Path | str | None = None
                 f"no SPOT drafter named {name!r}; bundled: {', '.join(list_checkpoints(directory)) or 'none'}"
             )
     model, header = load_order_model(path)
-    return SpotDrafter(model, header, strict=strict)
+    return SpotDrafter(model, header, strict=strict and not header.get("any_block_size", False))
 
 
 def list_checkpoints(directory: Path | str | None = None) -> list[str]:

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -59,7 +60,7 @@ from spotref.train import train_sets as ts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", help="bundled target name (spotref.list_targets())")
+    p.add_argument("target", help="bundled target name (spotref.list_targets()); with --targets, the drafter's name")
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
     p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
@@ -107,6 +108,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
+    p.add_argument(
+        "--targets",
+        type=target_list,
+        default=None,
+        help="train one drafter on the trajectories of several targets, NAME[:PROMPTS],... "
+        "(PROMPTS: that target's training prompts, default --prompts); batches alternate between them",
+    )
+    p.add_argument(
+        "--held-out",
+        type=target_list,
+        default=None,
+        help="with --targets: targets it does not train on, measured on their held-out prompts",
+    )
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,20 @@ class DrafterOptions(Options):
     set_prompts: int  # training prompts per temperature and threshold for the set head
     threads: int  # torch CPU threads
     set_steps: int  # set-head training steps
+    targets: tuple | None = None  # --targets: ((name, training prompts or None), ...)
+    held_out: tuple | None = None  # --held-out: ((name, None), ...)
+
+
+def target_list(text: str) -> tuple:
+    """``--targets`` / ``--held-out``: ``NAME[:PROMPTS],...`` -> ((name, prompts or None), ...);
+    ``ValueError`` naming a malformed entry."""
+    out = []
+    for item in text.split(","):
+        name, _, n = item.strip().partition(":")
+        if not name or (n and not (n.isdigit() and int(n) > 0)):
+            raise ValueError(f"a target list needs NAME[:PROMPTS] entries separated by commas, got {item!r}")
+        out.append((name, int(n) if n else None))
+    return tuple(out)
 
 
 def trajectory_spec(options: DrafterOptions) -> TrajectorySpec:
@@ -233,8 +261,11 @@ def confidence_accuracy(ds: tj.Trajectories, limit: int | None = None) -> float:
     return float((conf.argmax(1) == fut[:, 0]).mean()) if len(tokens) else float("nan")
 
 
-def train(model, ds: tj.Trajectories, options: DrafterOptions, log=print):
-    o = options
+def train(model, ds, options: DrafterOptions, log=print):
+    """Train ``model`` on ``ds``: one ``Trajectories``, or a list of them (several targets, each
+    of its own block size: step s draws its batch from ``ds[s % len(ds)]``, since one batch
+    holds states of one block size)."""
+    o, parts = options, ds if isinstance(ds, list) else [ds]
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=0.01)
     rng = np.random.default_rng(o.seed)
     bar = progress(range(o.steps), "train order model")
@@ -243,7 +274,8 @@ def train(model, ds: tj.Trajectories, options: DrafterOptions, log=print):
         for g in opt.param_groups:
             g["lr"] = lr
         model.train()
-        loss, acc = loss_fn(model, *batch(ds, *tj.teacher_sample(ds, o.batch, o.tf_depth, rng)))
+        part = parts[step % len(parts)]
+        loss, acc = loss_fn(model, *batch(part, *tj.teacher_sample(part, o.batch, o.tf_depth, rng)))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -378,6 +410,10 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
     t0 = time.time()
+    if options.targets:
+        return train_universal(options, t0)
+    if options.held_out:
+        raise ValueError("--held-out goes with --targets (a drafter trained on several targets)")
     target = load_target(options.target, options.targets_dir or TARGETS_DIR)
     if options.curves_only:
         return remeasure(target, options)
@@ -523,6 +559,86 @@ def remeasure(target, options: DrafterOptions) -> int:
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
     save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
     print(f"wrote {out}")
+    return 0
+
+
+# --- one drafter for several targets (--targets) ------------------------------------------------
+
+
+def universal_data(options: DrafterOptions) -> dict:
+    """{target name: (its training trajectories {T: ...}, None for a held-out target; its
+    held-out trajectories {T: ...})}, each recorded (or read from the cache) with the target's
+    own --targets prompt count; ``ValueError`` for a target both trained on and held out."""
+    o, base = options, trajectory_spec(options)
+    trained = dict(o.targets)
+    both = sorted(set(trained) & {name for name, _ in o.held_out or ()})
+    if both:
+        raise ValueError(f"--targets and --held-out share {', '.join(both)}: a held-out target is not trained on")
+    data = {}
+    for name in [*trained, *(n for n, _ in o.held_out or ())]:
+        target = load_target(name, o.targets_dir or TARGETS_DIR)
+        spec = dataclasses.replace(base, prompts=trained.get(name) or o.prompts)
+        train_sets = {T: recorded(target, spec, "train", T) for T in (0.0, 1.0)} if name in trained else None
+        data[name] = (train_sets, {T: recorded(target, spec, "test", T) for T in (0.0, 1.0)})
+    return data
+
+
+def per_target_accuracy(model, data: dict) -> dict:
+    """{target: {"trained_on", "block_size", "heldout_accuracy" {T: ...}, "confidence_accuracy"
+    {T: ...}}}: next-commit accuracy on each target's held-out prompts, printed as it goes."""
+    key, out = order.temperature_key, {}
+    for name, (train_sets, test_sets) in data.items():
+        acc = {key(T): accuracy(model, ds) for T, ds in test_sets.items()}
+        base = {key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
+        out[name] = dict(
+            trained_on=train_sets is not None,
+            block_size=next(iter(test_sets.values())).block_size,
+            heldout_accuracy=acc,
+            confidence_accuracy=base,
+        )
+        role = "trained on" if train_sets is not None else "held out"
+        print(
+            f"{name} ({role}): held-out next-commit accuracy T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f}; "
+            f"stale-confidence order T=0 {base['0']:.3f}, T=1 {base['1']:.3f}"
+        )
+    return out
+
+
+def train_universal(options: DrafterOptions, t0: float) -> int:
+    """``--targets``: one order model trained on the trajectories of several targets (batches
+    alternate between them), measured on every target's held-out prompts (--held-out ones
+    too), saved with ``any_block_size`` (``load_drafter`` runs it on any target) and without a
+    target fingerprint (no target picks it for ``drafter="spot"``). No set head, curves or
+    calibrated graph: those are per target."""
+    o = options
+    out = out_path(o)
+    print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
+    data = universal_data(o)
+    parts = [tj.Trajectories.concat(list(tr.values())) for tr, _ in data.values() if tr is not None]
+    model = order.OrderModel(parts[0].block_size, set_hidden=None)
+    if o.init:
+        model.load_state_dict(order.widened(order.without_set_head(load_order_model(o.init)[0])).state_dict())
+    print(f"trajectories: train {', '.join(f'{len(p)}' for p in parts)} states ({time.time() - t0:.0f} s)")
+    train(model, parts, o)
+    per_target = per_target_accuracy(model, data)
+    trained = [n for n, _ in o.targets]
+    save_order_model(
+        out,
+        model,
+        dict(
+            target=dict(name=o.target, trained_on=trained, held_out=[n for n, _ in o.held_out or ()]),
+            any_block_size=True,
+            per_target=per_target,
+            n_params=order.n_params(model),
+            training=dict(
+                command=command(o),
+                seconds=round(time.time() - t0),
+                train_states={n: len(p) for n, p in zip(trained, parts)},
+                date=time.strftime("%Y-%m-%d"),
+            ),
+        ),
+    )
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 

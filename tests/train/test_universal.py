@@ -1,0 +1,110 @@
+"""One drafter trained on several targets (``train-drafter NAME --targets A,B --held-out C``):
+batches alternate between the targets' trajectories, each target is measured on its own
+held-out prompts, and the checkpoint runs on a target of any block size, exactly."""
+
+import argparse
+import time
+from types import SimpleNamespace
+
+import pytest
+from helpers import tiny_model
+
+import spotref
+from spotref.drafters.spot import SpotDrafter
+from spotref.load import drafters as loaded
+from spotref.record.trajectories import record
+from spotref.train import train_drafter
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]]
+
+
+@pytest.fixture(scope="module")
+def targets():
+    """Three tiny targets (block sizes 4, 8, 8) and their recorded trajectories, by name."""
+    models = {
+        "tiny-b4": tiny_model(V=61, B=4, init=1.0, seed=3),
+        "tiny-b8": tiny_model(V=61, B=8, init=1.0, seed=5),
+        "tiny-out": tiny_model(V=61, B=8, init=1.0, seed=7),
+    }
+    data = {name: {T: record(m, PROMPTS, 16, T) for T in (0.0, 1.0)} for name, m in models.items()}
+    return models, data
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    train_drafter.add_arguments(p)
+    return p
+
+
+def options(*argv):
+    return train_drafter.DrafterOptions.parse(train_drafter.add_arguments, list(argv))
+
+
+def fake_targets(monkeypatch, targets, asked):
+    """``load_target`` and ``recorded`` of the tiny targets; ``asked`` collects (name, split, prompts)."""
+    models, data = targets
+    monkeypatch.setattr(
+        train_drafter, "load_target", lambda name, _dir: SimpleNamespace(name=name, model=models[name], stop_ids=None)
+    )
+
+    def recorded(target, spec, split, T):
+        asked.append((target.name, split, spec.prompts))
+        return data[target.name][T]
+
+    monkeypatch.setattr(train_drafter, "recorded", recorded)
+
+
+def test_trains_on_several_targets_and_measures_each(targets, monkeypatch, tmp_path):
+    asked, drawn = [], []
+    fake_targets(monkeypatch, targets, asked)
+    real_batch = train_drafter.batch
+    monkeypatch.setattr(train_drafter, "batch", lambda ds, r, d: drawn.append(ds.block_size) or real_batch(ds, r, d))
+    out = tmp_path / "universal.pt"
+    o = options("universal", "--targets", "tiny-b4:5,tiny-b8", "--held-out", "tiny-out", "--prompts", "3")
+    o = train_drafter.DrafterOptions(**{**o.__dict__, "out": str(out), "steps": 6, "batch": 8, "tf_depth": 2})
+    assert train_drafter.train_universal(o, time.time()) == 0
+    assert drawn[:6] == [4, 8] * 3  # one batch per step, the targets in turn (then the measurements)
+    assert ("tiny-b4", "train", 5) in asked and ("tiny-b8", "train", 3) in asked  # NAME:PROMPTS
+    assert ("tiny-out", "test", 3) in asked and ("tiny-out", "train", 3) not in asked  # held out: measured only
+    model, header = loaded.load_order_model(out)
+    assert header["any_block_size"] is True and "fingerprint" not in header["target"]
+    assert header["target"] == {"name": "universal", "trained_on": ["tiny-b4", "tiny-b8"], "held_out": ["tiny-out"]}
+    per = header["per_target"]
+    assert [per[n]["trained_on"] for n in ("tiny-b4", "tiny-b8", "tiny-out")] == [True, True, False]
+    assert per["tiny-b4"]["block_size"] == 4 and set(per["tiny-out"]["heldout_accuracy"]) == {"0", "1"}
+
+
+def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
+    fake_targets(monkeypatch, targets, [])
+    o = options("u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-b8", "--out", str(tmp_path / "u.pt"))
+    with pytest.raises(ValueError, match="share tiny-b8"):
+        train_drafter.train_universal(o, time.time())
+    with pytest.raises(ValueError, match="--held-out goes with --targets"):
+        train_drafter.run(parser().parse_args(["tiny-b4", "--held-out", "tiny-b8"]))
+
+
+def test_target_list_refuses_a_malformed_entry():
+    assert train_drafter.target_list("a:3,b") == (("a", 3), ("b", None))
+    assert train_drafter.target_list("a:") == (("a", None),)
+    for bad in ("a:x", "a:0", ",b"):
+        with pytest.raises(ValueError, match="NAME\\[:PROMPTS\\]"):
+            train_drafter.target_list(bad)
+
+
+def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path):
+    """Without the header flag a B = 8 drafter is refused on a B = 4 target; with it, it runs exactly."""
+    models, _ = targets
+    m4 = models["tiny-b4"]
+    om = train_drafter.order.OrderModel(8, set_hidden=None)
+    loaded.save_order_model(tmp_path / "plain.pt", om, {})
+    loaded.save_order_model(tmp_path / "any.pt", om, {"any_block_size": True})
+    plain = loaded.load_drafter(str(tmp_path / "plain.pt"))
+    assert plain.block_size == 8
+    with pytest.raises(ValueError, match="block size"):
+        spotref.generate(m4, PROMPTS[0], 8, drafter=plain)
+    anyb = loaded.load_drafter(str(tmp_path / "any.pt"))
+    assert isinstance(anyb, SpotDrafter) and anyb.block_size is None
+    for T in (0.0, 1.0):
+        want = spotref.generate(m4, PROMPTS[0], 12, temperature=T, seed=1)
+        got = spotref.generate(m4, PROMPTS[0], 12, temperature=T, seed=1, drafter=anyb, budget=8)
+        assert got.tokens == want.tokens
