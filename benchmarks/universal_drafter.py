@@ -1,0 +1,100 @@
+"""The universal drafter against each target's own: held-out next-commit accuracy and target
+passes saved over exact decoding, on every bundled target.
+
+    python benchmarks/universal_drafter.py [--drafter universal] [--prompts 2] [--new-tokens 64]
+        [--budget 64] [--depth 32] [--temperature 0] [--test-prompts 16] [--out runs/universal/measure.json]
+
+Per target: accuracy (``train_drafter.accuracy``, depth 0) of the universal and the own drafter
+on the same recorded held-out states (``--test-prompts`` per temperature, T = 0 and 1, the
+trajectory cache ``--data-dir``), and ``generate`` on the first ``--prompts`` test prompts at
+budget N and depth D: passes of exact decoding, of the own drafter and of the universal one,
+and the share of the own drafter's gain (exact - own passes) the universal one keeps. Every
+drafted run's tokens are asserted equal to exact decoding's. Results are written (atomically)
+after each target, so a cut run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+import spotref  # noqa: E402
+from spotref.files import atomic_write_text  # noqa: E402
+from spotref.load.drafters import load_drafter  # noqa: E402
+from spotref.record.prompts import TrajectorySpec, prompts_for, recorded  # noqa: E402
+from spotref.train.train_drafter import accuracy  # noqa: E402
+
+TARGETS = ("gsm-b32", "gsm-b16", "stdlib-b32", "stdlib-b16", "stdlib-b32-d192", "gsm-llada", "gsm-dream")
+
+
+def passes(target, drafter, prompts, o) -> tuple:
+    """(total passes over the prompts, the tokens of each run)."""
+    total, tokens = 0, []
+    for p in prompts:
+        r = spotref.generate(
+            target.model,
+            p,
+            o.new_tokens,
+            temperature=o.temperature,
+            drafter=drafter,
+            budget=o.budget,
+            depth=o.depth,
+            stop_ids=target.stop_ids,
+        )
+        total, tokens = total + r.passes, tokens + [r.tokens]
+    return total, tokens
+
+
+def measure(name: str, universal, o) -> dict:
+    target = spotref.load_target(name)
+    own = load_drafter(name)
+    spec = TrajectorySpec(o.data_dir, o.test_prompts, o.test_prompts, 60, 64, 128, 1)
+    acc = {}
+    for T in (0.0, 1.0):
+        ds = recorded(target, spec, "test", T)
+        acc[f"{T:g}"] = {"universal": accuracy(universal.model, ds), "own": accuracy(own.model, ds)}
+    prompts = prompts_for(target, o.prompts, "test", 64)
+    exact, want = passes(target, None, prompts, o)
+    row = {"accuracy": acc, "exact_passes": exact}
+    for label, d in (("own", own), ("universal", universal)):
+        n, got = passes(target, d, prompts, o)
+        assert got == want, f"{name}: the {label} drafter's tokens differ from exact decoding"
+        row[f"{label}_passes"] = n
+    gain = exact - row["own_passes"]
+    row["share_of_own_gain"] = (exact - row["universal_passes"]) / gain if gain > 0 else None
+    return row
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--drafter", default="universal")
+    p.add_argument("--targets", default=",".join(TARGETS))
+    p.add_argument("--prompts", type=int, default=2)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--budget", type=int, default=64)
+    p.add_argument("--depth", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--test-prompts", type=int, default=16)
+    p.add_argument("--data-dir", default="runs/drafter-data")
+    p.add_argument("--out", default="runs/universal/measure.json")
+    o = p.parse_args(argv)
+    torch.set_num_threads(1)
+    universal = load_drafter(o.drafter)
+    results = {"drafter": o.drafter, "header_target": universal.header.get("target"), "args": vars(o), "targets": {}}
+    for name in o.targets.split(","):
+        t0 = time.time()
+        results["targets"][name] = row = measure(name, universal, o)
+        row["seconds"] = round(time.time() - t0)
+        print(name, json.dumps(row), flush=True)
+        atomic_write_text(Path(o.out), json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
