@@ -108,3 +108,21 @@ def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path)
         want = spotref.generate(m4, PROMPTS[0], 12, temperature=T, seed=1)
         got = spotref.generate(m4, PROMPTS[0], 12, temperature=T, seed=1, drafter=anyb, budget=8)
         assert got.tokens == want.tokens
+
+
+@pytest.mark.parametrize("name", ["gsm-b32", "stdlib-b16", "gsm-llada"])
+def test_the_shipped_universal_drafter_is_exact_on_any_target(name):
+    """``load_drafter("universal")`` runs unrefused on targets of block size 32 and 16 and on a
+    whole-canvas target, with exact decoding's tokens at T = 0 and 1."""
+    from spotref.record.prompts import prompts_for
+
+    drafter = spotref.load_drafter("universal")
+    assert drafter.block_size is None and "gsm-dream" in drafter.header["target"]["held_out"]
+    target = spotref.load_target(name)
+    prompt = prompts_for(target, 1, "test", 64)[0]
+    for T in (0.0, 1.0):
+        kw = dict(temperature=T, seed=2, stop_ids=target.stop_ids)
+        want = spotref.generate(target.model, prompt, 16, **kw)
+        got = spotref.generate(target.model, prompt, 16, drafter=drafter, budget=16, depth=8, **kw)
+        assert got.tokens == want.tokens, (name, T)
+        assert got.passes < want.passes or T > 0, (name, T)  # it drafts: fewer passes at T = 0
