@@ -22,7 +22,10 @@ import torch  # noqa: E402
 from hypothesis import Phase  # noqa: E402
 from mutants import BATCH_LOSSY, CORRECT, LOSSY  # noqa: E402
 
+from spotref.cli.argtypes import guarded, int_list, positive_int  # noqa: E402
 from spotref.conformance import MAX_EXAMPLES, run_conformance  # noqa: E402
+
+PROG = "python benchmarks/mutant_gallery.py"
 
 
 def counted(generate_fn, calls: list):
@@ -59,21 +62,36 @@ def row(name: str, runs: list) -> str:
     return f"| {name} | {caught}/{len(runs)} | {med[0]:.0f} | {med[1]:.1f} | {med[2]:.1f} |"
 
 
+def shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 1 <= I <= N."""
+    i, _, n = text.partition("/")
+    if not (i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
+        raise argparse.ArgumentTypeError(f"must be I/N with 1 <= I <= N, got {text!r}")
+    return int(i), int(n)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int_list(0), default=[1, 2, 3], help="comma list of seeds (default 1,2,3)")
     ap.add_argument("--only", nargs="+", help="these mutants only (names as in tests/support/mutants.py)")
     ap.add_argument("--correct-only", action="store_true", help="the correct decoders only")
-    ap.add_argument("--max-examples", type=int, default=MAX_EXAMPLES)
-    ap.add_argument("--shard", default="1/1", help="I/N: every N-th decoder from the I-th (parallel runs)")
+    ap.add_argument("--max-examples", type=positive_int, default=MAX_EXAMPLES)
+    ap.add_argument("--shard", type=shard, default=(1, 1), help="I/N: every N-th decoder from the I-th (parallel runs)")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.only or ()) - set(LOSSY) - set(BATCH_LOSSY))
+    if unknown:
+        ap.error(f"--only: no mutant named {', '.join(map(repr, unknown))} (see tests/support/mutants.py)")
+    return guarded(PROG, lambda: run(args))
+
+
+def run(args) -> int:
     torch.set_num_threads(1)
     gallery = {} if args.correct_only else {**{n: (f, False) for n, f in LOSSY.items()}}
     if not args.correct_only:
         gallery.update({n: (f, True) for n, f in BATCH_LOSSY.items()})
     if args.only:
         gallery = {n: gallery[n] for n in args.only}
-    i, n = (int(x) for x in args.shard.split("/"))
+    i, n = args.shard
     gallery = dict(list(gallery.items())[i - 1 :: n])
     correct = dict(list(CORRECT.items())[i - 1 :: n])
     print("| lossy decoder | caught | cases to catch (median) | CPU s (median) | wall s (median) |")

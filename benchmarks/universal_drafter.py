@@ -25,8 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
+from spotref.cli.argtypes import guarded, positive_int, temperature_arg  # noqa: E402
 from spotref.files import atomic_write_text  # noqa: E402
 from spotref.load.drafters import load_drafter  # noqa: E402
+from spotref.load.targets import list_targets  # noqa: E402
 from spotref.record.prompts import TrajectorySpec, prompts_for, recorded  # noqa: E402
 from spotref.train.train_drafter import accuracy  # noqa: E402
 
@@ -71,19 +73,29 @@ def measure(name: str, universal, o) -> dict:
     return row
 
 
+PROG = "python benchmarks/universal_drafter.py"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--drafter", default="universal")
     p.add_argument("--targets", default=",".join(TARGETS))
-    p.add_argument("--prompts", type=int, default=2)
-    p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--budget", type=int, default=64)
-    p.add_argument("--depth", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--test-prompts", type=int, default=16)
+    p.add_argument("--prompts", type=positive_int, default=2)
+    p.add_argument("--new-tokens", type=positive_int, default=64)
+    p.add_argument("--budget", type=positive_int, default=64)
+    p.add_argument("--depth", type=positive_int, default=32)
+    p.add_argument("--temperature", type=temperature_arg, default=0.0)
+    p.add_argument("--test-prompts", type=positive_int, default=16)
     p.add_argument("--data-dir", default="runs/drafter-data")
     p.add_argument("--out", default="runs/universal/measure.json")
     o = p.parse_args(argv)
+    unknown = [t for t in o.targets.split(",") if t not in list_targets()]
+    if unknown:
+        p.error(f"--targets: unknown target {', '.join(map(repr, unknown))}; known: {', '.join(list_targets())}")
+    return guarded(PROG, lambda: run(o))
+
+
+def run(o) -> int:
     torch.set_num_threads(1)
     universal = load_drafter(o.drafter)
     results = {"drafter": o.drafter, "header_target": universal.header.get("target"), "args": vars(o), "targets": {}}

@@ -108,6 +108,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
+    add_universal_arguments(p)
+
+
+def add_universal_arguments(p: argparse.ArgumentParser) -> None:
+    """One drafter of several targets (the universal drafter)."""
     p.add_argument(
         "--targets",
         type=target_list,

@@ -103,7 +103,8 @@ const boxes = byId.decodes.children;
 const counts = t => { byId.pass.listeners.input({target: {value: String(t)}});
   return boxes.map(b => cellsOf(b).filter(s => s.className === "cell").length); };
 const textNow = () => boxes.map(b => b.children.at(-1).textContent);
-const hovers = () => boxes.map(b => cellsOf(b).filter(s => s.className === "cell").every(s => s.title.includes("confidence")));
+const shown = b => cellsOf(b).filter(s => s.className === "cell");
+const hovers = () => boxes.map(b => shown(b).every(s => s.title.includes("confidence")));
 const top = data.top, atTop = counts(top), texts = textNow(), titles = hovers();
 const atZero = counts(0), textsAtZero = textNow();
 console.log(JSON.stringify({top, atTop, atZero, shown: String(byId.shown.textContent),

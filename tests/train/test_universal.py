@@ -92,17 +92,18 @@ def test_target_list_refuses_a_malformed_entry():
 
 
 def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path):
-    """Without the header flag a B = 8 drafter is refused on a B = 4 target; with it, it runs exactly."""
+    """Loaded strict, a B = 8 drafter without the header flag is refused on a B = 4 target; with
+    the flag it runs, exactly, even when asked for strict."""
     models, _ = targets
     m4 = models["tiny-b4"]
     om = train_drafter.order.OrderModel(8, set_hidden=None)
     loaded.save_order_model(tmp_path / "plain.pt", om, {})
     loaded.save_order_model(tmp_path / "any.pt", om, {"any_block_size": True})
-    plain = loaded.load_drafter(str(tmp_path / "plain.pt"))
+    plain = loaded.load_drafter(str(tmp_path / "plain.pt"), strict=True)
     assert plain.block_size == 8
     with pytest.raises(ValueError, match="block size"):
         spotref.generate(m4, PROMPTS[0], 8, drafter=plain)
-    anyb = loaded.load_drafter(str(tmp_path / "any.pt"))
+    anyb = loaded.load_drafter(str(tmp_path / "any.pt"), strict=True)
     assert isinstance(anyb, SpotDrafter) and anyb.block_size is None
     for T in (0.0, 1.0):
         want = spotref.generate(m4, PROMPTS[0], 12, temperature=T, seed=1)
