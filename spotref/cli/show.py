@@ -21,11 +21,15 @@ from spotref.cli import show_draw
 from spotref.cli.argtypes import choice_list, positive_int, tool_main
 from spotref.cli.options import Options
 from spotref.cli.show_html import page
-from spotref.files import atomic_path, atomic_write_text, run_dir
+from spotref.files import atomic_path, atomic_write_text, check_writable, run_dir
 from spotref.trace.fmt import Trace
 from spotref.trace.timeline import best_round
 
 PICTURES = ("order", "round", "gif", "html")
+FILES = {"html": "page.html", "order": "order.png", "round": "round.png", "gif": "decode.gif"}
+MAX_ACROSS = 1024  # block positions across the commit-order grid (37 pixels each at 110 dpi)
+MAX_TREE = 4096  # nodes of the round picture's tree (a decode's budget is at most 4096)
+MAX_CELLS = 32768  # cells of the commit-order grids together (a 2,048-token decode in blocks of 4: 2,048)
 
 
 def round_arg(text: str) -> tuple:
@@ -70,11 +74,20 @@ def run(args) -> int:
 
 
 def show(o: ShowOptions) -> int:
-    """Read every trace (each checked whole), then write the pictures asked for."""
+    """Read every trace (each checked whole), check every output and the round asked for, then
+    write the pictures asked for: a refusal writes nothing and makes no directory."""
     trace = read(o.traces)
     drawn = [p for p in o.pictures if p != "html"]
-    draw = needs_matplotlib() if drawn else None  # before any directory is made
+    draw = needs_matplotlib() if drawn else None
+    if {"order", "gif"} & set(o.pictures):
+        check_grid(trace)
+    decode = trace.decodes[-1]
+    if "round" in o.pictures:
+        row, r = o.round or best_round(decode)
+        check_round(decode, row, r, o.round is not None)
     out = Path(o.out) if o.out else run_dir("show")
+    for picture in o.pictures:
+        check_writable(out / FILES[picture])
     out.mkdir(parents=True, exist_ok=True)
     written = []
     if "html" in o.pictures:
@@ -82,9 +95,6 @@ def show(o: ShowOptions) -> int:
     if "order" in o.pictures:
         written.append(into(out / "order.png", lambda p: draw.draw_order(trace, p)))
     if "round" in o.pictures:
-        decode = trace.decodes[-1]
-        row, r = o.round or best_round(decode)
-        check_round(decode, row, r)
         written.append(into(out / "round.png", lambda p: draw.draw_round(decode, row, r, trace.pieces, p)))
     if "gif" in o.pictures:
         written.append(into(out / "decode.gif", lambda p: draw.draw_gif(trace, p, frames=o.frames)))
@@ -100,11 +110,35 @@ def read(paths: list) -> Trace:
     return trace
 
 
-def check_round(decode: dict, row: int, r: int) -> None:
+def check_round(decode: dict, row: int, r: int, asked: bool = True) -> None:
+    """``ValueError`` when the decode has no round ``r`` in its block ``row`` (``asked``: named by
+    ``--round``; otherwise the decode has no round at all to draw)."""
     blocks = decode["blocks"]
     if row >= len(blocks) or r >= len(blocks[row]["rounds"]):
         n = len(blocks[row]["rounds"]) if row < len(blocks) else 0
+        if not asked:
+            raise ValueError(
+                f"the round picture: the last decode ({decode['label']}) has no round to draw "
+                f"({len(blocks)} blocks); leave out round (--pictures order,gif,html)"
+            )
         raise ValueError(f"--round {row}:{r}: the decode has {len(blocks)} blocks, block {row} has {n} rounds")
+    nodes = len(blocks[row]["rounds"][r]["tree"]["parents"])
+    if nodes > MAX_TREE:
+        raise ValueError(f"round {row}:{r}: its tree has {nodes} nodes; the round picture draws at most {MAX_TREE}")
+
+
+def check_grid(trace: Trace) -> None:
+    """``ValueError`` when the commit-order grid (order.png, decode.gif) would be larger than a
+    picture holds: at most ``MAX_ACROSS`` block positions across and ``MAX_CELLS`` cells in all
+    (a hand-made block length of 100,000 drew for minutes, growing in memory)."""
+    across = max(d["block_length"] for d in trace.decodes)
+    cells = sum(d["block_length"] * len(d["blocks"]) for d in trace.decodes)
+    if across > MAX_ACROSS or cells > MAX_CELLS:
+        raise ValueError(
+            f"the commit-order grid of these traces is {across} positions across and {cells} cells: "
+            f"order and gif draw at most {MAX_ACROSS} across and {MAX_CELLS} cells; --pictures html,round "
+            f"shows any trace"
+        )
 
 
 def into(path: Path, draw) -> Path:

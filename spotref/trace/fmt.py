@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from spotref.files import atomic_write_text
@@ -27,6 +28,8 @@ class Trace:
         self.pieces = dict(pieces or {})  # str(token id) -> its text
 
     def __add__(self, other: "Trace") -> "Trace":
+        if not isinstance(other, Trace):
+            return NotImplemented
         return Trace(self.decodes + other.decodes, {**self.pieces, **other.pieces})
 
     def __len__(self) -> int:
@@ -56,8 +59,9 @@ class Trace:
 
     @classmethod
     def load(cls, path) -> "Trace":
-        """Read and check a trace file."""
-        path = Path(path)
+        """Read and check a trace file: a regular file (a directory, a pipe or a device is
+        refused, never read or waited on) holding one JSON document."""
+        path = trace_path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -69,7 +73,20 @@ class Trace:
                 f"trace {path}: not a complete JSON document ({e.msg} at line {e.lineno}, column {e.colno}); "
                 f"a truncated or damaged file?"
             ) from None
+        except (ValueError, RecursionError) as e:  # a 5,000-digit number; arrays nested 100,000 deep
+            raise ValueError(f"trace {path}: not a trace spotref writes ({type(e).__name__}: {str(e)[:80]})") from None
         return cls.from_dict(data, f"trace {path}")
+
+
+def trace_path(path) -> Path:
+    """``path`` as a ``Path`` to a regular file, or ``ValueError`` naming it."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"a trace path must be a non-empty str or path, got {path!r:.60}")
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        what = "a directory" if path.is_dir() else "not a regular file (a pipe or a device)"
+        raise ValueError(f"trace {path}: {what}; a trace is a file spotref wrote")
+    return path
 
 
 def load(path) -> Trace:
@@ -121,13 +138,15 @@ def kind_ok(value, kind: str) -> bool:
     return isinstance(value, {STR: str, LIST: list, DICT: dict}[kind])
 
 
-def need(obj: dict, key: str, kind: str, where: str, optional: bool = False):
-    """``obj[key]``, which must be of ``kind`` (or None when ``optional``)."""
+def need(obj: dict, key: str, kind: str, where: str, optional: bool = False, lo=None):
+    """``obj[key]``, which must be of ``kind`` (or None when ``optional``), and a number at least
+    ``lo`` where ``lo`` is given (a count, a step or a time is never negative)."""
     if key not in obj:
         raise ValueError(f"{where}: no field {key!r}")
     value = obj[key]
-    if (value is None and optional) or kind_ok(value, kind):
+    if (value is None and optional) or (kind_ok(value, kind) and (lo is None or value >= lo)):
         return value
+    kind = kind if lo is None else f"{kind} >= {lo}"
     raise ValueError(f"{where}: {key!r} must be {kind}{' or null' if optional else ''}, got {value!r:.60}")
 
 
@@ -148,7 +167,7 @@ def check_trace(data, source: str) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f'{source}: not a spotref trace (no "format": {FORMAT!r})')
     version = data.get("version")
-    if version != VERSION:
+    if not kind_ok(version, INT) or version != VERSION:  # true and 1.0 are no version 1
         raise ValueError(f"{source}: trace version {version!r}; this spotref reads version {VERSION}")
     pieces = need(data, "pieces", DICT, source)
     if not all(isinstance(v, str) for v in pieces.values()):
@@ -165,15 +184,15 @@ def check_decode(decode, where: str) -> None:
         raise ValueError(f"{where}: must be an object")
     for key in ("label", "family", "drafter"):
         need(decode, key, STR, where)
-    bl = need(decode, "block_length", INT, where)
-    need(decode, "mask_id", INT, where)
-    need(decode, "vocab_size", INT, where)
+    bl = need(decode, "block_length", INT, where, lo=1)
+    need(decode, "mask_id", INT, where, lo=0)
+    need(decode, "vocab_size", INT, where, lo=1)
     need(decode, "rule", DICT, where)
     for key in ("budget", "depth", "passes"):
-        need(decode, key, INT, where)
-    need(decode, "width", INT, where, optional=True)
-    need(decode, "prompt_length", INT, where, optional=True)
-    need(decode, "max_new_tokens", INT, where, optional=True)
+        need(decode, key, INT, where, lo=0)
+    need(decode, "width", INT, where, optional=True, lo=1)
+    need(decode, "prompt_length", INT, where, optional=True, lo=0)
+    need(decode, "max_new_tokens", INT, where, optional=True, lo=0)
     ints(decode, "stop_ids", where)
     tokens = ints(decode, "tokens", where)
     for b, block in enumerate(need(decode, "blocks", LIST, where)):
@@ -185,11 +204,11 @@ def check_decode(decode, where: str) -> None:
 def check_block(block, bl: int, where: str) -> None:
     if not isinstance(block, dict):
         raise ValueError(f"{where}: must be an object")
-    need(block, "index", INT, where)
+    need(block, "index", INT, where, lo=0)
     start = ints(block, "start", where)
     if len(start) != bl:
         raise ValueError(f"{where}: 'start' holds {len(start)} tokens, not the block length {bl}")
-    need(block, "fixed", INT, where)
+    need(block, "fixed", INT, where, lo=0)
     for r, round_ in enumerate(need(block, "rounds", LIST, where)):
         check_round(round_, bl, f"{where}, round {r}")
 
@@ -197,9 +216,9 @@ def check_block(block, bl: int, where: str) -> None:
 def check_round(round_, bl: int, where: str) -> None:
     if not isinstance(round_, dict):
         raise ValueError(f"{where}: must be an object")
-    need(round_, "step", INT, where)
+    need(round_, "step", INT, where, lo=0)
     for key in ("wall_s", "draft_s"):
-        need(round_, key, NUM, where)
+        need(round_, key, NUM, where, lo=0)
     tree = need(round_, "tree", DICT, where)
     parents = ints(tree, "parents", f"{where}, tree", lo=-1)
     commits = need(tree, "commits", LIST, f"{where}, tree")
@@ -208,7 +227,7 @@ def check_round(round_, bl: int, where: str) -> None:
         raise ValueError(f"{where}: the tree's 'parents' must start with -1 and name an earlier node each")
     if len(commits) != len(parents) or (probs is not None and len(probs) != len(parents)):
         raise ValueError(f"{where}: the tree's 'parents', 'commits' and 'probs' differ in length")
-    rows = need(round_, "rows", INT, where)
+    rows = need(round_, "rows", INT, where, lo=1)
     node_rows = ints(round_, "node_rows", where, hi=rows)
     path = ints(round_, "path", where, hi=rows)
     if len(node_rows) != len(parents) or not path or path[0] != 0:
@@ -224,8 +243,8 @@ def check_round(round_, bl: int, where: str) -> None:
 def check_decision(d, bl: int, where: str) -> None:
     if not isinstance(d, dict):
         raise ValueError(f"{where}: must be an object")
-    need(d, "step", INT, where)
-    need(d, "row", INT, where)
+    need(d, "step", INT, where, lo=0)
+    need(d, "row", INT, where, lo=0)
     masked = ints(d, "masked", where, hi=bl)
     tokens = ints(d, "tokens", where)
     conf = need(d, "confidences", LIST, where)
