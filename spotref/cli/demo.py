@@ -13,6 +13,7 @@ end-of-text, ``report.answer_blocks``), so that end-of-text fill carries no numb
 from __future__ import annotations
 
 import random
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,11 @@ import spotref
 from spotref import names
 from spotref.api import check_width
 from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg, tool_main
+from spotref.cli.generate import check_family_temperature
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.data.gsm import final_answer
+from spotref.files import check_writable
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
 from spotref.models import SDARConfig, SDARModel
@@ -224,12 +227,14 @@ def run(args) -> int:
 def demo(o: DemoOptions) -> int:
     """Exact decoding and every SPOT budget on each prompt, checked identical; then the table."""
     torch.set_num_threads(o.threads)
+    check_width(o.width, max(o.budgets))  # before the model loads: every budget fits the width
+    check_family_temperature(o.model, o.temperature)
+    check_trace_dir(o.trace)
     env = setup(o)
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
     length = gen_length(o, env)
     drafter = o.drafter or best_drafter(model)
     kw = dict(temperature=o.temperature, seed=o.seed, stop_ids=stops, fused_store=o.fused_store, width=o.width)
-    check_width(o.width, max(o.budgets))  # before any forward: every budget fits the width
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b) for b in o.budgets}
     if o.budget_auto:  # the cost model's N for these settings, each round's tree cut
@@ -261,6 +266,21 @@ def demo(o: DemoOptions) -> int:
     print(f"\n{LEGEND}")
     print("\n" + textwrap.fill(why(model, o).strip(), 100))
     return 0
+
+
+def check_trace_dir(directory: str | None) -> None:
+    """``--trace DIR``: ``ValueError`` before the model loads when DIR is empty, a file, or a
+    directory that cannot be written, or holds a directory named as a trace file."""
+    if directory is None:
+        return
+    if not directory:
+        raise ValueError("--trace must name a directory (prompt-K.json go into it), got ''")
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--trace {path}: not a directory (prompt-K.json go into it)")
+    written = [p.name for p in path.glob("prompt-*.json") if re.fullmatch(r"prompt-[1-9][0-9]*\.json", p.name)]
+    for name in ["prompt-1.json", *written]:
+        check_writable(path / name)
 
 
 def save_trace(directory: str, k: int, results: dict, env: Setup) -> None:

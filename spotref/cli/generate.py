@@ -36,6 +36,7 @@ from spotref.cli.argtypes import (
 )
 from spotref.cli.options import Options
 from spotref.decode import CANVAS_FAMILIES, family
+from spotref.files import check_writable
 from spotref.load.targets import TARGETS_DIR, family_of, list_targets, load_target, read_meta
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
@@ -284,13 +285,21 @@ def model_family(spec: str) -> str | None:
         return None
 
 
-def check_family_temperature(spec: str, temperature: float) -> None:
-    """LLaDA's cap on T (``LLaDARule.MAX_TEMPERATURE``), checked before the model loads."""
+def check_family_temperature(spec: str, temperature: float, top_k=None, top_p=None) -> None:
+    """What LLaDA's rule refuses, checked before the model loads: T above its cap
+    (``LLaDARule.MAX_TEMPERATURE``), and ``--top-k`` / ``--top-p`` (it draws from the whole
+    vocabulary; they were refused after an 8B model had loaded)."""
     cap = LLaDARule.MAX_TEMPERATURE
-    if temperature > cap and model_family(spec) == "llada":
+    if (temperature > cap or top_k is not None or top_p is not None) and model_family(spec) == "llada":
+        if temperature > cap:
+            raise ValueError(
+                f"--temperature {temperature:g} is above {cap:g}, the most LLaDA's draw takes "
+                f"(its divisor (-log u) ** T underflows float64 to 0 above it): --model {spec} is a LLaDA model"
+            )
+        option = "--top-k" if top_k is not None else "--top-p"
         raise ValueError(
-            f"--temperature {temperature:g} is above {cap:g}, the most LLaDA's draw takes "
-            f"(its divisor (-log u) ** T underflows float64 to 0 above it): --model {spec} is a LLaDA model"
+            f"{option}: LLaDA's rule draws from the whole vocabulary, so --model {spec} (a LLaDA model) "
+            f"takes neither --top-k nor --top-p"
         )
 
 
@@ -413,7 +422,9 @@ def setup(options: ModelOptions):
     torch.set_num_threads(o.threads)
     drafter = drafter_arg(o.drafter)
     check_width(o.width, check_budget(o.budget) if drafter is not None else 1)  # before the model loads
-    check_family_temperature(o.model, o.temperature)
+    check_family_temperature(o.model, o.temperature, o.top_k, o.top_p)
+    if getattr(o, "trace", None) is not None:
+        check_writable(o.trace)  # --trace FILE: before the model loads, not after the decode
     model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
     ids = prompt_ids(o, tok)
