@@ -303,13 +303,17 @@ def run_case(case: Case, generate_fn) -> tuple:
     return (exact, got, *checked_result(got))
 
 
+class ResultTypeError(TypeError):
+    """``generate_fn`` returned what is not a result (``checked_result``): a failed conformance."""
+
+
 def checked_result(got) -> tuple:
     """(tokens, passes) of ``generate_fn``'s result: an object with ``tokens``, a 1-D list, tuple,
     array or tensor of int token ids, and ``passes``, an int (``spotref.generate``'s ``Result``);
     ``TypeError`` naming what it returned otherwise."""
     tokens, passes = getattr(got, "tokens", None), getattr(got, "passes", None)
     if tokens is None or passes is None:
-        raise TypeError(
+        raise ResultTypeError(
             f"generate_fn returned a {type(got).__name__}, not a result with tokens and passes: return "
             f"spotref.Result(tokens, passes, stats), as spotref.generate does"
         )
@@ -318,11 +322,11 @@ def checked_result(got) -> tuple:
     if not isinstance(tokens, (list, tuple)) or not all(
         isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in tokens
     ):
-        raise TypeError(
+        raise ResultTypeError(
             f"generate_fn's result.tokens must be a 1-D list, tuple, array or tensor of int token ids, got {tokens!r}"
         )
-    if isinstance(passes, bool) or not isinstance(passes, numbers.Integral):
-        raise TypeError(f"generate_fn's result.passes must be an int (the forward passes), got {passes!r}")
+    if isinstance(passes, bool) or not isinstance(passes, numbers.Integral) or passes < 0:
+        raise ResultTypeError(f"generate_fn's result.passes must be an int >= 0 (the forward passes), got {passes!r}")
     return [int(t) for t in tokens], int(passes)
 
 

@@ -3,9 +3,9 @@
 FUNCTION is called as ``spotref.generate`` is (docs/spec.md section 5.1 gives every keyword and
 what it returns). The cases run in chunks of ``CHUNK``, each with its own seed (``--seed``,
 then the next), with a progress line after each, until ``--max-examples`` cases ran or
-``--minutes`` passed. The verdict: exit status 0 and a summary of what was covered, or status
-1 and the first difference from exact decoding (``block b, step k, position p: exact t, got
-t'``) on the minimal case Hypothesis found, with the case itself.
+``--minutes`` passed (the first chunk always runs: a pass means cases ran). The verdict: exit
+status 0 and a summary of what was covered, or status 1 and the first difference from exact
+decoding (``block b, step k, position p: exact t, got t'``) on the minimal case Hypothesis found, with the case itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from spotref.cli.argtypes import add_threads, nonneg_int, positive_int, real_range, tool_main
 from spotref.cli.options import Options
-from spotref.conformance import MAX_EXAMPLES, run_conformance
+from spotref.conformance import MAX_EXAMPLES, ResultTypeError, run_conformance
 
 CHUNK = 10  # cases per progress line (one Hypothesis run each)
 
@@ -60,10 +60,42 @@ def load_function(target: str):
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise ValueError(f"target {target!r}: no module {e.name!r} (run from the directory that holds it)") from None
+    except Exception as e:  # a SyntaxError, or an error raised as the module runs: one line, not a traceback
+        raise ValueError(f"target {target!r}: importing {module_name} failed: {described(e)}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ValueError(f"target {target!r}: module {module_name} has no function {name!r}")
     return fn
+
+
+class DecoderRaised(Exception):
+    """The decoder under test raised (or exited) on a case: a failed conformance, one line."""
+
+
+def guarded_decoder(fn):
+    """``fn``, whose exceptions (``SystemExit`` too: a decoder that exits must not pass with status
+    0) become ``DecoderRaised`` naming them; Ctrl-C stays Ctrl-C."""
+
+    def decoder(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            raise DecoderRaised(f"the decoder raised {described(e)}") from None
+
+    return decoder
+
+
+def described(e: BaseException) -> str:
+    """``Type: message (file:line)``, the line where it was raised."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = getattr(e, "filename", None) and f"{Path(e.filename).name}:{e.lineno}"  # a SyntaxError
+    if tb is not None and not where:
+        where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
+    return f"{type(e).__name__}: {str(e)[:200]}" + (f" ({where})" if where else "")
 
 
 def summary(seen: Counter) -> list[str]:
@@ -78,10 +110,10 @@ def summary(seen: Counter) -> list[str]:
 def run(args) -> int:
     args = ConformOptions.from_namespace(args)
     torch.set_num_threads(args.threads)
-    fn, seen, start = load_function(args.target), Counter(), time.perf_counter()
+    fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
     while seen["cases"] < args.max_examples:
-        if args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
+        if chunk and args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
             print(f"conform: time is up ({args.minutes:g} min)")
             break
         n = min(CHUNK, args.max_examples - seen["cases"])
@@ -93,7 +125,7 @@ def run(args) -> int:
                 efficiency=args.efficiency,
                 batch_invariance=args.batch_invariance,
             )
-        except AssertionError as e:
+        except (AssertionError, DecoderRaised, ResultTypeError) as e:  # a difference, a raise, a wrong result
             print(f"conform: FAILED (seed {seed + chunk}): {e}")
             return 1
         seen.update(got)
