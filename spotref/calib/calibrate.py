@@ -36,9 +36,11 @@ from spotref.calib import fit as calib_fit
 from spotref.cli.argtypes import (
     add_prompt_tokens,
     add_threads,
+    list_of,
     positive_int,
     real_list,
     seed_int,
+    temperature_arg,
     tool_main,
 )
 from spotref.cli.options import Options
@@ -67,7 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_prompt_tokens(p)
     p.add_argument("--taus", type=real_list(), default=list(TAUS), help="thresholds recorded (default 0.9,0.7)")
     p.add_argument(
-        "--temperatures", type=real_list(), default=list(TEMPERATURES), help="temperatures recorded (default 0,1)"
+        "--temperatures",
+        type=list_of(temperature_arg, "temperatures"),
+        default=list(TEMPERATURES),
+        help="temperatures recorded (default 0,1)",
     )
     p.add_argument("--steps", type=positive_int, default=300, help="fit steps (default 300; each takes milliseconds)")
     p.add_argument("--seed", type=seed_int, default=0, help="the recording's noise seed and the fit's sampling seed")

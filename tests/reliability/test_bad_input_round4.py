@@ -258,3 +258,14 @@ def test_conform_runs_a_chunk_before_the_time_is_up(decoders, capsys):
     """``--minutes 1e-9`` reported "passed, 0 cases" with exit status 0."""
     assert main(["conform", "round4_decoders:correct", "--max-examples", "1", "--minutes", "1e-9"]) == 0
     assert "conform: passed, 1 cases" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "T, culprit", [("1e-9", "1e-09 is below 1e-06"), ("1e300", "above 3.4e+38"), ("nan", "finite")]
+)
+def test_calibrate_sets_checks_its_temperatures_by_its_parser(capsys, T, culprit):
+    """Refused by the argument parser (status 2), before any target loads (it was after)."""
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate-sets", "no-such-drafter", "no-such-target", "--temperatures", f"0,{T}"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "argument --temperatures" in err and culprit in err
