@@ -77,14 +77,13 @@ def show(o: ShowOptions) -> int:
     """Read every trace (each checked whole), check every output and the round asked for, then
     write the pictures asked for: a refusal writes nothing and makes no directory."""
     trace = read(o.traces)
-    drawn = [p for p in o.pictures if p != "html"]
-    draw = needs_matplotlib() if drawn else None
     if {"order", "gif"} & set(o.pictures):
         check_grid(trace)
     decode = trace.decodes[-1]
     if "round" in o.pictures:
         row, r = o.round or best_round(decode)
         check_round(decode, row, r, o.round is not None)
+    draw = needs_matplotlib() if any(p != "html" for p in o.pictures) else None  # after the input's checks
     out = Path(o.out) if o.out else run_dir("show")
     for picture in o.pictures:
         check_writable(out / FILES[picture])

@@ -48,8 +48,17 @@ def ranked(masked: np.ndarray, score) -> np.ndarray:
 
 def one_position_options(masked, conf, tokens):
     """[(prob, ((j, x_j),))] for each masked j in descending confidence."""
-    p = conf[masked] / max(conf[masked].sum(), 1e-300)
+    w = weights(conf[masked])
+    p = w / max(w.sum(), 1e-300)
     return [(float(pj), ((int(j), int(tokens[j])),)) for pj, j in zip(p, masked)]
+
+
+def weights(c: np.ndarray) -> np.ndarray:
+    """Nonnegative weights of confidences ``c``: as they are where every one is >= 0 (a
+    probability, a margin), else ``exp(c - max c)`` (Dream's "entropy" is minus an entropy, <= 0,
+    and ``c / sum(c)`` of such numbers is no probability)."""
+    c = np.asarray(c, dtype=np.float64)
+    return c if len(c) == 0 or c.min() >= 0 else np.exp(c - c.max())
 
 
 def threshold_options(masked, conf, tokens, tau):
