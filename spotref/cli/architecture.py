@@ -66,6 +66,7 @@ def layer(module: str) -> int:
         (5, "spotref.record"),
         (5, "spotref.bench"),
         (5, "spotref.calib"),
+        (5, "spotref.__main__"),  # python -m spotref: the command
     ):
         if module == package or module.startswith(package + "."):
             return i

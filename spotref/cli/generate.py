@@ -26,6 +26,7 @@ from spotref.checkpoint import resolve_device, resolve_dtype
 from spotref.cli.argtypes import (
     add_threads,
     checked_by,
+    guarded,
     int_range,
     nonneg_int,
     positive_int,
@@ -504,3 +505,11 @@ def print_batch_invariance(model, ids: list, options: AuditOptions) -> None:
         f"batch invariance: {inv['equal_rows']}/{inv['rows']} rows of a batched denoise "
         f"bit-identical to the row alone (max |diff| {inv['max_abs_diff']:.3g})"
     )
+
+
+if __name__ == "__main__":  # python -m spotref.cli.generate: spotref generate (it exited 0 doing nothing)
+    parser = argparse.ArgumentParser(prog="spotref generate", description=__doc__.splitlines()[0])
+    add_generate(parser)
+    main_args = parser.parse_args()
+    main_args.argv = sys.argv[1:]
+    sys.exit(guarded("spotref generate", lambda: run_generate(main_args)))

@@ -64,3 +64,20 @@ def test_a_documented_module_parses_help_with_exit_status_0(name, monkeypatch, c
         warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
         runpy.run_module(name, run_name="__main__", alter_sys=True)
     assert e.value.code in (0, None) and "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "module, args, shows",
+    [
+        ("spotref", ["--version"], "spotref "),
+        ("spotref", ["generate", "--help"], "usage: spotref generate"),
+        ("spotref.cli.generate", ["--help"], "usage: spotref generate"),
+    ],
+)
+def test_python_m_spotref_and_its_generate_module_run_the_command(module, args, shows):
+    """``python -m spotref`` is the ``spotref`` command; ``python -m spotref.cli.generate`` is
+    ``spotref generate`` (both exited doing nothing: no ``__main__``, or one that ran nothing)."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shows in r.stdout + r.stderr, r.stderr[-2000:]
