@@ -90,7 +90,7 @@ def add_audit(p) -> None:
     )
 
 
-CANVAS_TYPES = ("llada", "Dream")  # config.json model_types of the whole-canvas families
+CANVAS_TYPES = {"llada": "llada", "Dream": "dream"}  # config.json model_type -> family, the whole-canvas ones
 CONFIDENCES = ("filtered", "unfiltered", "low_confidence", "maskgit_plus", "topk_margin", "entropy")
 DRAFTER_NAMES = "confidence, confidence-chain, calibrated, spot, a bundled drafter name or a drafter .pt path"
 
@@ -278,7 +278,7 @@ def model_family(spec: str) -> str | None:
     then names why)."""
     path = Path(spec)
     if path.is_dir():
-        return {"llada": "llada", "Dream": "dream"}.get(read_config_type(path), "sdar")
+        return CANVAS_TYPES.get(read_config_type(path), "sdar")
     meta = TARGETS_DIR / f"{spec}.json"
     try:
         return family_of(read_meta(meta)) if spec in list_targets() else None

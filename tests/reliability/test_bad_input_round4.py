@@ -8,7 +8,7 @@ import os
 import textwrap
 
 import pytest
-from helpers import tiny_model
+from helpers import set_in, tiny_model
 
 import spotref
 from spotref.cli.main import main
@@ -43,16 +43,6 @@ def one_line(capsys, argv, status: int = 2) -> str:
 # ---- Trace.load: ValueError naming the file and the problem ---------------------------------------
 
 FIRST = ("decodes", 0)
-
-
-def set_in(path, value):
-    def edit(data):
-        obj = data
-        for key in path[:-1]:
-            obj = obj[key]
-        obj[path[-1]] = value
-
-    return edit
 
 
 @pytest.mark.parametrize(

@@ -35,3 +35,15 @@ def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.
 SDAR_FILES = Path(os.environ.get("SPOTREF_SDAR_DIR") or Path(__file__).resolve().parents[3] / "shared" / "sdar-8b-chat")
 # The real SDAR-8B-Chat config.json, weight index and tokenizer files (no weights), for the tests
 # that check spotref against them: SPOTREF_SDAR_DIR names the directory (default: ../shared/...).
+
+
+def set_in(path, value):
+    """An edit of a JSON-like object: ``path``'s last key set to ``value`` (tampered trace files)."""
+
+    def edit(data):
+        obj = data
+        for key in path[:-1]:
+            obj = obj[key]
+        obj[path[-1]] = value
+
+    return edit

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from canvas_model import CanvasModel
-from helpers import tiny_model
+from helpers import set_in, tiny_model
 
 import spotref
 from spotref import names
@@ -109,16 +109,6 @@ def tampered(text: str, change) -> str:
     data = json.loads(text)
     change(data)
     return json.dumps(data)
-
-
-def set_in(path: list, value):
-    def change(data):
-        obj = data
-        for k in path[:-1]:
-            obj = obj[k]
-        obj[path[-1]] = value
-
-    return change
 
 
 ROUND = ["decodes", 0, "blocks", 0, "rounds", 0]
