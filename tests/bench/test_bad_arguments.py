@@ -3,11 +3,15 @@ status, never a traceback (and never by starting its work: argument errors only 
 
 Each case ran into a traceback (or ran the whole benchmark, ignoring the argument) before."""
 
+import contextlib
+import importlib.util
+import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -38,16 +42,48 @@ def test_every_script_has_a_case():
     assert {p.name for p in BENCHMARKS.glob("*.py")} == {script for script, _, _ in CASES}
 
 
+def run_script(script: str, args: list) -> tuple[int, str]:
+    """(exit status, stderr) of ``python benchmarks/SCRIPT ARGS``, run in this process: each script's
+    ``main(argv)`` is what its ``__main__`` calls (a subprocess per case cost a torch import each;
+    ``test_a_script_run_as_a_program_refuses_the_same_way`` keeps one real process)."""
+    path, threads = list(sys.path), torch.get_num_threads()  # scripts add the checkout to sys.path and pin one thread
+    spec = importlib.util.spec_from_file_location(f"bench_{Path(script).stem}", BENCHMARKS / script)
+    module = importlib.util.module_from_spec(spec)
+    err = io.StringIO()
+    try:
+        spec.loader.exec_module(module)
+        with contextlib.redirect_stderr(err):
+            status = module.main(args)
+    except SystemExit as e:
+        status = e.code
+    finally:
+        sys.path[:] = path
+        torch.set_num_threads(threads)
+    return status, err.getvalue()
+
+
 @pytest.mark.parametrize("script, args, message", CASES, ids=[f"{s} {' '.join(a)}" for s, a, _ in CASES])
-def test_a_bad_argument_is_one_line_and_a_nonzero_status(tmp_path, script, args, message):
+def test_a_bad_argument_is_one_line_and_a_nonzero_status(tmp_path, monkeypatch, script, args, message):
     subs = {"{file}": str(tmp_path / "a-file"), "{missing}": str(tmp_path / "missing.json")}
     (tmp_path / "a-file").write_text("")
     for key, value in subs.items():
         args, message = [a.replace(key, value) for a in args], message.replace(key, value)
-    r = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"python benchmarks/{script}: error: ") and message in last, r.stderr
+    monkeypatch.chdir(tmp_path)
+    status, stderr = run_script(script, args)  # a traceback would be an exception raised here
+    assert status in (1, 2), stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"python benchmarks/{script}: error: ") and message in last, stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "a-file"]  # nothing written
+
+
+def test_a_script_run_as_a_program_refuses_the_same_way(tmp_path):
+    r = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "rule_cost.py"), "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == "python benchmarks/rule_cost.py: error: unrecognized arguments: --bogus"
+    assert list(tmp_path.iterdir()) == []
