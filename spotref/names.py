@@ -42,6 +42,16 @@ def target(name: str, directory: Path | str | None = None) -> Target:
     return _TARGETS[key]
 
 
+def named_shape(model):
+    """When ``model`` is a bundled target's name, its ``Shape`` (config, family, block size) read
+    from its metadata with no weight loaded, for the argument checks; else None."""
+    if not isinstance(model, str):
+        return None
+    from spotref.load.targets import target_shape
+
+    return target_shape(model)
+
+
 def _mtime(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns

@@ -14,15 +14,16 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 import spotref
-from spotref.api import check_budget, check_width
+from spotref.api import check_budget, check_canvas, check_width
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
-from spotref.checkpoint import resolve_device, resolve_dtype
+from spotref.checkpoint import resolve_device, resolve_dtype, with_rope_theta
+from spotref.checks import check_length
 from spotref.cli.argtypes import (
     add_threads,
     checked_by,
@@ -38,7 +39,16 @@ from spotref.cli.argtypes import (
 from spotref.cli.options import Options
 from spotref.decode import CANVAS_FAMILIES, family
 from spotref.files import check_writable
-from spotref.load.targets import TARGETS_DIR, family_of, list_targets, load_target, read_meta
+from spotref.load.targets import FAMILIES as TARGET_FAMILIES
+from spotref.load.targets import (
+    TARGETS_DIR,
+    Shape,
+    family_of,
+    list_targets,
+    load_target,
+    read_meta,
+    target_shape,
+)
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.models import SDARModel
 from spotref.names import DRAFTERS, resolve_drafter
@@ -304,6 +314,49 @@ def check_family_temperature(spec: str, temperature: float, top_k=None, top_p=No
         )
 
 
+def check_positions(options: ModelOptions) -> None:
+    """--block-length and --max-new-tokens against the model's positions (a canvas family's
+    whole canvas), read from its metadata before any weight loads: a bundled target's ``NAME.json``
+    or a directory's config.json (``--block-length 100000`` was refused after the model loaded).
+    The prompt's length counts where --prompt-ids give it; --prompt text counts as none here."""
+    o = options
+    shape = model_shape(o.model, o.block_length)
+    if shape is None:
+        return  # nothing to read before loading: the loader names what is wrong
+    P = 0 if o.prompt_ids is None else len(o.prompt_ids)
+    try:
+        check_length(P, o.max_new_tokens, shape.config.max_position_embeddings)
+        check_canvas(shape, P, o.max_new_tokens, o.block_length)
+    except ValueError as e:
+        canvas = str(e).startswith(("block_length", "the canvas"))
+        flag = f"--block-length {o.block_length}" if canvas else f"--max-new-tokens {o.max_new_tokens}"
+        text = "" if o.prompt_ids is not None else " (--prompt text counted as 0 tokens until it is encoded)"
+        raise ValueError(f"{flag} (--model {o.model}): {e}{text}") from None
+
+
+def model_shape(spec: str, block_length=None):
+    """--model's ``Shape`` (config, family, block size) from its metadata alone, no weight read;
+    SDAR's block size is --block-length where given (the CLI's override). None where it cannot
+    be told: the loader then names why."""
+    path = Path(spec)
+    shape = directory_shape(path) if path.is_dir() else target_shape(spec)
+    if shape is not None and shape.family == "sdar" and block_length is not None:
+        shape = replace(shape, block_size=block_length)
+    return shape if shape is not None and shape.block_size is not None else None
+
+
+def directory_shape(path: Path):
+    """A checkpoint directory's ``Shape`` from its config.json (None where it cannot be read)."""
+    family_name = CANVAS_TYPES.get(read_config_type(path), "sdar")
+    cls = TARGET_FAMILIES[family_name]
+    try:
+        cfg = cls.config_class.from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    block_size = cfg.block_size if family_name == "sdar" else cls.block_size
+    return Shape(cfg, family_name, block_size) if cfg.mask_token_id is not None else None
+
+
 def read_config_type(path: Path):
     """config.json's ``model_type`` (None where it cannot be read: the reader then names why)."""
     try:
@@ -424,6 +477,7 @@ def setup(options: ModelOptions):
     drafter = drafter_arg(o.drafter)
     check_width(o.width, check_budget(o.budget) if drafter is not None else 1)  # before the model loads
     check_family_temperature(o.model, o.temperature, o.top_k, o.top_p)
+    check_positions(o)
     if getattr(o, "trace", None) is not None:
         check_writable(o.trace)  # --trace FILE: before the model loads, not after the decode
     model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)

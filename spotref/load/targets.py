@@ -118,6 +118,38 @@ def weights_of(meta_path: Path) -> Path:
         return meta_path.with_suffix(".safetensors")
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A model as its metadata describes it, no weight read: its config, family and block size,
+    which is all the argument checks of a decode read of a model (``api.check_decode``), so a bad
+    ``block_length`` or ``max_new_tokens`` is refused before the weights load."""
+
+    config: object  # the family's config (``SDARConfig``, ``LLaDAConfig``, ``DreamConfig``)
+    family: str
+    block_size: int
+
+    @property
+    def mask_id(self):
+        return self.config.mask_token_id
+
+
+def target_shape(name: str, directory: Path | str = TARGETS_DIR) -> Shape | None:
+    """The ``Shape`` of the bundled target ``name`` from its metadata ``NAME.json`` alone; None
+    where it is no bundled target or its metadata cannot be read (``load_target`` names why)."""
+    if not isinstance(name, str) or name not in list_targets(directory):
+        return None
+    path = Path(directory, f"{name}.json")
+    try:
+        meta = read_meta(path)
+        cls = FAMILIES[family_of(meta)]
+        cfg = target_config(meta["config"], path, cls)
+    except (ValueError, TypeError, KeyError):
+        return None
+    block_size = cfg.block_size if family_of(meta) == "sdar" else cls.block_size
+    known = block_size is not None and cfg.mask_token_id is not None
+    return Shape(cfg, family_of(meta), block_size) if known else None
+
+
 def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str = TARGETS_DIR) -> Target:
     """A bundled target by name (``list_targets()``), or by the path (str or ``Path``) of its
     ``NAME.json``. A bad name, metadata file or weights file raises ``ValueError`` naming it."""

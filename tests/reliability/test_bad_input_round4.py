@@ -12,6 +12,7 @@ from helpers import set_in, tiny_model
 
 import spotref
 from spotref.cli.main import main
+from spotref.load.targets import TARGETS_DIR
 from spotref.trace.fmt import Trace
 
 NO_MODEL = "no-such-checkpoint-dir"  # were the model loaded first, this is what would be refused
@@ -259,3 +260,49 @@ def test_calibrate_sets_checks_its_temperatures_by_its_parser(capsys, T, culprit
         main(["calibrate-sets", "no-such-drafter", "no-such-target", "--temperatures", f"0,{T}"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and "argument --temperatures" in err and culprit in err
+
+
+# ---- --block-length and --max-new-tokens against the positions, before the model loads ------------
+
+
+def refuse_loading(*a, **k):
+    raise AssertionError("the model was loaded before the refusal")
+
+
+def llada_directory(tmp_path) -> str:
+    """A LLaDA checkpoint directory with a config.json and no weights."""
+    config = json.loads((TARGETS_DIR / "gsm-llada.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llada"}))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, culprit",
+    [
+        (["generate", "--model", "gsm-llada", "--prompt-ids", "5,6", "--block-length", "100000"], "[1, 4096]"),
+        (["audit", "--model", "gsm-dream", "--prompt", "hi", "--block-length", "4097"], "got 4097"),
+        (["generate", "--model", "gsm-llada", "--prompt-ids", "5,6", "--block-length", "4096"], "the canvas"),
+        (["generate", "--model", "gsm-dream", "--prompt", "hi", "--max-new-tokens", "5000"], "max_new_tokens (5000)"),
+        (["generate", "--model", "stdlib-b32", "--prompt-ids", "5", "--block-length", "100000"], "[1, 4096]"),
+        (["generate", "--model", "DIR", "--prompt-ids", "5", "--block-length", "100000"], "[1, 4096]"),
+    ],
+)
+def test_a_block_length_past_the_positions_is_refused_before_the_model_loads(
+    tmp_path, capsys, monkeypatch, argv, culprit
+):
+    """It was refused after the model had loaded (minutes for an 8B checkpoint)."""
+    monkeypatch.setattr("spotref.cli.generate.load_model_and_tokenizer", refuse_loading)
+    argv = [llada_directory(tmp_path) if a == "DIR" else a for a in argv]
+    err = one_line(capsys, argv)
+    flag = "--block-length" if "--block-length" in argv else "--max-new-tokens"
+    assert culprit in err and f"{flag} {argv[argv.index(flag) + 1]} (--model {argv[2]})" in err
+
+
+def test_the_api_checks_a_block_length_from_a_targets_metadata_before_loading_it(monkeypatch):
+    monkeypatch.setattr("spotref.names.target", refuse_loading)
+    with pytest.raises(ValueError, match=r"block_length must be an int in \[1, 4096\], got 100000"):
+        spotref.generate("gsm-llada", [5, 6], 4, block_length=100_000)
+    with pytest.raises(ValueError, match="the canvas"):
+        spotref.generate("gsm-dream", [5, 6], 8, block_length=4096)
+    with pytest.raises(ValueError, match=r"block_length must be an int in \[1, 4096\], got 5000"):
+        spotref.Speculator.for_model("gsm-dream", block_length=5000)
