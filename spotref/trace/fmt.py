@@ -127,6 +127,16 @@ def cut(out: list, decode: dict) -> list:
 # --- the checks ---------------------------------------------------------------------------------
 
 INT, NUM, STR, LIST, DICT = "an int", "a number", "a string", "a list", "an object"
+TRACE_FAMILIES = ("sdar", "llada", "dream")  # a decode's "family" (spotref.decode.FAMILIES)
+RULE_KINDS = {  # the rule's fields (RULE_FIELDS): (kind, may be null, floor)
+    "temperature": (NUM, False, 0),
+    "seed": (INT, False, 0),
+    "threshold": (NUM, True, 0),
+    "top_k": (INT, True, 1),
+    "top_p": (NUM, True, 0),
+    "confidence": (STR, False, None),
+    "precision": (STR, False, None),
+}
 
 
 def kind_ok(value, kind: str) -> bool:
@@ -187,7 +197,9 @@ def check_decode(decode, where: str) -> None:
     bl = need(decode, "block_length", INT, where, lo=1)
     need(decode, "mask_id", INT, where, lo=0)
     need(decode, "vocab_size", INT, where, lo=1)
-    need(decode, "rule", DICT, where)
+    if decode["family"] not in TRACE_FAMILIES:
+        raise ValueError(f"{where}: 'family' must be one of {', '.join(TRACE_FAMILIES)}, got {decode['family']!r:.60}")
+    check_rule(need(decode, "rule", DICT, where), f"{where}, rule")
     for key in ("budget", "depth", "passes"):
         need(decode, key, INT, where, lo=0)
     need(decode, "width", INT, where, optional=True, lo=1)
@@ -199,6 +211,13 @@ def check_decode(decode, where: str) -> None:
         check_block(block, bl, f"{where}, block {b}")
     if committed(decode) != tokens:
         raise ValueError(f"{where}: the decisions its blocks record do not commit its 'tokens'")
+
+
+def check_rule(rule: dict, where: str) -> None:
+    """The rule's fields (``RULE_FIELDS``), each of its kind: a temperature of "hot" or a seed of
+    "x" was read, and replayed as the rule's default."""
+    for key, (kind, optional, lo) in RULE_KINDS.items():
+        need(rule, key, kind, where, optional=optional, lo=lo)
 
 
 def check_block(block, bl: int, where: str) -> None:
@@ -219,14 +238,7 @@ def check_round(round_, bl: int, where: str) -> None:
     need(round_, "step", INT, where, lo=0)
     for key in ("wall_s", "draft_s"):
         need(round_, key, NUM, where, lo=0)
-    tree = need(round_, "tree", DICT, where)
-    parents = ints(tree, "parents", f"{where}, tree", lo=-1)
-    commits = need(tree, "commits", LIST, f"{where}, tree")
-    probs = need(tree, "probs", LIST, f"{where}, tree", optional=True)
-    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents[1:], 1)):
-        raise ValueError(f"{where}: the tree's 'parents' must start with -1 and name an earlier node each")
-    if len(commits) != len(parents) or (probs is not None and len(probs) != len(parents)):
-        raise ValueError(f"{where}: the tree's 'parents', 'commits' and 'probs' differ in length")
+    parents = check_tree(need(round_, "tree", DICT, where), bl, where)
     rows = need(round_, "rows", INT, where, lo=1)
     node_rows = ints(round_, "node_rows", where, hi=rows)
     path = ints(round_, "path", where, hi=rows)
@@ -238,6 +250,35 @@ def check_round(round_, bl: int, where: str) -> None:
         raise ValueError(f"{where}: {len(decisions)} decisions along a path of {len(path)} rows")
     for k, d in enumerate(decisions):
         check_decision(d, bl, f"{where}, decision {k}")
+
+
+def check_tree(tree: dict, bl: int, where: str) -> list:
+    """A round's tree: ``parents`` (-1, then an earlier node each), ``commits`` (a list of
+    [position, token] pairs per node, none at the root) and ``probs`` (numbers >= 0, or null),
+    parallel. Returns the parents. (A commit of 5 or "ab", a probability of "x" or null, were
+    tracebacks or "not enough values to unpack" when the round was drawn.)"""
+    parents = ints(tree, "parents", f"{where}, tree", lo=-1)
+    commits = need(tree, "commits", LIST, f"{where}, tree")
+    probs = need(tree, "probs", LIST, f"{where}, tree", optional=True)
+    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents[1:], 1)):
+        raise ValueError(f"{where}: the tree's 'parents' must start with -1 and name an earlier node each")
+    if len(commits) != len(parents) or (probs is not None and len(probs) != len(parents)):
+        raise ValueError(f"{where}: the tree's 'parents', 'commits' and 'probs' differ in length")
+    for i, node in enumerate(commits):
+        if not isinstance(node, list) or not all(is_commit(c, bl) for c in node) or (i == 0 and node):
+            raise ValueError(
+                f"{where}, tree: 'commits' of node {i} must be a list of [position, token] pairs "
+                f"(positions in [0, {bl}), none at the root), got {node!r:.60}"
+            )
+    for i, p in enumerate(probs or ()):
+        if not kind_ok(p, NUM) or p < 0:
+            raise ValueError(f"{where}, tree: 'probs' must hold numbers >= 0 (or be null), node {i} has {p!r:.60}")
+    return parents
+
+
+def is_commit(c, bl: int) -> bool:
+    """Whether ``c`` is a tree node's commit: [position in [0, bl), token >= 0]."""
+    return isinstance(c, list) and len(c) == 2 and all(kind_ok(x, INT) and x >= 0 for x in c) and c[0] < bl
 
 
 def check_decision(d, bl: int, where: str) -> None:

@@ -78,6 +78,41 @@ def test_a_trace_field_out_of_range_is_refused_by_name(trace_file, tmp_path, pat
         Trace.load(edited(trace_file, tmp_path, set_in(path, edit)))
 
 
+TREE = (*FIRST, "blocks", 0, "rounds", 0, "tree")
+
+
+@pytest.mark.parametrize(
+    "path, edit, culprit",
+    [  # each was read; show drew it, replay took the rule's defaults, or drawing raised deep inside
+        ((*FIRST, "rule", "temperature"), "hot", "rule: 'temperature' must be a number >= 0, got 'hot'"),
+        ((*FIRST, "rule", "seed"), "x", "rule: 'seed' must be an int >= 0, got 'x'"),
+        ((*FIRST, "rule"), {}, "rule: no field 'temperature'"),
+        ((*FIRST, "family"), "bogus", "'family' must be one of sdar, llada, dream, got 'bogus'"),
+        ((*TREE, "commits"), [5], "tree: 'commits' of node 0 must be a list of [position, token] pairs"),
+        ((*TREE, "commits"), [[[0, "a"]]], "tree: 'commits' of node 0"),
+        ((*TREE, "probs"), ["x"], "tree: 'probs' must hold numbers >= 0 (or be null), node 0 has 'x'"),
+        ((*TREE, "probs"), [None], "tree: 'probs' must hold numbers >= 0 (or be null), node 0 has None"),
+    ],
+)
+def test_a_trace_rule_or_tree_of_the_wrong_type_is_refused_by_name(trace_file, tmp_path, path, edit, culprit):
+    with pytest.raises(ValueError) as e:
+        Trace.load(edited(trace_file, tmp_path, set_in(path, edit)))
+    assert culprit in str(e.value)
+
+
+def test_show_refuses_a_tree_it_cannot_draw_in_one_line(trace_file, tmp_path, capsys):
+    path = edited(trace_file, tmp_path, set_in((*TREE, "probs"), [None]))  # was a TypeError traceback
+    err = one_line(capsys, ["show", path, "--out", tmp_path / "o", "--pictures", "round", "--round", "0:0"])
+    assert "'probs' must hold numbers" in err and not (tmp_path / "o").exists()
+
+
+def test_the_trace_families_are_the_decoders():
+    from spotref.decode import FAMILIES
+    from spotref.trace.fmt import TRACE_FAMILIES
+
+    assert TRACE_FAMILIES == FAMILIES
+
+
 @pytest.mark.parametrize("path, culprit", [(None, "got None"), ("", "got ''"), (b"t.json", "got b't.json'")])
 def test_a_trace_path_that_is_not_a_path_is_a_value_error(path, culprit):
     with pytest.raises(ValueError, match=f"a trace path must be a non-empty str or path, {culprit}"):
