@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 RUNS = Path("runs")
@@ -240,6 +241,33 @@ def atomic_save(obj, path) -> Path:
 
 
 _RUN_DIRS = contextvars.ContextVar("spotref_run_dirs", default=None)  # the list tidy_run_dirs keeps
+
+
+TORCH_HEADS = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive, and its older pickle
+
+
+def not_saved_by_torch(path) -> str | None:
+    """Why ``path`` cannot be a file ``torch.save`` wrote, read from its first bytes ("it is
+    empty", "it begins with b'{"format'", a zip archive without torch's data.pkl), or None when it
+    may be one. Readers name this first: ``torch.load``'s own errors on such a file speak of
+    ``weights_only`` and unpickling, as if the file were a checkpoint it had declined to run."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None  # torch.load names the missing or unreadable file
+    if not head:
+        return "it is empty"
+    if not head.startswith(TORCH_HEADS):
+        return f"it is not a file torch.save writes (it begins with {head!r})"
+    if head.startswith(TORCH_HEADS[0]):
+        try:
+            with zipfile.ZipFile(path) as z:
+                if not any(n.endswith("data.pkl") for n in z.namelist()):
+                    return "it is a zip archive, not one torch.save writes (no data.pkl)"
+        except (zipfile.BadZipFile, OSError):
+            return None  # a truncated archive: torch.load says so
+    return None
 
 
 def run_dir(tool: str, root=RUNS) -> Path:

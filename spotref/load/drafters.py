@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import warnings
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import torch
 
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
-from spotref.files import atomic_save
+from spotref.files import atomic_save, not_saved_by_torch
 from spotref.rules import DTYPES, SERVED
 
 ORDER_DIR = Path(__file__).parent / "order_models"
@@ -36,11 +37,19 @@ def save_order_model(path, model: order.OrderModel, meta: dict) -> None:
 
 def load_order_model(path, block_size: int | None = None) -> tuple[order.OrderModel, dict]:
     """(model in eval mode, header); ``ValueError`` for a corrupt or mismatched checkpoint."""
+    why = not_saved_by_torch(path)
+    if why is not None:  # torch.load's error spoke of weights_only
+        raise ValueError(f"{path} is not a drafter checkpoint: {why}")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"no drafter checkpoint at {path}") from None
-    except Exception as e:  # pickle / zip errors
+    except pickle.UnpicklingError:  # torch's allow-list: the advice was to load it with weights_only=False
+        raise ValueError(
+            f"{path} is not a drafter checkpoint: refused, not loaded: it holds objects other than tensors "
+            f"and plain data (a drafter checkpoint holds none), which could run code as they load"
+        ) from None
+    except Exception as e:  # zip errors of a truncated file
         first = (str(e).strip().splitlines() or [""])[0]  # one line
         raise ValueError(f"the drafter checkpoint {path} is corrupt: {type(e).__name__}: {first}") from None
     header = blob.get("header") if isinstance(blob, dict) else None

@@ -20,7 +20,7 @@ import torch
 
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
-from spotref.files import atomic_save, atomic_write_text, check_writable, shipped_writes
+from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.models import SDARConfig, SDARModel
@@ -47,6 +47,9 @@ def read_checkpoint(path) -> dict:
     "model" and "state"), read with ``torch.load(weights_only=True)``: a file from elsewhere loads
     only tensors and plain data (dict, list, tuple, str, int, float, bool, None), which is all a
     checkpoint holds, and never runs code as it loads. Anything else: ``ValueError`` naming it."""
+    why = not_saved_by_torch(path)
+    if why is not None:  # torch.load would call it a refused unpickling
+        raise ValueError(f"{path} is not a spotref run checkpoint: {why}")
     try:
         ck = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:  # what torch's allow-list refused, e.g. "GLOBAL posix.system"

@@ -174,7 +174,7 @@ def test_bad_checkpoints_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="block size 8, the target's block size is 32"):
         load_order_model(tmp_path / "d.pt", block_size=32)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint" * 10)
-    with pytest.raises(ValueError, match="corrupt"):
+    with pytest.raises(ValueError, match="is not a drafter checkpoint: it is not a file torch.save writes"):
         load_order_model(tmp_path / "junk.pt")
     raw = (tmp_path / "d.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])

@@ -357,10 +357,20 @@ def test_drafter_checkpoint_without_a_block_size(tmp_path):
     assert "has no block_size" in drafter_error(tmp_path / "d.pt")
 
 
-@pytest.mark.parametrize("data", [b"", b"not a checkpoint", None])
-def test_truncated_or_garbage_drafter_checkpoints(tmp_path, data):
+@pytest.mark.parametrize(
+    "data, culprit",
+    [(b"", "is not a drafter checkpoint: it is empty"), (b"not a checkpoint", "not a file torch.save writes")],
+)
+def test_empty_or_garbage_drafter_checkpoints(tmp_path, data, culprit):
     path = tmp_path / "d.pt"
-    path.write_bytes(SHIPPED.read_bytes()[:1000] if data is None else data)
+    path.write_bytes(data)
+    msg = drafter_error(path)
+    assert culprit in msg and str(path) in msg and "\n" not in msg
+
+
+def test_truncated_drafter_checkpoints(tmp_path):
+    path = tmp_path / "d.pt"
+    path.write_bytes(SHIPPED.read_bytes()[:1000])
     msg = drafter_error(path)
     assert "is corrupt" in msg and str(path) in msg and "\n" not in msg
 

@@ -6,8 +6,10 @@ model loads is run with a model that does not exist, or checked to write nothing
 import json
 import os
 import textwrap
+import zipfile
 
 import pytest
+import torch
 from helpers import set_in, tiny_model
 
 import spotref
@@ -341,3 +343,38 @@ def test_the_api_checks_a_block_length_from_a_targets_metadata_before_loading_it
         spotref.generate("gsm-dream", [5, 6], 8, block_length=4096)
     with pytest.raises(ValueError, match=r"block_length must be an int in \[1, 4096\], got 5000"):
         spotref.Speculator.for_model("gsm-dream", block_length=5000)
+
+
+# ---- a file that is no drafter checkpoint: said plainly (torch's weights_only advice was the message)
+
+
+def objects_pickle(path):
+    torch.save({"header": slice(1, 2)}, path)  # a torch file holding an object torch's allow-list refuses
+
+
+@pytest.mark.parametrize(
+    "name, write, culprit",
+    [
+        ("trace.json", lambda p: p.write_text('{"format": "spotref-trace"}'), "not a file torch.save writes"),
+        ("notes.pt", lambda p: p.write_text("hello"), "not a file torch.save writes"),  # was "KeyError: 104"
+        ("archive.zip", lambda p: zipfile.ZipFile(p, "w").writestr("a.txt", "hi"), "a zip archive, not one torch"),
+        ("objects.pt", objects_pickle, "refused, not loaded: it holds objects other than tensors and plain data"),
+    ],
+)
+def test_a_file_that_is_no_drafter_checkpoint_is_named_plainly(tmp_path, capsys, name, write, culprit):
+    path = tmp_path / name
+    write(path)
+    with pytest.raises(ValueError) as e:
+        spotref.load_drafter(path)
+    msg = str(e.value)
+    assert f"{path} is not a drafter checkpoint: " in msg and culprit in msg and "weights_only" not in msg
+    err = one_line(capsys, ["generate", "--model", NO_MODEL, "--prompt-ids", "1", "--drafter", path])
+    assert culprit in err and "weights_only" not in err
+
+
+def test_a_file_that_is_no_run_checkpoint_is_named_plainly(tmp_path):
+    from spotref.train.train_export import read_checkpoint
+
+    (tmp_path / "notes.pt").write_text("hello")  # was "refused ... could run code as they load"
+    with pytest.raises(ValueError, match="notes.pt is not a spotref run checkpoint: it is not a file torch.save"):
+        read_checkpoint(tmp_path / "notes.pt")
