@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from functools import partial
 
 from spotref.checks import check_int, check_real, check_temperature
 from spotref.files import shipped_writes, tidy_run_dirs
@@ -165,10 +167,12 @@ def plain(doc: str) -> str:
 
 def guarded(prog: str, run) -> int:
     """``run()``'s exit status; bad input (ValueError) is one line and status 2, a missing
-    optional package or an unwritable file one line and status 1, Ctrl-C one line and 130. A run
+    optional package or an unwritable file one line and status 1, Ctrl-C one line and 130, a
+    warning one line (``one_line_warning``) and the run goes on. A run
     directory the run made and left empty (refused, interrupted) is removed (``tidy_run_dirs``)."""
     try:
-        with tidy_run_dirs():
+        with tidy_run_dirs(), warnings.catch_warnings():
+            warnings.showwarning = partial(one_line_warning, prog)
             return run()
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -179,6 +183,12 @@ def guarded(prog: str, run) -> int:
     except (ImportError, OSError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
+
+
+def one_line_warning(prog: str, message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line, ``spotref CMD: warning: ...`` (``warnings.showwarning``'s signature):
+    Python's own form added the file and line of the code that warned, and that line's source."""
+    print(f"{prog}: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:

@@ -378,3 +378,15 @@ def test_a_file_that_is_no_run_checkpoint_is_named_plainly(tmp_path):
     (tmp_path / "notes.pt").write_text("hello")  # was "refused ... could run code as they load"
     with pytest.raises(ValueError, match="notes.pt is not a spotref run checkpoint: it is not a file torch.save"):
         read_checkpoint(tmp_path / "notes.pt")
+
+
+def test_a_warning_is_one_line_naming_the_command(capsys):
+    """Python's form printed the warning's file:line and the source line that warned."""
+    argv = ["calibrate-sets", "stdlib-b32", "stdlib-b32", "--prompts", "4", "--prompt-tokens", "100000"]
+    assert main(argv) == 2  # every prompt left out: then refused
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        "spotref calibrate-sets: warning: stdlib-b32: 4 of 4 train prompts are shorter than 100000 tokens "
+        "and were left out (0 used)"
+    )
+    assert err[1].startswith("spotref calibrate-sets: error: stdlib-b32: no training prompt") and len(err) == 2
