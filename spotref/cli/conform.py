@@ -24,6 +24,7 @@ from spotref.cli.options import Options
 from spotref.conformance import MAX_EXAMPLES, ResultTypeError, run_conformance
 
 CHUNK = 10  # cases per progress line (one Hypothesis run each)
+PROG = "python -m spotref.cli.conform"
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ def elapsed(start: float) -> str:
 
 
 def main(argv=None) -> int:
-    return tool_main("spotref conform", __doc__, add_arguments, run, argv)
+    """``python -m spotref.cli.conform``: ``spotref conform``, its usage and errors naming the
+    module that was run (they said ``spotref conform``)."""
+    return tool_main(PROG, __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from spotref.checks import check_length
 from spotref.cli.argtypes import (
     add_threads,
     checked_by,
-    guarded,
     int_range,
     nonneg_int,
     positive_int,
@@ -35,6 +34,7 @@ from spotref.cli.argtypes import (
     seed_int,
     temperature_arg,
     token_ids,
+    tool_main,
 )
 from spotref.cli.options import Options
 from spotref.decode import CANVAS_FAMILIES, family
@@ -561,9 +561,11 @@ def print_batch_invariance(model, ids: list, options: AuditOptions) -> None:
     )
 
 
-if __name__ == "__main__":  # python -m spotref.cli.generate: spotref generate (it exited 0 doing nothing)
-    parser = argparse.ArgumentParser(prog="spotref generate", description=__doc__.splitlines()[0])
-    add_generate(parser)
-    main_args = parser.parse_args()
-    main_args.argv = sys.argv[1:]
-    sys.exit(guarded("spotref generate", lambda: run_generate(main_args)))
+def main(argv=None) -> int:
+    """``python -m spotref.cli.generate``: ``spotref generate`` (it exited 0 doing nothing), its
+    usage and errors naming the module that was run (they said ``spotref generate``)."""
+    return tool_main("python -m spotref.cli.generate", __doc__, add_generate, run_generate, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,7 +71,7 @@ def test_a_documented_module_parses_help_with_exit_status_0(name, monkeypatch, c
     [
         ("spotref", ["--version"], "spotref "),
         ("spotref", ["generate", "--help"], "usage: spotref generate"),
-        ("spotref.cli.generate", ["--help"], "usage: spotref generate"),
+        ("spotref.cli.generate", ["--help"], "usage: python -m spotref.cli.generate"),
     ],
 )
 def test_python_m_spotref_and_its_generate_module_run_the_command(module, args, shows):

@@ -390,3 +390,27 @@ def test_a_warning_is_one_line_naming_the_command(capsys):
         "and were left out (0 used)"
     )
     assert err[1].startswith("spotref calibrate-sets: error: stdlib-b32: no training prompt") and len(err) == 2
+
+
+# ---- python -m spotref.cli.generate / .conform: usage and errors name what was run -----------------
+
+
+@pytest.mark.parametrize("module", ["generate", "conform"])
+def test_a_module_entry_point_names_itself_in_its_usage_and_errors(capsys, module):
+    """They said ``spotref generate`` / ``spotref conform``; every other ``python -m`` tool names its module."""
+    import importlib
+
+    main_of = importlib.import_module(f"spotref.cli.{module}").main
+    with pytest.raises(SystemExit) as e:
+        main_of(["--bogus"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"usage: python -m spotref.cli.{module} ")
+    assert f"python -m spotref.cli.{module}: error: " in err
+
+
+def test_conform_bounds_its_seed_by_its_parser(capsys):
+    """``--seed 10**29`` was taken (and ran); a seed is in [0, 2**64 - 1], as generate's."""
+    with pytest.raises(SystemExit) as e:
+        main(["conform", "no_such_module:f", "--seed", str(10**29)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "argument --seed: must be an int in [0, 2**64 - 1]" in err
