@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from spotref.cli.argtypes import add_threads, nonneg_int, positive_int, real_range, tool_main
+from spotref.cli.argtypes import add_threads, positive_int, real_range, seed_int, tool_main
 from spotref.cli.options import Options
 from spotref.conformance import MAX_EXAMPLES, ResultTypeError, run_conformance
 
@@ -44,7 +44,9 @@ def add_arguments(p):
     p.add_argument(
         "--minutes", type=real_range(0.0, open_lo=True), default=None, help="stop after this long (default: no limit)"
     )
-    p.add_argument("--seed", type=nonneg_int, default=0, help="the first chunk's seed (default 0): a run replays")
+    p.add_argument(
+        "--seed", type=seed_int, default=0, help="the first chunk's seed, in [0, 2**64 - 1] (default 0): a run replays"
+    )
     p.add_argument("--efficiency", action="store_true", help="also the efficiency check (spotref's own decoder)")
     p.add_argument("--batch-invariance", action="store_true", help="the batch-invariance check instead")
     add_threads(p)
