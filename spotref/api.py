@@ -24,15 +24,7 @@ from spotref.checks import (  # noqa: F401
 )
 from spotref.core import LIMIT
 from spotref.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
-from spotref.names import (
-    MODEL_DRAFTERS,
-    auto_budget,
-    named_shape,
-    recorder,
-    resolve_core,
-    resolve_drafter,
-    resolve_model,
-)
+from spotref.names import MODEL_DRAFTERS, auto_budget, recorder, resolve_core, resolve_drafter, resolve_model
 from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
 
 
@@ -69,10 +61,7 @@ def generate(
     model's own (``check_canvas``); trace: True records every round into ``Result.trace`` (docs/spec.md
     8). Each argument (docs/spec.md 7) is checked before the first forward (``ValueError`` naming it).
     """
-    shape = named_shape(model)  # a target's name: its metadata checked before its weights load
-    if shape is not None:
-        check_decode(shape, prompt_ids, max_new_tokens, block_length)
-    model = resolve_model(model)
+    model = resolve_model(model, lambda m: check_decode(m, prompt_ids, max_new_tokens, block_length))
     prompt, block_length = check_decode(model, prompt_ids, max_new_tokens, block_length)
     stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
     check_flags(fused_store=fused_store, trace=trace)
@@ -100,9 +89,8 @@ def generate(
 
 
 def check_decode(model, prompt_ids, max_new_tokens, block_length) -> tuple:
-    """(the prompt's ids, the block length): the prompt checked against the model's vocabulary,
-    the prompt and ``max_new_tokens`` against its positions, the block length and a canvas
-    family's canvas (``check_canvas``). ``model``: a model, or a bundled target's ``Shape``."""
+    """(prompt ids, block length), checked against ``model``'s vocabulary and positions
+    (``check_canvas``); ``model``: a model, or a target's ``Shape`` (``resolve_model``)."""
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
     return prompt, check_canvas(model, len(prompt), max_new_tokens, block_length)
@@ -205,10 +193,7 @@ class Speculator:
         """A speculator for ``model`` (an SDARModel, a whole-canvas model, a bundled Target or a
         target name), its family's rule, in blocks of ``block_length`` (``check_block_length``;
         a target's name: checked from its metadata before its weights load)."""
-        shape = named_shape(model)
-        if shape is not None:
-            check_block_length(shape, block_length)
-        model = resolve_model(model)
+        model = resolve_model(model, lambda m: check_block_length(m, block_length))
         B = check_block_length(model, block_length)
         return cls(model.config.vocab_size, B, model.mask_id, model=model, family=family(model), **kwargs)
 

@@ -60,7 +60,8 @@ def shipped(path) -> bool:
 
 def check_writable(path) -> Path:
     """``path`` as a ``Path``, or ``ValueError`` naming it: not a str or path, a shipped file
-    outside ``shipped_writes()``, or a directory that cannot be created or written (a read-only
+    outside ``shipped_writes()``, a directory, a pipe or a device (``/dev/null``: the rename that
+    ends an atomic write would replace it), or a directory that cannot be created or written (a read-only
     one, one without any write permission bit, is refused even for a superuser). Tools call it
     on their outputs before any work; every writer here calls it before writing."""
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
@@ -74,6 +75,11 @@ def check_writable(path) -> Path:
     parent = next((d for d in [path.parent, *path.parent.parents] if d.exists()), Path("."))
     if path.exists() and path.is_dir():
         raise ValueError(f"{path} is a directory, not a file to write")
+    if path.exists() and not path.is_file():  # an atomic write would replace /dev/null with a file
+        raise ValueError(
+            f"{path} is not a regular file (a pipe, a device or a socket): spotref writes a file whole "
+            f"and renames it onto its path, which would replace {path}; write to a file"
+        )
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{path} cannot be written: {parent} is not a writable directory")
     if not parent.stat().st_mode & 0o222:  # os.access says yes to a superuser

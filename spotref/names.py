@@ -42,16 +42,6 @@ def target(name: str, directory: Path | str | None = None) -> Target:
     return _TARGETS[key]
 
 
-def named_shape(model):
-    """When ``model`` is a bundled target's name, its ``Shape`` (config, family, block size) read
-    from its metadata with no weight loaded, for the argument checks; else None."""
-    if not isinstance(model, str):
-        return None
-    from spotref.load.targets import target_shape
-
-    return target_shape(model)
-
-
 def _mtime(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns
@@ -59,14 +49,19 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def resolve_model(model):
+def resolve_model(model, precheck=None):
     """A model with one family's contract (docs/spec.md section 1.1), from a model, a ``Target``
     or a name: SDAR's (``SDARModel``: ``prefill``, ``denoise``, ``store``) or the whole canvas's
-    (LLaDA, Dream: ``model(ids)``, a ``family`` of ``decode.CANVAS_FAMILIES``)."""
+    (LLaDA, Dream: ``model(ids)``, a ``family`` of ``decode.CANVAS_FAMILIES``). ``precheck``:
+    called on a target name's ``Shape`` (its metadata, no weight read) before the target loads."""
     sdar = lambda m: all(hasattr(m, a) for a in ("config", "prefill", "denoise", "store"))
     canvas = lambda m: callable(m) and hasattr(m, "config") and getattr(m, "family", None) in CANVAS_FAMILIES
     contract = lambda m: sdar(m) or canvas(m)
     if isinstance(model, str):
+        from spotref.load.targets import target_shape
+
+        if precheck is not None and (shape := target_shape(model)) is not None:
+            precheck(shape)
         try:
             return target(model).model
         except ValueError as e:

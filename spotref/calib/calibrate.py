@@ -33,7 +33,9 @@ import torch
 
 from spotref import names
 from spotref.calib import fit as calib_fit
+from spotref.checks import check_int, check_temperature
 from spotref.cli.argtypes import (
+    SEED_MAX,
     add_prompt_tokens,
     add_threads,
     list_of,
@@ -100,9 +102,11 @@ class CalibOptions(Options):
 
 
 def check_request(options: CalibOptions) -> None:
-    """``ValueError`` for a request refused before any work (the drafter is checked on load)."""
+    """``ValueError`` for a request refused before any work (the drafter is checked on load),
+    naming the option: also what ``calibrate_sets``' keyword changes pass by the parser
+    (``prompts=0`` was "heldout: n must be ...", ``steps=0`` returned the drafter unfitted)."""
     o = options
-    if o.prompts > MAX_PROMPTS:
+    if isinstance(o.prompts, int) and o.prompts > MAX_PROMPTS:
         raise ValueError(
             f"--prompts {o.prompts}: a light calibration reads at most {MAX_PROMPTS} prompts; "
             f"for more, train the set head: spotref train-drafter NAME --sets-only"
@@ -112,6 +116,12 @@ def check_request(options: CalibOptions) -> None:
         raise ValueError(f"--taus must be thresholds in (0, 1), got {', '.join(f'{t:g}' for t in bad) or 'none'}")
     if not o.temperatures:
         raise ValueError("--temperatures needs at least one temperature")
+    check_int("prompts", o.prompts, 1, MAX_PROMPTS)
+    for name in ("new_tokens", "prompt_tokens", "steps"):
+        check_int(name, getattr(o, name), 1)
+    check_int("seed", o.seed, 0, SEED_MAX)
+    for T in o.temperatures:
+        check_temperature(T, "temperatures: a temperature")
 
 
 def set_drafter(name) -> tuple:
@@ -119,8 +129,8 @@ def set_drafter(name) -> tuple:
     d = load_drafter(name)
     if not d.model.has_sets:
         raise ValueError(
-            f"the drafter {name} has no set head (a checkpoint from before SPOT-Sets): nothing to "
-            f"calibrate; spotref train-drafter NAME --sets-only adds one"
+            f"the drafter {name} has no set head (it was trained without one, as universal was, or "
+            f"before SPOT-Sets): nothing to calibrate; spotref train-drafter NAME --sets-only adds one"
         )
     return d.model, d.header
 
@@ -164,6 +174,8 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, **chang
     o = options or CalibOptions.parse(add_arguments, [str(drafter), str(getattr(target, "name", target))])
     o = CalibOptions(**{**{k: getattr(o, k) for k in o.names()}, **changes})
     check_request(o)
+    if not isinstance(target, str) and not all(hasattr(target, a) for a in ("model", "heldout", "encode")):
+        raise ValueError(f"target must be a bundled target's name or a spotref Target, got {type(target).__name__}")
     source, header = set_drafter(drafter)
     target = names.target(target, o.targets_dir) if isinstance(target, str) else target
     t0, c0 = time.time(), time.process_time()

@@ -58,6 +58,11 @@ def load_function(target: str):
     module_name, sep, name = target.partition(":")
     if not sep or not module_name or not name:
         raise ValueError(f"target must be MODULE:FUNCTION (e.g. mydecoder:generate), got {target!r}")
+    if not all(part.isidentifier() for part in module_name.split(".")):  # '../x' was a TypeError from importlib
+        raise ValueError(
+            f"target {target!r}: {module_name!r} is not a module name (dotted Python names, e.g. mydecoder "
+            f"or mypackage.decoders, importable from the working directory: not a path)"
+        )
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
@@ -91,11 +96,16 @@ def guarded_decoder(fn):
 
 
 def described(e: BaseException) -> str:
-    """``Type: message (file:line)``, the line where it was raised."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    """``Type: message (file:line)``, the line where it was raised: the innermost frame that is not
+    this module's (a decoder that is a builtin, or called with arguments it does not take, raised
+    in no Python line of its own: the location named was conform.py's call)."""
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != __file__:
+            last = tb
         tb = tb.tb_next
-    where = getattr(e, "filename", None) and f"{Path(e.filename).name}:{e.lineno}"  # a SyntaxError
+    tb = last
+    where = isinstance(e, SyntaxError) and e.filename and f"{Path(e.filename).name}:{e.lineno}"
     if tb is not None and not where:
         where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
     return f"{type(e).__name__}: {str(e)[:200]}" + (f" ({where})" if where else "")

@@ -91,6 +91,10 @@ def load_drafter(name, strict: bool = False, directory: Path | str | None = None
     A bad name or checkpoint raises ``ValueError`` naming it. A checkpoint
     whose header says ``any_block_size`` (one trained on several targets: ``universal``) runs on a
     target of any block size whatever ``strict`` says."""
+    if not isinstance(strict, bool):  # "no" would have meant strict
+        raise ValueError(f"strict must be True or False, got {strict!r:.60}")
+    if directory is not None and (isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike))):
+        raise ValueError(f"directory must be None or a path (a str or os.PathLike), got {directory!r:.60}")
     if isinstance(name, os.PathLike):
         name = os.fspath(name)
     if not isinstance(name, str) or not name:

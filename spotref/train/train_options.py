@@ -523,8 +523,11 @@ def default_options(name: str = "run") -> TrainOptions:
 
 
 def check_recipe(options: TrainOptions) -> None:
-    """``ValueError`` naming an option of the gsm recipe that does not apply."""
+    """``ValueError`` naming an option of the gsm recipe that does not apply, or block sizes that
+    do not divide ``--seq-len`` (``block_sizes``: refused before the run directory and its
+    tokenizer are written; a --block-size of 100000 left runs/NAME/tokenizer.json)."""
     o, rows, default = options, options.rows_per_doc, default_options()
+    block_sizes(o)
     needs_rows = [
         ("--answer-only", o.answer_only),
         ("--eot-weight", o.eot_weight != default.eot_weight),
