@@ -112,5 +112,7 @@ def page_data(trace) -> dict:
 def page(trace, title: str = "spotref trace") -> str:
     """The whole page, as text."""
     data = page_data(trace)
-    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside
+    # no "<" inside the script element: "</script>" would end it, and "<!--<script>" in a token's
+    # text would make the parser take the element's own "</script>" as text (HTML's escaped states)
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     return PAGE.format(title=html.escape(title), top=data["top"], data=blob)

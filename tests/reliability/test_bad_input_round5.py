@@ -136,3 +136,24 @@ def test_train_target_checks_block_sizes_before_writing_the_run(tmp_path, monkey
     err = one_line(capsys, ["train-target", "--name", "x", "--steps", "1", *extra])
     assert "--seq-len 256 must be a multiple of every block size" in err and culprit in err
     assert not (tmp_path / "runs").exists()
+
+
+# ---- spotref show's page: a token's text cannot end or reopen the page's script ---------------------
+
+
+def test_the_page_holds_no_angle_bracket_inside_its_data(tmp_path):
+    """Only "</" was escaped: a token whose text is "<!--<script>" put the parser in HTML's escaped
+    script states, where the data element's own "</script>" no longer ends it."""
+    import json
+
+    from helpers import tiny_model
+
+    from spotref.cli.show_html import page
+
+    trace = spotref.generate(tiny_model(V=61, B=4, init=1.0), [3, 1, 4], 4, trace=True).trace
+    text = {t: "<!--<script>" if t % 2 else "</script><b>" for t in range(61)}
+    html = page(trace.with_pieces(lambda ids: text[ids[0]]))
+    blob = html.split('<script id="data" type="application/json">')[1].split("</script>")[0]
+    assert "<" not in blob
+    words = {c["w"] for d in json.loads(blob)["decodes"] for c in d["cells"]}
+    assert words and words <= set(text.values())
