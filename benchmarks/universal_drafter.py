@@ -3,13 +3,15 @@ passes saved over exact decoding, on every bundled target.
 
     python benchmarks/universal_drafter.py [--drafter universal] [--prompts 2] [--new-tokens 64]
         [--budget 64] [--depth 32] [--temperature 0] [--test-prompts 16] [--out runs/universal/measure.json]
+        [--compare OTHER]
 
 Per target: accuracy (``train_drafter.accuracy``, depth 0) of the universal and the own drafter
 on the same recorded held-out states (``--test-prompts`` per temperature, T = 0 and 1, the
 trajectory cache ``--data-dir``), and ``generate`` on the first ``--prompts`` test prompts at
 budget N and depth D: passes of exact decoding, of the own drafter and of the universal one,
 and the share of the own drafter's gain (exact - own passes) the universal one keeps. Every
-drafted run's tokens are asserted equal to exact decoding's. Results are written (atomically)
+drafted run's tokens are asserted equal to exact decoding's. ``--compare OTHER`` measures a second
+drafter (a name or a path) beside it on the same states and runs (``compare`` entries). Results are written (atomically)
 after each target, so a cut run keeps what it measured.
 """
 
@@ -53,7 +55,7 @@ def passes(target, drafter, prompts, o) -> tuple:
     return total, tokens
 
 
-def measure(name: str, universal, o) -> dict:
+def measure(name: str, universal, o, compare=None) -> dict:
     target = spotref.load_target(name)
     own = load_drafter(name)
     spec = TrajectorySpec(o.data_dir, o.test_prompts, o.test_prompts, 60, 64, 128, 1)
@@ -61,15 +63,20 @@ def measure(name: str, universal, o) -> dict:
     for T in (0.0, 1.0):
         ds = recorded(target, spec, "test", T)
         acc[f"{T:g}"] = {"universal": accuracy(universal.model, ds), "own": accuracy(own.model, ds)}
+        if compare is not None:
+            acc[f"{T:g}"]["compare"] = accuracy(compare.model, ds)
     prompts = prompts_for(target, o.prompts, "test", 64)
     exact, want = passes(target, None, prompts, o)
     row = {"accuracy": acc, "exact_passes": exact}
-    for label, d in (("own", own), ("universal", universal)):
+    drafters = (("own", own), ("universal", universal)) + ((("compare", compare),) if compare is not None else ())
+    for label, d in drafters:
         n, got = passes(target, d, prompts, o)
         assert got == want, f"{name}: the {label} drafter's tokens differ from exact decoding"
         row[f"{label}_passes"] = n
     gain = exact - row["own_passes"]
     row["share_of_own_gain"] = (exact - row["universal_passes"]) / gain if gain > 0 else None
+    if compare is not None:
+        row["compare_share_of_own_gain"] = (exact - row["compare_passes"]) / gain if gain > 0 else None
     return row
 
 
@@ -79,6 +86,7 @@ PROG = "python benchmarks/universal_drafter.py"
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--drafter", default="universal")
+    p.add_argument("--compare", default=None, help="another drafter measured beside it on the same runs")
     p.add_argument("--targets", default=",".join(TARGETS))
     p.add_argument("--prompts", type=positive_int, default=2)
     p.add_argument("--new-tokens", type=positive_int, default=64)
@@ -98,10 +106,17 @@ def main(argv=None) -> int:
 def run(o) -> int:
     torch.set_num_threads(1)
     universal = load_drafter(o.drafter)
-    results = {"drafter": o.drafter, "header_target": universal.header.get("target"), "args": vars(o), "targets": {}}
+    compare = load_drafter(o.compare) if o.compare else None
+    results = {
+        "drafter": o.drafter,
+        "compare": o.compare,
+        "header_target": universal.header.get("target"),
+        "args": vars(o),
+        "targets": {},
+    }
     for name in o.targets.split(","):
         t0 = time.time()
-        results["targets"][name] = row = measure(name, universal, o)
+        results["targets"][name] = row = measure(name, universal, o, compare)
         row["seconds"] = round(time.time() - t0)
         print(name, json.dumps(row), flush=True)
         atomic_write_text(Path(o.out), json.dumps(results, indent=1))

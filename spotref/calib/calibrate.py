@@ -5,9 +5,9 @@ most ``MAX_PROMPTS`` (32) of that target's prompts, in about a minute on one CPU
    recorder the trainer uses) on ``--prompts`` of its training-split prompts (never the test
    split the bench measures on), at each ``--taus`` threshold and ``--temperatures`` T.
 2. Refit only ``spotref.calib.fit.CALIBRATED``: ``set_scale`` and the set head's output layer
-   (``set_head.2.weight``, ``set_head.2.bias``): 66 numbers. The encoder, the next-commit and
-   token heads and the set head's hidden layer are kept bit for bit, so the one-position drafter
-   is the source drafter's.
+   (``set_head.2.weight``, ``set_head.2.bias``), and the next-commit rows of the output layer and
+   the feature skip (``head.weight[0]``, ``skip.weight[0]``): 248 numbers at the shipped sizes.
+   The encoder, the token head and the set head's hidden layer are kept bit for bit.
 3. Write the drafter checkpoint (atomically) into ``runs/calibrate-sets-TIME/TARGET.pt`` or
    ``--out``; a shipped file only with ``--update-shipped``. Its ``config.block_size`` is the
    target's (the order model has no block-size-bound weights), so it loads as that target's
@@ -78,6 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--steps", type=positive_int, default=300, help="fit steps (default 300; each takes milliseconds)")
     p.add_argument("--seed", type=seed_int, default=0, help="the recording's noise seed and the fit's sampling seed")
+    p.add_argument(
+        "--set-head-only",
+        action="store_true",
+        help="refit only the set head's output layer and scale (66 numbers), keeping the next-commit rows",
+    )
     p.add_argument("--out", default=None, help="checkpoint path (default runs/calibrate-sets-TIME/TARGET.pt)")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     p.add_argument("--update-shipped", action="store_true", help="allow --out to replace a shipped file")
@@ -95,6 +100,7 @@ class CalibOptions(Options):
     temperatures: list
     steps: int
     seed: int
+    set_head_only: bool
     out: str | None
     targets_dir: str | None
     update_shipped: bool
@@ -167,10 +173,11 @@ def record_calibration(target, options: CalibOptions) -> tuple:
     return tj.Trajectories.concat(parts), len(prompts)
 
 
-def calibrate_sets(drafter, target, options: CalibOptions | None = None, **changes) -> tuple:
+def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorded=None, **changes) -> tuple:
     """(calibrated order model, its checkpoint header) of set drafter ``drafter`` (a name or a
     path) adapted to ``target`` (a bundled target's name or a ``Target``). ``options`` default to
-    the command's defaults; ``changes`` replace fields (``prompts=8, new_tokens=16``)."""
+    the command's defaults; ``changes`` replace fields (``prompts=8, new_tokens=16``);
+    ``recorded``: ``record_calibration``'s result for these options, reused (else recorded here)."""
     o = options or CalibOptions.parse(add_arguments, [str(drafter), str(getattr(target, "name", target))])
     o = CalibOptions(**{**{k: getattr(o, k) for k in o.names()}, **changes})
     check_request(o)
@@ -179,13 +186,14 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, **chang
     source, header = set_drafter(drafter)
     target = names.target(target, o.targets_dir) if isinstance(target, str) else target
     t0, c0 = time.time(), time.process_time()
-    ds, used = record_calibration(target, o)
+    ds, used = recorded or record_calibration(target, o)
     model = for_block_size(source, target.model.block_size)
     data = calib_fit.frozen(model, ds, seed=o.seed)
-    losses = calib_fit.fit(model, data, steps=o.steps)
+    next_commit = not o.set_head_only
+    losses = calib_fit.fit(model, data, steps=o.steps, next_commit=next_commit)
     info = dict(
-        parameters=list(calib_fit.CALIBRATED),
-        n_parameters=sum(p.numel() for n, p in model.named_parameters() if n in calib_fit.CALIBRATED),
+        parameters=list(calib_fit.CALIBRATED if next_commit else calib_fit.SET_HEAD_ONLY),
+        n_parameters=calib_fit.n_calibrated(model, next_commit),
         source=str(drafter),
         source_target=(header.get("target") or {}).get("name"),
         prompts=used,

@@ -1,6 +1,7 @@
 """The SPOT-Sets calibration table: per target and threshold, threshold decoding alone, another
-target's set drafter transferred as is, the same drafter calibrated (``spotref calibrate-sets``)
-and the target's own set drafter.
+target's set drafter transferred as is, the same drafter calibrated (``spotref calibrate-sets``:
+``calibrated``, the default fit, and ``set head only``, ``--set-head-only``) and the target's own
+set drafter.
 
 ``python -m spotref.calib.table --targets stdlib-b32,stdlib-b16,stdlib-b32-d192 --out
 runs/calib/transfer-sets.md`` calibrates each target's source drafter (``--sources``, default
@@ -9,7 +10,7 @@ the calibrated checkpoints beside the report, then decodes the target's held-out
 with each drafter at every T and ``tau`` (``spotref.bench.bench_run``: every row's tokens
 asserted identical to threshold decoding alone). ``fewer passes`` = threshold-alone passes /
 passes; ``kept`` = (R - 1) / (R_own - 1), the share of the own set drafter's gain over threshold
-decoding a drafter keeps; the goal is ``GOAL`` (90%) for the calibrated one.
+decoding a drafter keeps; the goal is ``GOAL`` (90%) for the calibrated ones.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from spotref import names
 from spotref.bench import bench_options
 from spotref.bench.bench_run import metrics, run_drafter, run_exact, target_setup
 from spotref.calib import calibrate as cal
@@ -94,25 +96,37 @@ def bench_options_for(target: str, options: TableOptions) -> bench_options.Bench
     return bench_options.BenchOptions.parse(bench_options.add_arguments, argv)
 
 
-def calibrated(target: str, source: str, options: TableOptions, out_dir: Path) -> tuple:
-    """(the calibrated SpotDrafter, its ``calibration`` header entry); the checkpoint is written."""
+def calibrated(target: str, source: str, options: TableOptions, out_dir: Path) -> dict:
+    """{label: (the calibrated SpotDrafter, its ``calibration`` header entry)}: ``calibrated`` (the
+    command's default fit, next-commit rows included) and ``set head only`` (``--set-head-only``),
+    both fit on one recording (its time is added to each entry's seconds); checkpoints are written."""
     o = options
-    model, header = cal.calibrate_sets(
-        source, target, prompts=o.calib_prompts, new_tokens=o.calib_new_tokens, seed=o.seed, threads=o.threads
-    )
-    save_order_model(out_dir / f"{target}-from-{Path(source).stem}.pt", model, header)
-    return SpotDrafter(model, header), header["calibration"]
+    kw = dict(prompts=o.calib_prompts, new_tokens=o.calib_new_tokens, seed=o.seed, threads=o.threads)
+    opts = cal.CalibOptions.parse(cal.add_arguments, [source, target])
+    opts = cal.CalibOptions(**{**{k: getattr(opts, k) for k in opts.names()}, **kw})
+    t0, c0 = time.time(), time.process_time()
+    recorded = cal.record_calibration(names.target(target), opts)
+    wall, cpu = time.time() - t0, time.process_time() - c0
+    out = {}
+    for label, only in (("calibrated", False), ("set head only", True)):
+        model, header = cal.calibrate_sets(source, target, opts, recorded=recorded, set_head_only=only)
+        info = header["calibration"]
+        info["seconds"], info["cpu_seconds"] = round(info["seconds"] + wall, 1), round(info["cpu_seconds"] + cpu, 1)
+        suffix = "-set-head-only" if only else ""
+        save_order_model(out_dir / f"{target}-from-{Path(source).stem}{suffix}.pt", model, header)
+        out[label] = (SpotDrafter(model, header), info)
+    return out
 
 
 def target_rows(target: str, source: str, options: TableOptions, out_dir: Path) -> tuple[list, dict]:
-    """The table rows of one target, and its calibration's header entry."""
+    """The table rows of one target, and its calibrations' header entries by label."""
     b = bench_options_for(target, options)
     setup = target_setup(target, b)
     if setup.spot is None or not setup.spot.model.has_sets:
         raise ValueError(f"{target} has no own set drafter to compare with")
     moved = load_drafter(source, strict=False)
-    mine, info = calibrated(target, source, options, out_dir)
-    drafters = {"transferred": moved, "calibrated": mine, "own": setup.spot}
+    fits = calibrated(target, source, options, out_dir)
+    drafters = {"transferred": moved, **{k: d for k, (d, _) in fits.items()}, "own": setup.spot}
     rows = []
     for T in options.temperatures:
         for tau in options.taus:
@@ -125,16 +139,16 @@ def target_rows(target: str, source: str, options: TableOptions, out_dir: Path) 
             for name in drafters:
                 kept = (R[name] - 1) / (R["own"] - 1) if R["own"] > 1 else float("nan")
                 rows.append([target, source, f"{T:g}", f"{tau:g}", options.budget, ex, name, got[name], R[name], kept])
-    return rows, info
+    return rows, {k: info for k, (_, info) in fits.items()}
 
 
 def goal_lines(rows: list) -> list[str]:
     out = []
     for r in rows:
-        if r[6] == "calibrated":
+        if r[6] in ("calibrated", "set head only"):
             verdict = "met" if r[9] >= GOAL else "not met"
             out.append(
-                f"* {r[0]} (from {r[1]}), T = {r[2]}, tau = {r[3]}: calibrated keeps {r[9]:.0%} of the own "
+                f"* {r[0]} (from {r[1]}), T = {r[2]}, tau = {r[3]}: {r[6]} keeps {r[9]:.0%} of the own "
                 f"set drafter's gain (goal >= {GOAL:.0%}: {verdict})"
             )
     return out
@@ -142,9 +156,10 @@ def goal_lines(rows: list) -> list[str]:
 
 def report(options: TableOptions, rows: list, infos: dict, seconds: float) -> str:
     cal_rows = [
-        [t, i["source"], i["prompts"], i["new_tokens"], i["states"], i["loss_before"], i["loss_after"]]
-        + [i["seconds"], i["cpu_seconds"]]
-        for t, i in infos.items()
+        [t, label, i["source"], i["n_parameters"], i["prompts"], i["new_tokens"], i["states"], i["loss_before"]]
+        + [i["loss_after"], i["seconds"], i["cpu_seconds"]]
+        for t, by_label in infos.items()
+        for label, i in by_label.items()
     ]
     return "\n".join(
         [
@@ -152,10 +167,13 @@ def report(options: TableOptions, rows: list, infos: dict, seconds: float) -> st
             "",
             f"Command: `python -m spotref.calib.table {' '.join(options.argv)}` ({seconds / 60:.1f} min)",
             "",
-            f"Calibrated parameters: {', '.join(cal.calib_fit.CALIBRATED)} (everything else is the source drafter's).",
+            f"Calibrated parameters: {', '.join(cal.calib_fit.CALIBRATED)}; set head only: "
+            f"{', '.join(cal.calib_fit.SET_HEAD_ONLY)} (everything else is the source drafter's). "
+            "Seconds include the recording, shared by both fits.",
             "",
             table(
-                ["target", "source", "prompts", "new tokens", "states", "loss before", "loss after", "s", "CPU s"],
+                ["target", "fit", "source", "numbers", "prompts", "new tokens", "states", "loss before", "loss after"]
+                + ["s", "CPU s"],
                 cal_rows,
             ),
             "",

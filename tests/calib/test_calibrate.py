@@ -10,7 +10,7 @@ from helpers import tiny_model
 
 import spotref
 from spotref.calib import calibrate as cal
-from spotref.calib.fit import CALIBRATED
+from spotref.calib.fit import CALIBRATED, SET_HEAD_ONLY
 from spotref.cli.main import main
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
@@ -60,6 +60,9 @@ def calibrated(source, target):
     return cal.calibrate_sets(source, target, **SMALL)
 
 
+TENSORS = ("set_scale", "set_head.2.weight", "set_head.2.bias", "head.weight", "skip.weight")  # CALIBRATED's
+
+
 def test_only_the_named_parameters_change(calibrated, source, tmp_path):
     model, header = calibrated
     out = tmp_path / "cal.pt"
@@ -69,11 +72,43 @@ def test_only_the_named_parameters_change(calibrated, source, tmp_path):
     a, b = got.state_dict(), before.state_dict()
     assert a.keys() == b.keys()
     same = [k for k in a if torch.equal(a[k], b[k])]
-    assert sorted(set(a) - set(same)) == sorted(CALIBRATED)  # each named one moved, nothing else
+    assert sorted(set(a) - set(same)) == sorted(TENSORS)  # each named one moved, nothing else: the
+    # encoder, the set head's hidden layer and head.bias are bit for bit the source's
+    assert [n.split("[")[0] for n in CALIBRATED] == list(TENSORS)
+    for k in ("head.weight", "skip.weight"):  # only the next-commit row (0); the token row is kept
+        assert not torch.equal(a[k][0], b[k][0]) and torch.equal(a[k][1], b[k][1])
     c = h["calibration"]
-    assert c["parameters"] == list(CALIBRATED) and c["n_parameters"] == 64 + 1 + 1  # weight, bias, scale
+    d_model, features = 32, order.N_FEATURES
+    assert c["parameters"] == list(CALIBRATED) and c["n_parameters"] == 1 + 64 + 1 + d_model + features
     assert c["loss_after"] <= c["loss_before"] and c["prompts"] == 3 and c["states"] > 0
     assert h["target"]["name"] == "tiny" and got.block_size == B  # the new target's drafter
+
+
+def test_set_head_only_keeps_the_next_commit_rows(source, target):
+    model, header = cal.calibrate_sets(source, target, **SMALL, set_head_only=True)
+    before, _ = load_order_model(source)
+    a, b = model.state_dict(), before.state_dict()
+    assert sorted(k for k in a if not torch.equal(a[k], b[k])) == sorted(SET_HEAD_ONLY)
+    c = header["calibration"]
+    assert c["parameters"] == list(SET_HEAD_ONLY) and c["n_parameters"] == 64 + 1 + 1
+
+
+def test_the_fit_moves_the_next_commit_ranking_towards_the_truth(source, target):
+    """A single commit's fallback term is the next-commit head's: refitting its row raises the
+    true decisions' probability where the set head alone could not (the 66-number fit's case)."""
+    from spotref.calib import fit
+
+    model, _ = load_order_model(source)
+    model = cal.for_block_size(model, B)
+    o = cal.CalibOptions.parse(cal.add_arguments, [str(source), "tiny"])
+    ds, _ = cal.record_calibration(target, cal.CalibOptions(**{**{k: getattr(o, k) for k in o.names()}, **SMALL}))
+    data = fit.frozen(model, ds)
+    start = fit.Theta.of(model)
+    sets_only = fit.Theta(*[t.clone() for t in start.fitted()], start.head_bias)
+    fit.fit(model, data, steps=60)
+    after = fit.Theta.of(model)
+    sets_only.scale, sets_only.w, sets_only.b = after.scale, after.w, after.b  # the old calibration's numbers
+    assert fit.nll(data, *fit.logits(data, after)) < fit.nll(data, *fit.logits(data, sets_only))
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])
