@@ -6,7 +6,8 @@ most ``MAX_PROMPTS`` (32) of that target's prompts, in about a minute on one CPU
    split the bench measures on), at each ``--taus`` threshold and ``--temperatures`` T.
 2. Refit only ``spotref.calib.fit.CALIBRATED``: ``set_scale`` and the set head's output layer
    (``set_head.2.weight``, ``set_head.2.bias``), and the next-commit rows of the output layer and
-   the feature skip (``head.weight[0]``, ``skip.weight[0]``): 248 numbers at the shipped sizes.
+   the feature skip (``head.weight[0]``, ``skip.weight[0]``): 248 numbers (242 for a checkpoint
+   reading 48 features); ``--set-head-only``: the first three, 66 numbers.
    The encoder, the token head and the set head's hidden layer are kept bit for bit.
 3. Write the drafter checkpoint (atomically) into ``runs/calibrate-sets-TIME/TARGET.pt`` or
    ``--out``; a shipped file only with ``--update-shipped``. Its ``config.block_size`` is the

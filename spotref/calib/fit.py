@@ -1,8 +1,8 @@
 """The fit behind ``spotref calibrate-sets``: a set drafter's output layers, refit on a new
 target's recorded threshold trajectories.
 
-What changes (``CALIBRATED``, 248 numbers at the shipped sizes: d_model 128, 54 features, set
-hidden 64):
+What changes (``CALIBRATED``: 248 numbers for a checkpoint reading 54 features, 242 for one
+reading 48 such as stdlib-b16's; d_model 128, set hidden 64):
 
 * the exceed-set logit: ``set_scale`` (the log of the skip's scale ``s`` in
   ``s * log(p_coupled / tau)``, 1) and the set head's output layer (``set_head.2.weight``, 64;
@@ -10,7 +10,8 @@ hidden 64):
 * the next-commit ranking (SPOT-Sets' fallback ``p_next``, which ranks the singleton decisions
   that threshold decoding makes almost always on the stdlib targets): the next-commit row of the
   output layer, ``head.weight[0]`` (128), and of the linear skip from the features,
-  ``skip.weight[0]`` (54: it holds the scale of the confidence log-odds the score starts from).
+  ``skip.weight[0]`` (one per feature read, 54 or 48: it holds the scale of the confidence
+  log-odds the score starts from).
   ``head.bias[0]`` is left out: a constant does not move a softmax.
 
 Everything else is frozen, bit for bit: the encoder, the token head (``head.weight[1]``,
@@ -140,8 +141,8 @@ class Theta:
 
 
 def n_calibrated(model: order.OrderModel, next_commit: bool = True) -> int:
-    """How many numbers ``fit`` changes in ``model`` (248 at the shipped sizes; 66 without the
-    next-commit rows)."""
+    """How many numbers ``fit`` changes in ``model`` (248 or 242 for the shipped checkpoints, by
+    their feature count; 66 without the next-commit rows)."""
     return sum(t.numel() for t in Theta.of(model).fitted(next_commit))
 
 
