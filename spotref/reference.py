@@ -18,6 +18,8 @@ taken in, by default the logits' own; float64 is one such dtype, decided by the 
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -43,6 +45,7 @@ def generate(
 ):
     """Exact decoding by full recomputation; returns the generated tokens (a list)."""
     B, P = block_size, len(prompt_ids)
+    stop_ids = stop_list(stop_ids)
     if max_new_tokens == 0:
         return []
     num_blocks = (P + max_new_tokens + B - 1) // B
@@ -67,6 +70,16 @@ def generate(
         if stop_ids and t in stop_ids:
             return out[: i + 1]
     return [t for t in out if t != mask_id]
+
+
+def stop_list(stop_ids) -> list:
+    """``stop_ids`` as ``spotref.generate`` takes them (None, one id, or a 1-D sequence, array or
+    tensor of ids) as a list of ints."""
+    if stop_ids is None:
+        return []
+    if isinstance(stop_ids, numbers.Integral):
+        return [int(stop_ids)]
+    return [int(t) for t in stop_ids]
 
 
 def naive_decision(logits, cur, mask_id, T, noise, threshold, top_k, top_p, confidence="filtered", dtype=torch.float64):
@@ -95,7 +108,8 @@ def naive_decision(logits, cur, mask_id, T, noise, threshold, top_k, top_p, conf
 def naive_filter(z, top_k, top_p):
     """Top-k (every entry tied with the k-th kept) then top-p on one row ``z`` (V,) of a torch
     dtype, the mass summed in that dtype over the entries in descending order (ties: lower
-    index first), kept while the mass strictly before an entry is at most p."""
+    index first), kept while the mass strictly before an entry is at most p, p rounded to that
+    dtype first (``in_dtype``)."""
     order = sorted(range(len(z)), key=lambda v: (-float(z[v]), v))
     keep = len(order)
     if top_k is not None and top_k < len(order):
@@ -105,7 +119,16 @@ def naive_filter(z, top_k, top_p):
         ranked = torch.full_like(z, -torch.inf)
         ranked[:keep] = z[order[:keep]]
         before = torch.cumsum(torch.softmax(ranked, -1), -1)  # in z's dtype
-        keep = 1 + sum(1 for i in range(1, keep) if float(before[i - 1]) <= top_p)
+        bound = in_dtype(top_p, z.dtype)
+        keep = 1 + sum(1 for i in range(1, keep) if float(before[i - 1]) <= bound)
     out = torch.full_like(z, -torch.inf)
     out[order[:keep]] = z[order[:keep]]
     return out
+
+
+def in_dtype(p: float, dtype: torch.dtype) -> float:
+    """``p`` rounded to ``dtype`` as docs/spec.md section 2 compares top-p's mass with it: to
+    float32, then to ``dtype`` (bf16, fp16), each to the nearest (ties to even); float64: ``p``."""
+    if dtype == torch.float64:
+        return float(p)
+    return float(torch.tensor(float(p), dtype=torch.float64).to(torch.float32).to(dtype))

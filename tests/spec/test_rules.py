@@ -161,3 +161,24 @@ def test_drawn_is_tokens_and_confidences_from_one_pass(precision, T, top_k, top_
     logits[:, 4] = logits[:, 7]  # a tie
     x, c = r.drawn(logits, range(6), r.block_noise(2), 5)
     assert torch.equal(x, r.tokens(logits, range(6), r.block_noise(2), 5)) and torch.equal(c, r.confidences(logits, x))
+
+
+@pytest.mark.parametrize(
+    "dtype, p, kept",
+    [
+        (torch.bfloat16, 0.4995, 3),  # p rounds up to 0.5 in bf16: the mass 0.5 before the third entry is within it
+        (torch.bfloat16, 0.499, 2),  # p rounds down to 0.498: 0.5 is not
+        (torch.float16, 0.49995, 3),  # fp16: 0.49995 rounds to 0.5
+        (torch.float64, 0.4995, 2),  # float64: p as given
+    ],
+)
+def test_top_p_compares_the_mass_with_p_rounded_to_the_rules_dtype(dtype, p, kept):
+    """Four equal logits: the masses before the entries are 0.25, 0.5, 0.75 exactly, and p is
+    compared in D (docs/spec.md section 2), as torch's ``mass <= p`` and SDAR's ``cumulative > p``
+    do. The rule and the naive reference keep the same entries (the reference compared with p as
+    given and kept 2 in bf16 where the rule kept 3: a correct decoder built on it was flagged)."""
+    from spotref.reference import naive_filter
+
+    z = torch.zeros(1, 4, dtype=dtype)
+    assert int(torch.isfinite(filter_top_k_top_p(z, None, p)).sum()) == kept
+    assert int(torch.isfinite(naive_filter(z[0].clone(), None, p)).sum()) == kept
