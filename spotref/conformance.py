@@ -9,29 +9,35 @@ Reusable by any decoder that follows spotref's model and drafter contracts (docs
 ``tokens`` and ``passes`` (``spotref.generate`` is the model). Each Hypothesis example draws a
 family (SDAR, LLaDA or Dream) and a random tiny model of it, prompt (SDAR: partial blocks
 included), length, block length (the canvas families'), temperature (0 or continuous in
-[0.05, 3]), seed (the whole 64-bit range), top-k/top-p (not for LLaDA), threshold, stop ids, the
-family's confidence measure, the rule's precision (docs/spec.md section 2.1), budget (up to
-256), depth, verify width (None: rows alone; or a fixed width >= budget, exact decoding at that
-width the reference) and drafter (confidence, random valid trees, an oracle proposing the true
+[0.05, 3]), seed (the whole 64-bit range), top-k/top-p (not for LLaDA), threshold, stop ids (one
+id or a list), the family's confidence measure, the rule's precision (docs/spec.md section 2.1;
+None, the model's serving precision, included), budget (up to 256), depth, verify width (None:
+rows alone; or a fixed width >= budget, exact decoding at that width the reference), SDAR's
+``fused_store`` and drafter (confidence, random valid trees, an oracle proposing the true
 trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
-weights, SPOT-Sets included); 5 cases in 8 are aimed at a boundary (a threshold equal to a
+weights, SPOT-Sets included); 8 cases in 9 are aimed at a boundary (a threshold equal to a
 confidence that occurs, top-p at a cumulative mass, ties at the top logit, ties between
 positions: ``aimed``). The verdict: tokens identical to exact decoding and never more passes
 than exact, whatever drafter the decoder uses. ``efficiency=True`` adds a separate check of
 spotref's own decoder: it drafts with the suite's drafter and accepts the oracle's rounds in
-full. Divergences are reported as "block b, step k, position p: exact t, got t'".
+full. Divergences are reported as "block b, step k, position p: exact t, got t'", and with
+``replay_file`` the minimal failing case is written to a JSON file that ``replay_conformance``
+reruns. The knobs ``vocab``, ``dtype`` and ``model`` set the toy models' vocabulary and dtype, or
+decode with a checkpoint directory's model instead (``cases``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import numbers
 import os
 import random
 import tempfile
 from collections import Counter
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -49,6 +55,8 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     MODELS,
     Case,
     aimed,
+    case_from_dict,
+    case_to_dict,
     cases,
     first_decision,
     hypothesis,
@@ -58,6 +66,7 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
 from spotref.draft import Draft, DraftBuilder, View
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
+from spotref.files import atomic_write_text
 
 
 def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar") -> str | None:
@@ -68,21 +77,46 @@ def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, fa
     0); a canvas family's is k, its block k the generated tokens [k * bl, (k + 1) * bl)."""
     if list(got_tokens) == list(exact.tokens):
         return None
+    where = first_difference(exact, got_tokens, block_size, prompt_len, family)
+    if where is None:
+        return (
+            f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} "
+            f"(first {len(exact.tokens)} identical)"
+        )
+    got = "nothing" if where["got"] is None else where["got"]
+    return (
+        f"block {where['block']}, step {where['step']}, position {where['position']}: exact {where['exact']}, got {got}"
+    )
+
+
+def first_difference(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar") -> dict | None:
+    """The first exact decision ``got_tokens`` departs from (``first_divergence``'s), as a dict:
+    block, step, the decision's commits ``[[position, token], ...]``, and the first of them that
+    differs (position, exact, got: None where ``got_tokens`` ends first); None when none does."""
     offset = prompt_len if family == "sdar" else 0  # the generated tokens' first position in block 0
     for block, step, commits in exact.stats["trajectory"]:
         for pos, tok in commits:
             i = block * block_size + pos - offset  # index into the generated tokens
             if 0 <= i < len(exact.tokens) and (i >= len(got_tokens) or got_tokens[i] != tok):
-                got = got_tokens[i] if i < len(got_tokens) else "nothing"
-                return f"block {block}, step {step}, position {pos}: exact {tok}, got {got}"
-    return (
-        f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} (first {len(exact.tokens)} identical)"
-    )
+                got = int(got_tokens[i]) if i < len(got_tokens) else None
+                decision = [[int(p), int(t)] for p, t in commits]
+                return dict(block=block, step=step, decision=decision, position=int(pos), exact=int(tok), got=got)
+    return None
+
+
+class Divergence(AssertionError):
+    """A decoder's tokens or passes differ from exact decoding's; ``decision``: the first exact
+    decision its tokens depart from (``first_difference``), None for a pass count."""
+
+    def __init__(self, message: str, decision: dict | None = None):
+        super().__init__(message)
+        self.decision = decision
 
 
 def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar"):
     where = first_divergence(exact, got_tokens, block_size, prompt_len, family)
-    assert where is None, where
+    if where is not None:
+        raise Divergence(where, first_difference(exact, got_tokens, block_size, prompt_len, family))
 
 
 # --- drafters for the suite ------------------------------------------------------------------
@@ -278,7 +312,8 @@ def check_case(case: Case, generate_fn, efficiency: bool = False) -> dict:
     its own fails it, so it is off unless asked for."""
     exact, got, tokens, passes = run_case(case, generate_fn)
     assert_identical(exact, tokens, case.block_size, len(case.prompt), case.family)
-    assert passes <= exact.passes, f"{passes} passes, exact decoding needed {exact.passes}"
+    if passes > exact.passes:
+        raise Divergence(f"{passes} passes, exact decoding needed {exact.passes}")
     if efficiency and case.drafter == "oracle":
         check_oracle_accepted(exact, got, min(case.kwargs["depth"], case.kwargs["budget"] - 1))
     return {"passes": passes, "exact_passes": exact.passes, "tokens": len(exact.tokens), "drafted": drafted(got)}
@@ -346,6 +381,7 @@ def probe_case() -> Case:
         depth=2,
         stop_ids=None,
         width=None,
+        fused_store=False,
     )
     return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, "sdar")
 
@@ -379,6 +415,10 @@ def run_conformance(
     efficiency: bool = False,
     batch_invariance: bool = False,
     seed: int | None = None,
+    replay_file=None,
+    vocab=None,
+    dtype=None,
+    model=None,
     **settings,
 ) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
@@ -411,28 +451,43 @@ def run_conformance(
     (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
     progress: a callable given one line at every tenth of the cases and the verdict at the end
     (e.g. ``print``); default None, silent. seed: an int makes the run reproducible (Hypothesis'
-    ``seed``: the same cases in the same order); None, a fresh random run."""
+    ``seed``: the same cases in the same order); None, a fresh random run.
+
+    replay_file: a path where a failure writes its minimal case (``save_replay``; the
+    exception's note, and its ``replay_file`` attribute, name it); ``replay_conformance`` reruns
+    it. None (default): nothing is written. vocab, dtype, model: the knobs of the default
+    strategy (``cases``: the toy models' vocabulary size and dtype, or a checkpoint directory to
+    decode with; ``ValueError`` naming a bad one); not with ``strategy``."""
     check_int("max_examples", max_examples, 1)
     hypothesis()  # a missing dependency named before any case runs
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
+    knobs = dict(vocab=vocab, dtype=dtype, model=model)
+    if strategy is not None and any(v is not None for v in knobs.values()):
+        raise ValueError("vocab, dtype and model set the default strategy: give them to cases(), not with strategy")
+    strategy = cases(batch=batch_invariance, **knobs) if strategy is None else strategy
     run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
-    seen, database = Counter(), example_database(database)
+    seen, database, failed = Counter(), example_database(database), []
     check = partial(check_case, generate_fn=generate_fn, efficiency=efficiency)
-    conformance = hypothesis_test(check, seen, cases(batch=batch_invariance) if strategy is None else strategy,
-                                  max_examples, database, progress, settings)  # fmt: skip
+    conformance = hypothesis_test(check, seen, strategy, max_examples, database, progress, settings, failed)
     if seed is not None:
         conformance = hypothesis().seed(check_int("seed", seed, 0))(conformance)
-    with _storage(database is None):
-        conformance()
+    try:
+        with _storage(database is None):
+            conformance()
+    except Exception as e:
+        if replay_file is not None and failed:  # the last failing case: the minimal one, run last
+            e.replay_file = save_replay(replay_file, failed[-1][0], failed[-1][1], efficiency)
+            e.add_note(f"the minimal case is in {e.replay_file}: replay_conformance(generate_fn, that file) reruns it")
+        raise
     if progress:
         progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding {happened(seen)}")
     return seen
 
 
-def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database, progress, settings: dict):
+def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database, progress, settings: dict, failed):
     """The Hypothesis test of ``run_conformance``: ``check(case)`` on each case drawn, its
-    coverage added to ``seen``."""
+    coverage added to ``seen``; each failing case and its exception appended to ``failed``."""
     h = hypothesis()
     settings = {"report_multiple_bugs": False, **settings}
     health = [h.HealthCheck.too_slow, h.HealthCheck.data_too_large]
@@ -440,22 +495,86 @@ def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database,
     @h.settings(max_examples=max_examples, deadline=None, database=database, suppress_health_check=health, **settings)
     @h.given(strategy)
     def conformance(case):
-        seen.update(coverage(case, check(case)))
+        try:
+            outcome = check(case)
+        except Exception as e:
+            failed.append((case, e))
+            raise
+        seen.update(coverage(case, outcome))
         if progress and seen["cases"] % max(max_examples // 10, 1) == 0:
             progress(f"conformance: {seen['cases']} / {max_examples} cases, each identical to exact decoding")
 
     return conformance
 
 
-def conformance_test(generate_fn, **kwargs):
+REPLAY_FILE = "conformance-replay.json"  # conformance_test's replay file, in the working directory
+
+
+def conformance_test(generate_fn, replay_file=REPLAY_FILE, **kwargs):
     """A pytest test of ``generate_fn``, for your CI: in a test file,
     ``test_my_decoder = conformance_test(my_generate)`` (kwargs: ``run_conformance``'s, e.g.
-    ``max_examples=200, seed=0``)."""
+    ``max_examples=200, seed=0``). A failure writes its minimal case to ``replay_file`` (default
+    ``conformance-replay.json`` in the working directory; None: none), named in the report."""
 
     def test_conformance():
-        run_conformance(generate_fn, **kwargs)
+        run_conformance(generate_fn, replay_file=replay_file, **kwargs)
 
     return test_conformance
+
+
+# --- the replay file --------------------------------------------------------------------------
+
+REPLAY_FORMAT = "spotref conformance replay"
+REPLAY_VERSION = 1
+
+
+def save_replay(path, case: Case, failure: BaseException, efficiency: bool = False) -> Path:
+    """Write ``case`` and how it failed to the JSON file ``path`` (atomically); returns the path.
+
+    The file holds the case (``case_to_dict``: the model, prompt, length, drafter and options,
+    their seed included), ``failure`` (the message), ``first_difference`` (the first exact
+    decision the decoder's tokens depart from: block, step, the decision's commits, the
+    position, the exact token and the one got; null for a pass count or a raise) and
+    ``efficiency`` (whether that check was asked for)."""
+    doc = dict(
+        format=REPLAY_FORMAT,
+        version=REPLAY_VERSION,
+        failure=f"{type(failure).__name__}: {failure}" if not isinstance(failure, AssertionError) else str(failure),
+        first_difference=getattr(failure, "decision", None),
+        efficiency=bool(efficiency),
+        **case_to_dict(case),
+    )
+    return atomic_write_text(Path(path), json.dumps(doc, indent=1) + "\n")
+
+
+def load_replay(path) -> tuple[Case, dict]:
+    """(the case, the whole document) of a replay file ``save_replay`` wrote; ``ValueError``
+    naming the file and what is wrong (missing, not JSON, not a replay file, a bad field)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"replay file {str(path)!r}: no such file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"replay file {str(path)!r} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != REPLAY_FORMAT:
+        raise ValueError(f"replay file {str(path)!r}: not a conformance replay file (no format {REPLAY_FORMAT!r})")
+    if doc.get("version") != REPLAY_VERSION:
+        raise ValueError(
+            f"replay file {str(path)!r}: version {doc.get('version')!r}, this spotref reads {REPLAY_VERSION}"
+        )
+    try:
+        return case_from_dict(doc, "replay file"), doc
+    except ValueError as e:
+        raise ValueError(f"{e} (in {str(path)!r})") from None
+
+
+def replay_conformance(generate_fn, path, efficiency: bool | None = None) -> dict:
+    """Rerun the one case of the replay file ``path`` on ``generate_fn`` (``check_case``):
+    AssertionError when it still differs from exact decoding, else the outcome (passes, exact
+    passes, tokens, drafted). efficiency: None, as the file says."""
+    case, doc = load_replay(path)
+    return check_case(case, generate_fn, doc["efficiency"] if efficiency is None else efficiency)
 
 
 def example_database(database):
@@ -516,4 +635,7 @@ def coverage(case: Case, outcome: dict) -> list[str]:
         prompt,
         "top-k/top-p" if kw["top_k"] or kw["top_p"] else "no-filter",
         f"confidence={kw['confidence']}",
+        f"model={case.dtype or 'float32'}" if case.checkpoint is None else "model=checkpoint",
+        "stop=one-id" if isinstance(kw.get("stop_ids"), numbers.Integral) else "stop=list",
+        *(["fused-store"] if kw.get("fused_store") else []),
     ]

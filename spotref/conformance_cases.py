@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import numbers
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
 import torch
 
-from spotref.api import generate
+from spotref.api import generate, serving_precision
+from spotref.checkpoint import from_pretrained
+from spotref.checks import check_int
+from spotref.decode import family as model_family
 from spotref.dream import DreamConfig, DreamModel
 from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.models import SDARConfig, SDARModel
@@ -25,6 +33,10 @@ MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
 FAMILIES = ("sdar", "llada", "dream")
 MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}
+CONFIGS = {"sdar": SDARConfig, "llada": LLaDAConfig, "dream": DreamConfig}
+MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+VOCAB = (8, 300)  # the toy models' vocabulary sizes, drawn in [8, 300] (``cases(vocab=...)``)
+MAX_VOCAB = 2**20  # the largest vocabulary a toy model may be given
 
 
 @dataclass
@@ -40,11 +52,17 @@ class Case:
     # precision, budget, depth, stop_ids, width; block_length (canvas families)
     family: str = "sdar"
     batch_sensitive: bool = False  # the model's logits depend on a forward's row count (``BatchSensitive``)
+    dtype: str | None = None  # the model's dtype (``MODEL_DTYPES``); None: float32, a checkpoint's its own
+    checkpoint: str | None = None  # a checkpoint directory: the model ``from_pretrained`` reads (config: its own)
 
     def model(self) -> SDARModel | LLaDAModel | DreamModel:
-        with torch.random.fork_rng():
-            torch.manual_seed(self.weights_seed)
-            model = MODELS[self.family](self.config).eval()
+        if self.checkpoint is not None:
+            model = pretrained(self.checkpoint, self.dtype)
+        else:
+            with torch.random.fork_rng():
+                torch.manual_seed(self.weights_seed)
+                model = MODELS[self.family](self.config).eval()
+            model = model.to(MODEL_DTYPES[self.dtype or "float32"])
         return BatchSensitive(model) if self.batch_sensitive else model
 
     @property
@@ -101,40 +119,103 @@ def hypothesis():
     return hypothesis
 
 
-def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, aims=True, batch=False):
+def cases(
+    block_sizes=BLOCK_SIZES,
+    init_ranges=INIT_RANGES,
+    families=FAMILIES,
+    aims=True,
+    batch=False,
+    vocab=None,
+    dtype=None,
+    model=None,
+):
     """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
     those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
     besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
     (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
-    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 7 cases in 9 aimed at a
+    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 8 cases in 9 aimed at a
     boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
     cumulative mass, ties between positions, a stop id that occurs, every position at once).
     batch: the batch-invariance check's cases: always a verify width, and a ``BatchSensitive``
-    model."""
+    model.
+
+    The knobs (``checked_knobs``; a bad one is a ``ValueError`` naming it): vocab, the toy
+    models' vocabulary size, an int or a range ``(lo, hi)`` drawn in (default ``VOCAB``); dtype,
+    the models' dtype, "float32" (the toy models' default), "bfloat16" or "float16", or a
+    sequence of them drawn from; model, a checkpoint directory (``spotref.from_pretrained``)
+    every case decodes with instead of a toy model: its family, vocabulary and dtype (``dtype``
+    overrides the last), SDAR in its own block size, a canvas family in the block lengths of
+    ``block_sizes`` whose canvases fit its positions (``families``, ``init_ranges`` and the
+    near-tie aims do not apply)."""
+    vocab, dtypes, model = checked_knobs(vocab, dtype, model, block_sizes)
     st = hypothesis().strategies
 
     @st.composite
     def case(draw):
-        family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
+        if model is None:
+            family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
+        else:
+            family = model_family(pretrained(model, dtypes[0]))
         corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
-        drafting = [b for b in block_sizes if b >= 2] or list(block_sizes)
-        B = draw(st.sampled_from(block_sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
-        V = draw(st.integers(8, 300))
-        mask_id = draw(st.integers(0, V - 1))
-        sizes = draw(model_sizes(init_ranges))
-        cfg = tiny_config(family, V, mask_id, B, **sizes)
+        sizes = block_sizes if model is None else checkpoint_block_sizes(pretrained(model, dtypes[0]), block_sizes)
+        drafting = [b for b in sizes if b >= 2] or list(sizes)
+        B = draw(st.sampled_from(sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
+        served = draw(st.sampled_from(SERVED_DTYPES))  # the toy config's torch_dtype: what precision=None reads
+        cfg = draw(toy_configs(family, B, vocab, init_ranges, served)) if model is None else None
+        model_dtype = draw(st.sampled_from(dtypes))
+        if model is None:
+            V, mask_id, dtype_name = cfg.vocab_size, cfg.mask_token_id, model_dtype
+        else:
+            loaded = pretrained(model, model_dtype)
+            cfg, V, mask_id, dtype_name = loaded.config, loaded.config.vocab_size, loaded.mask_id, weights_dtype(loaded)
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
         prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
-        precision = draw(st.sampled_from(PRECISIONS))
-        confidences = [c for c in RULES[family].CONFIDENCES if (c, precision) != ("entropy", "float16")]
+        kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name)))
+        weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
+        case = Case(cfg, weights, prompt, n, draw(st.sampled_from(DRAFTERS)), kwargs, family, batch)
+        case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
+        aim = draw(st.sampled_from(AIMS)) if aims else None
+        return aimed(case, aim, draw(st.integers(0, 2**16))) if aim else case
+
+    return case()
+
+
+SERVED_DTYPES = (None, None, "bfloat16", "float16", "float32")  # a toy config's torch_dtype (None: none)
+
+
+def toy_configs(family: str, B: int, vocab: tuple, init_ranges, served):
+    """Hypothesis strategy of a toy model's config of ``family`` in blocks of ``B``, its
+    vocabulary in ``vocab`` (lo, hi), ``served`` its config's torch_dtype (None: none)."""
+    st = hypothesis().strategies
+
+    @st.composite
+    def config(draw):
+        V = draw(st.integers(*vocab))
+        mask_id = draw(st.integers(0, V - 1))
+        cfg = tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))
+        return cfg if served is None else dataclasses.replace(cfg, extra={**cfg.extra, "torch_dtype": served})
+
+    return config()
+
+
+def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple):
+    """Hypothesis strategy of a case's ``generate`` keywords (``Case.kwargs``); ``decided``: the
+    dtype ``precision=None`` decides in, "auto" the model's (``decided_in``)."""
+    st = hypothesis().strategies
+
+    @st.composite
+    def kwargs(draw):
+        precision = draw(st.sampled_from((*PRECISIONS, None)))
+        d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
+        confidences = [c for c in RULES[family].CONFIDENCES if (c, d) != ("entropy", "float16")]
         filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
-        kwargs = dict(
+        kw = dict(
             temperature=draw(
                 st.just(0.0)
                 | st.integers(1, 60).map(lambda i: i / 20)  # every 0.05
                 | st.floats(0.05, MAX_TEMPERATURE)
             ),
-            seed=draw(st.integers(0, 2**64 - 1)),
+            seed=draw(st.integers(0, 2**64 - 1) | st.integers(2**32, 2**64 - 1)),  # half of them past 32 bits
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
             top_k=draw(st.none() | st.integers(1, V)) if filters else None,
             top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
@@ -142,18 +223,87 @@ def cases(block_sizes=BLOCK_SIZES, init_ranges=INIT_RANGES, families=FAMILIES, a
             precision=precision,
             budget=draw(st.integers(1 if corner else 2, MAX_BUDGET)),
             depth=draw(st.integers(0 if corner else 1, B)),
-            stop_ids=draw(st.lists(token, min_size=1, max_size=2)),
+            stop_ids=draw(st.lists(token, min_size=1, max_size=2) | token),  # a list, or one id
         )
-        widths = st.integers(0, 8).map(lambda e: kwargs["budget"] + e)
-        kwargs["width"] = draw(widths if batch else st.none() | widths)
-        if family != "sdar":
-            kwargs["block_length"] = B
-        weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
-        case = Case(cfg, weights, prompt, n, draw(st.sampled_from(DRAFTERS)), kwargs, family, batch)
-        aim = draw(st.sampled_from(AIMS)) if aims else None
-        return aimed(case, aim, draw(st.integers(0, 2**16))) if aim else case
+        widths = st.integers(0, 8).map(lambda e: kw["budget"] + e)
+        kw["width"] = draw(widths if batch else st.none() | widths)
+        if family == "sdar":
+            kw["fused_store"] = draw(st.booleans())
+        else:
+            kw["block_length"] = B
+        return kw
 
-    return case()
+    return kwargs()
+
+
+def decided_in(config, dtype: str) -> tuple:
+    """(the dtype ``precision=None`` decides in, the one ``"auto"`` does) for a model of
+    ``config`` whose weights are ``dtype``: its serving precision (docs/spec.md section 2.1),
+    "auto" being the logits', the model's dtype."""
+    served = serving_precision(SimpleNamespace(config=config))
+    return (dtype if served == "auto" else served), dtype
+
+
+def weights_dtype(model) -> str:
+    """The name of ``model``'s weights' dtype ("float32", "bfloat16", ...)."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def checkpoint_block_sizes(model, block_sizes) -> list:
+    """The block lengths a checkpoint's cases decode in: SDAR's own; a canvas family's, those of
+    ``block_sizes`` whose canvases (prompt <= B, 2B + 5 tokens rounded up) fit its positions."""
+    if model_family(model) == "sdar":
+        return [model.block_size]
+    cfg = model.config
+    positions = getattr(cfg, "max_sequence_length", None) or getattr(cfg, "max_position_embeddings", None)
+    fit = [b for b in block_sizes if positions is None or 4 * b + 8 <= positions]
+    if not fit:
+        raise ValueError(f"model: no block length of {tuple(block_sizes)} fits its {positions} positions")
+    return fit
+
+
+@functools.lru_cache(maxsize=2)
+def pretrained(path: str, dtype: str | None):
+    """``spotref.from_pretrained(path)`` in ``dtype`` (None: the checkpoint's own), loaded once per
+    process: a decoder under test must not change it."""
+    return from_pretrained(path, dtype=MODEL_DTYPES[dtype] if dtype else None)
+
+
+def checked_knobs(vocab, dtype, model, block_sizes) -> tuple:
+    """``cases``' knobs as it uses them: (vocab (lo, hi), dtypes (a tuple of names, or (None,):
+    a checkpoint's own), model (an absolute directory, or None)); ``ValueError`` naming a bad one:
+    a vocabulary outside [3, ``MAX_VOCAB``] (or given with a checkpoint, which has its own), a
+    dtype not in ``MODEL_DTYPES``, a model directory that is not a checkpoint."""
+    if vocab is not None and model is not None:
+        raise ValueError("vocab: a checkpoint (model) has its own vocabulary; give one or the other")
+    lo, hi = vocab_range(VOCAB if vocab is None else vocab)
+    names = [dtype] if dtype is None or isinstance(dtype, str) else list(dtype)
+    if not names or not all(n is None or n in MODEL_DTYPES for n in names) or (None in names and len(names) > 1):
+        raise ValueError(f"dtype must be one of {tuple(MODEL_DTYPES)} or a sequence of them, got {dtype!r}")
+    if model is None:
+        return (lo, hi), tuple(n or "float32" for n in names), None
+    if not isinstance(model, (str, os.PathLike)) or not Path(model).is_dir():
+        raise ValueError(f"model must be a checkpoint directory, got {model!r}")
+    path = str(Path(model).resolve())
+    checkpoint_block_sizes(pretrained(path, names[0]), block_sizes)  # it loads, and some block length fits
+    return (lo, hi), tuple(names), path
+
+
+def vocab_range(vocab) -> tuple:
+    """``vocab``, an int or (lo, hi), as (lo, hi) in [3, ``MAX_VOCAB``]; ``ValueError`` otherwise."""
+    pair = (
+        (vocab, vocab)
+        if isinstance(vocab, numbers.Integral)
+        else tuple(vocab)
+        if isinstance(vocab, (tuple, list))
+        else ()
+    )
+    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair):
+        raise ValueError(f"vocab must be an int or a (lo, hi) pair of ints, got {vocab!r}")
+    lo, hi = (check_int("vocab", v, 3, MAX_VOCAB) for v in pair)
+    if lo > hi:
+        raise ValueError(f"vocab: the range ({lo}, {hi}) is empty (lo > hi)")
+    return lo, hi
 
 
 def model_sizes(init_ranges):
@@ -169,7 +319,7 @@ def model_sizes(init_ranges):
     )
 
 
-AIMS = (None, None, "tau", "tau", "top-k", "top-p", "ties", "stop", "all")  # 7 cases in 9 aim at a boundary
+AIMS = (None, "tau", "tau", "top-k", "top-k", "top-p", "ties", "stop", "all")  # 8 cases in 9 aim at a boundary
 NEAR_TIE_INIT = 1e-3  # weights this small: logits within a few bf16 ulps, ties at every rank
 
 
@@ -203,24 +353,26 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
 
     - "tau": a threshold equal to a confidence of the first decision (below the largest, or
       tied with it): ``c > tau``, not ``>=``;
-    - "top-k" (not LLaDA): near-tie weights in bf16, k where a row's k-th logit ties with the
-      next (every tie kept), and the threshold at that row's confidence: a decoder that drops a
-      tie raises it over the threshold;
+    - "top-k" (not LLaDA): near-tie weights in bf16, mostly at T > 0 (T = 1 for T = 0 two times
+      in three), k where a row's
+      k-th logit ties with the next (every tie kept; mostly the smallest such k), and the
+      threshold at the confidence of such a row other than the fallback's: a decoder that drops
+      a tie raises it over the threshold, and the row commits a step early with another draw;
     - "top-p" (not LLaDA): p equal to the smallest top-entry mass of a row (the mass before its
       second entry: ``<= p`` keeps it) and the threshold at that row's confidence;
     - "ties": an empty prompt (identical masked rows: the positions' confidences tie, and ties
       go to the lowest position);
     - "stop": a stop id that exact decoding emits in its first block (the cut after it, the
       blocks after its block never decoded);
-    - "all": near-tie weights in bf16 (at T = 0 one time in two) and a threshold below every
+    - "all": near-tie weights in bf16 (at T = 0 two times in three) and a threshold below every
       confidence: the first decision commits every masked position, so each row's token shows
       (ties at the top go to the lowest id). LLaDA's filter aims are "tau"'s."""
     if aim == "ties":
         return with_kwargs(dataclasses.replace(case, prompt=[]), threshold=None)
     if aim == "stop":
         return stop_aimed(case, pick)
-    if aim == "all":  # at T = 0 one time in two: the argmax's ties show
-        T = 0.0 if pick % 2 else case.kwargs["temperature"]
+    if aim == "all":  # at T = 0 two times in three: the argmax's ties show
+        T = 0.0 if pick % 3 else case.kwargs["temperature"]
         case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
         first = first_decision(case)
         c = [] if first is None else [v for v in first[2].tolist() if v > 0]
@@ -248,8 +400,9 @@ def filter_aimed(case: Case, aim: str, pick: int) -> Case:
     first decision, and the threshold at ``r``'s confidence under the exact filter."""
     own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]  # the filter shows in the confidence
     case = with_kwargs(case, top_k=None, top_p=None, threshold=None, confidence=own)
-    if aim == "top-k":
-        case = with_kwargs(near_tie(case), precision="bfloat16")
+    if aim == "top-k":  # mostly T > 0: a row committed a step early draws another token (at T = 0, the same argmax)
+        T = case.kwargs["temperature"] or (0.0 if pick % 3 == 0 else 1.0)
+        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
     first = first_decision(case)
     if first is None:
         return case
@@ -260,19 +413,22 @@ def filter_aimed(case: Case, aim: str, pick: int) -> Case:
         if len(tied) == 0:
             return case
         ks = sorted({int(j) + 1 for j in tied[:, 1]})
-        k = ks[0] if pick % 2 else ks[pick % len(ks)]
-        r, boundary = int(tied[tied[:, 1] == k - 1][0, 0]), {"top_k": k}
+        k = ks[0] if pick % 4 else ks[pick % len(ks)]  # mostly the smallest: dropping a tie shows most
+        r, boundary = tied[tied[:, 1] == k - 1][:, 0].tolist(), {"top_k": k}  # the rows tied at k
     else:  # the smallest top-entry mass below 1: its row keeps the second entry, the others not
         masses = torch.softmax(ranked, -1)[:, 0].double()  # (M,) in D, as the filter sums it
         masses = masses.masked_fill(~((masses > 0) & (masses < 1)), 2.0)
         r = int(masses.argmin())
         if masses[r] >= 1:
             return case
-        boundary = {"top_p": float(masses[r])}
+        r, boundary = [r], {"top_p": float(masses[r])}
     case = with_kwargs(case, **boundary)
     first = first_decision(case)
-    tau = None if first is None else float(first[2][r])
-    return with_kwargs(case, threshold=tau) if tau is not None and 0 < tau < 1 else case
+    if first is None:
+        return case
+    c = first[2]  # a row other than the fallback's: its raised confidence shows as a commit of its own
+    tau = float(c[next((i for i in r if i != int(c.argmax())), r[0])])
+    return with_kwargs(case, threshold=tau) if 0 < tau < 1 else case
 
 
 def stop_aimed(case: Case, pick: int) -> Case:
@@ -283,7 +439,8 @@ def stop_aimed(case: Case, pick: int) -> Case:
         return case
     tail = len(case.prompt) % case.block_size if case.family == "sdar" else 0  # prompt tokens in the first block
     first_block = max(1, min(len(tokens) - 1, case.block_size - tail))
-    return with_kwargs(case, stop_ids=[tokens[pick % first_block]])
+    stop = tokens[pick % first_block]
+    return with_kwargs(case, stop_ids=stop if pick // first_block % 2 else [stop])  # one id, or a list
 
 
 def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads, kv, tied, init):
@@ -329,3 +486,73 @@ def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads
         tie_word_embeddings=tied,
         initializer_range=init,
     )
+
+
+# --- a case as JSON (the replay file) ---------------------------------------------------------
+
+OPTIONS = ("temperature", "seed", "threshold", "top_k", "top_p", "confidence", "precision", "budget", "depth")
+OPTIONS_MAY = ("stop_ids", "width", "fused_store", "block_length")  # a case's other keywords
+
+
+def case_to_dict(case: Case) -> dict:
+    """``case`` as plain JSON values: the model (a toy model's family, config, weights seed and
+    dtype, or a checkpoint directory), the prompt, the length, the drafter and the options."""
+    model = {"family": case.family, "dtype": case.dtype, "batch_sensitive": case.batch_sensitive}
+    if case.checkpoint is not None:
+        model["checkpoint"] = case.checkpoint
+    else:
+        model.update(config=case.config.to_dict(), weights_seed=case.weights_seed)
+    options = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in case.kwargs.items()}
+    return dict(
+        model=model,
+        prompt=[int(t) for t in case.prompt],
+        max_new_tokens=case.max_new_tokens,
+        drafter=case.drafter,
+        options=options,
+    )
+
+
+def case_from_dict(d: dict, where: str = "case") -> Case:
+    """The case ``case_to_dict`` wrote; ``ValueError`` naming the first field that is missing or
+    of the wrong kind (``where``: the name of ``d`` in the message). The options' values are
+    checked as ``spotref.generate`` checks them, when the case runs."""
+    model, options = field_of(d, "model", dict, where), field_of(d, "options", dict, where)
+    family = field_of(model, "family", str, f"{where}.model")
+    if family not in FAMILIES:
+        raise ValueError(f"{where}.model.family must be one of {FAMILIES}, got {family!r}")
+    dtype = model.get("dtype")
+    if dtype is not None and dtype not in MODEL_DTYPES:
+        raise ValueError(f"{where}.model.dtype must be null or one of {tuple(MODEL_DTYPES)}, got {dtype!r}")
+    drafter = field_of(d, "drafter", str, where)
+    if drafter not in DRAFTERS:
+        raise ValueError(f"{where}.drafter must be one of {DRAFTERS}, got {drafter!r}")
+    unknown = sorted(set(options) - set(OPTIONS) - set(OPTIONS_MAY))
+    missing = [k for k in OPTIONS if k not in options]
+    if unknown or missing:
+        raise ValueError(f"{where}.options: unknown {unknown}, missing {missing}")
+    prompt = field_of(d, "prompt", list, where)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        raise ValueError(f"{where}.prompt must be a list of token ids, got {prompt!r}")
+    n = check_int(f"{where}.max_new_tokens", d.get("max_new_tokens"), 0)
+    batch = bool(field_of(model, "batch_sensitive", bool, f"{where}.model"))
+    case = Case(None, 0, prompt, n, drafter, dict(options), family, batch, dtype)
+    if "checkpoint" in model:
+        path = field_of(model, "checkpoint", str, f"{where}.model")
+        if not Path(path).is_dir():
+            raise ValueError(f"{where}.model.checkpoint: no checkpoint directory {path!r}")
+        return dataclasses.replace(case, config=pretrained(path, dtype).config, checkpoint=path)
+    config = field_of(model, "config", dict, f"{where}.model")
+    try:
+        config = CONFIGS[family].from_dict(config)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}.model.config: {e}") from None
+    weights = check_int(f"{where}.model.weights_seed", model.get("weights_seed"), 0, 2**64 - 1)
+    return dataclasses.replace(case, config=config, weights_seed=weights)
+
+
+def field_of(d: dict, name: str, kind: type, where: str):
+    """``d[name]``, a ``kind``; ``ValueError`` naming ``where.name`` otherwise."""
+    value = d.get(name) if isinstance(d, dict) else None
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}.{name} must be a JSON {kind.__name__}, got {value!r}")
+    return value

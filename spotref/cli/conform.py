@@ -5,11 +5,16 @@ what it returns). The cases run in chunks of ``CHUNK``, each with its own seed (
 then the next), with a progress line after each, until ``--max-examples`` cases ran or
 ``--minutes`` passed (the first chunk always runs: a pass means cases ran). The verdict: exit
 status 0 and a summary of what was covered, or status 1 and the first difference from exact
-decoding (``block b, step k, position p: exact t, got t'``) on the minimal case Hypothesis found, with the case itself.
+decoding (``block b, step k, position p: exact t, got t'``) on the minimal case Hypothesis found, with the case itself;
+that case is written to a replay file (``--write-replay``, default ``conform-replay.json`` here), and
+``--replay FILE`` reruns exactly that case and prints its verdict. ``--model DIR`` decodes with a
+checkpoint directory's model instead of toy models; ``--vocab`` and ``--dtype`` set the toy models'
+vocabulary size and dtype. Bad input (a missing or corrupt replay file, a bad knob) is status 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 import time
@@ -21,10 +26,12 @@ import torch
 
 from spotref.cli.argtypes import add_threads, positive_int, real_range, seed_int, tool_main
 from spotref.cli.options import Options
-from spotref.conformance import MAX_EXAMPLES, ResultTypeError, run_conformance
+from spotref.conformance import MAX_EXAMPLES, ResultTypeError, replay_conformance, run_conformance
+from spotref.conformance_cases import MODEL_DTYPES, vocab_range
 
 CHUNK = 10  # cases per progress line (one Hypothesis run each)
 PROG = "python -m spotref.cli.conform"
+REPLAY_FILE = "conform-replay.json"  # where a failure's minimal case is written by default
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,11 @@ class ConformOptions(Options):
     efficiency: bool
     batch_invariance: bool
     threads: int
+    write_replay: str
+    replay: str | None
+    model: str | None
+    vocab: int | tuple | None
+    dtype: str | None
 
 
 def add_arguments(p):
@@ -50,6 +62,38 @@ def add_arguments(p):
     p.add_argument("--efficiency", action="store_true", help="also the efficiency check (spotref's own decoder)")
     p.add_argument("--batch-invariance", action="store_true", help="the batch-invariance check instead")
     add_threads(p)
+    p.add_argument(
+        "--write-replay",
+        metavar="FILE",
+        default=REPLAY_FILE,
+        help=f"where a failure's minimal case goes ({REPLAY_FILE})",
+    )
+    p.add_argument("--replay", metavar="FILE", help="rerun the one case of a replay file and print its verdict")
+    p.add_argument("--model", metavar="DIR", type=directory, help="a checkpoint directory to decode with (toy models)")
+    p.add_argument("--vocab", metavar="N|LO:HI", type=vocab_arg, help="the toy models' vocabulary size (8:300)")
+    p.add_argument("--dtype", choices=tuple(MODEL_DTYPES), help="the models' dtype (toy models: float32)")
+
+
+def directory(text: str) -> str:
+    """``--model``: an existing directory (whether it holds a checkpoint is checked as it loads)."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"no directory {text!r} (a checkpoint directory: config.json and weights)")
+    return text
+
+
+def vocab_arg(text: str):
+    """``--vocab``: ``N`` (every toy model's vocabulary) or ``LO:HI`` (drawn in that range), each in
+    [3, ``MAX_VOCAB``]."""
+    lo, sep, hi = text.partition(":")
+    try:
+        value = (int(lo), int(hi)) if sep else int(lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be N or LO:HI (integers), got {text!r}") from None
+    try:
+        vocab_range(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("vocab ").removeprefix("vocab: ")) from None
+    return value
 
 
 def load_function(target: str):
@@ -123,6 +167,10 @@ def summary(seen: Counter) -> list[str]:
 def run(args) -> int:
     args = ConformOptions.from_namespace(args)
     torch.set_num_threads(args.threads)
+    if args.replay is not None:
+        return replay(args)
+    if args.model is not None and args.vocab is not None:
+        raise ValueError("--vocab: a checkpoint (--model) has its own vocabulary; give one or the other")
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
     while seen["cases"] < args.max_examples:
@@ -137,15 +185,42 @@ def run(args) -> int:
                 seed=seed + chunk,
                 efficiency=args.efficiency,
                 batch_invariance=args.batch_invariance,
+                replay_file=args.write_replay,
+                vocab=args.vocab,
+                dtype=args.dtype,
+                model=args.model,
             )
         except (AssertionError, DecoderRaised, ResultTypeError) as e:  # a difference, a raise, a wrong result
             print(f"conform: FAILED (seed {seed + chunk}): {e}")
+            if getattr(e, "replay_file", None):
+                print(f"conform: the minimal case is in {e.replay_file}; rerun it with --replay {e.replay_file}")
             return 1
         seen.update(got)
         chunk += 1
         print(f"conform: {seen['cases']} / {args.max_examples} cases identical to exact decoding ({elapsed(start)})")
     print(f"conform: passed, {seen['cases']} cases identical to exact decoding; covered:")
     print("\n".join(summary(seen)))
+    return 0
+
+
+def replay(args) -> int:
+    """``--replay FILE``: the file's one case on the decoder; status 0 when identical to exact
+    decoding, 1 when not (the difference printed), 2 for a missing or corrupt file."""
+    knobs = [o for o, v in (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype)) if v]
+    if knobs or args.batch_invariance:
+        raise ValueError(
+            f"--replay reruns the file's own case: {', '.join(knobs or ['--batch-invariance'])} does not apply"
+        )
+    fn = guarded_decoder(load_function(args.target))
+    try:
+        got = replay_conformance(fn, args.replay, efficiency=args.efficiency or None)
+    except (AssertionError, DecoderRaised, ResultTypeError) as e:
+        print(f"conform: replay of {args.replay}: FAILED: {e}")
+        return 1
+    print(
+        f"conform: replay of {args.replay}: identical to exact decoding "
+        f"({got['tokens']} tokens, {got['passes']} passes; exact decoding {got['exact_passes']})"
+    )
     return 0
 
 

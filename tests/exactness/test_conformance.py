@@ -10,6 +10,7 @@ from functools import partial
 from unittest import mock
 
 import pytest
+import torch
 from hypothesis import Phase, given, settings
 
 import spotref
@@ -60,6 +61,9 @@ def test_spot_is_identical_to_exact_decoding(core):
         "family=sdar",
         "family=llada",
         "family=dream",
+        "precision=None",
+        "fused-store",
+        "stop=one-id",
     ]:
         assert seen[key] > 0, (key, seen)
 
@@ -236,3 +240,31 @@ def test_the_suite_says_how_far_it_is_and_its_verdict():
     lines = []
     seen = run_conformance(spotref.generate, max_examples=10, progress=lines.append)
     assert lines[-1].startswith(f"conformance: passed, {seen['cases']} cases identical") and len(lines) >= 2
+
+
+def test_the_knobs_set_the_toy_models_vocabulary_and_dtype():
+    made = []
+
+    def spy(model, prompt, n, **kw):
+        made.append((model.config.vocab_size, next(model.parameters()).dtype))
+        return spotref.generate(model, prompt, n, **kw)
+
+    seen = run_conformance(spy, max_examples=5, seed=0, vocab=(40, 41), dtype="bfloat16")
+    assert seen["model=bfloat16"] == seen["cases"] == 5, seen
+    assert {v for v, _ in made[1:]} <= {40, 41} and {d for _, d in made[1:]} == {torch.bfloat16}  # less the probe
+
+
+@pytest.mark.parametrize(
+    "knobs, message",
+    [
+        (dict(vocab=2), r"vocab must be an int in \[3, 1048576\], got 2"),
+        (dict(vocab=(50, 9)), r"vocab: the range \(50, 9\) is empty"),
+        (dict(vocab="big"), "vocab must be an int or a"),
+        (dict(dtype="float64"), "dtype must be one of"),
+        (dict(model="no/such/dir"), "model must be a checkpoint directory"),
+        (dict(strategy=cases(), vocab=9), "give them to cases"),
+    ],
+)
+def test_bad_knobs_are_named(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        run_conformance(spotref.generate, max_examples=1, **knobs)

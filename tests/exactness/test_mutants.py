@@ -8,28 +8,65 @@ there). The runs stop at the first failing case (no shrinking): catching is the 
 report's shape is tested elsewhere.
 """
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import Phase
 from mutants import BATCH_LOSSY, CORRECT, LOSSY, own_drafter
 
 import spotref
-from spotref.conformance import drafter_adapter, run_conformance
+from spotref.conformance import drafter_adapter, replay_conformance, run_conformance
 from spotref.conformance_cases import cases
 
 SEEDED = [(name, i % 2) for i, name in enumerate(LOSSY)]  # seeds 0 and 1 in turn
 
 
+REPLAYED = (  # one of each kind: a comparison, the noise's key, the walk, the stop rule, the pass count
+    "threshold >= for >",
+    "32-bit seed",
+    "trusting the first drafted edge",
+    "no stop at block end",
+    "an empty prompt's prefill counted as a pass",
+)
+
+
 @pytest.mark.parametrize("name, seed", SEEDED, ids=[f"{name}-{seed}" for name, seed in SEEDED])
-def test_the_default_run_catches_every_lossy_decoder(name, seed):
-    with pytest.raises(AssertionError):
-        run_conformance(LOSSY[name], seed=seed, phases=[Phase.generate])
+def test_the_default_run_catches_every_lossy_decoder(name, seed, tmp_path):
+    replay = tmp_path / "replay.json"
+    with pytest.raises(AssertionError) as caught:
+        run_conformance(LOSSY[name], seed=seed, phases=[Phase.generate], replay_file=replay)
+    assert caught.value.replay_file == replay and str(replay) in " ".join(caught.value.__notes__)
+    if name in REPLAYED:
+        replayed(LOSSY[name], replay, str(caught.value))
+
+
+def replayed(lossy, replay, failure: str):
+    """The replay file reruns the failing case: ``lossy`` fails it as it failed, a correct decoder passes it."""
+    doc = json.loads(replay.read_text())
+    assert doc["failure"] == failure
+    if doc["first_difference"] is not None:  # a token differs (not a pass count)
+        check_first_difference(failure, doc["first_difference"])
+    with pytest.raises(AssertionError) as again:
+        replay_conformance(lossy, replay)
+    assert str(again.value) == failure
+    assert replay_conformance(spotref.generate, replay)["tokens"] >= 0
+
+
+def check_first_difference(failure: str, d: dict):
+    """``d`` is the decision the failure's message names (block, step, position, exact, got)."""
+    got = "nothing" if d["got"] is None else d["got"]
+    assert failure == f"block {d['block']}, step {d['step']}, position {d['position']}: exact {d['exact']}, got {got}"
+    assert [d["position"], d["exact"]] in d["decision"]
 
 
 @pytest.mark.parametrize("name", BATCH_LOSSY)
-def test_the_batch_invariance_check_catches_a_decoder_that_ignores_the_width(name):
-    with pytest.raises(AssertionError):
-        run_conformance(BATCH_LOSSY[name], seed=0, batch_invariance=True, phases=[Phase.generate])
+def test_the_batch_invariance_check_catches_a_decoder_that_ignores_the_width(name, tmp_path):
+    replay = tmp_path / "replay.json"
+    with pytest.raises(AssertionError) as caught:
+        run_conformance(BATCH_LOSSY[name], seed=0, batch_invariance=True, phases=[Phase.generate], replay_file=replay)
+    assert json.loads(replay.read_text())["model"]["batch_sensitive"]  # the model's row-count pattern replays too
+    replayed(BATCH_LOSSY[name], replay, str(caught.value))
 
 
 def test_the_gallery_is_broad():
