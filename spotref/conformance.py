@@ -432,57 +432,64 @@ def run_conformance(
     whose logits depend on the rows of a forward (``BatchSensitive``), so only a decoder that
     runs every pass as one forward of W rows, as exact decoding at width W, stays exact.
 
-    ``max_examples``: an int >= 1 (``ValueError`` otherwise). ``generate_fn`` is first run on one
-    small case (``probe_case``), so one that is not callable, or whose result is not an object
-    with ``tokens`` and ``passes`` (a list, say), is a ``TypeError`` before any Hypothesis case.
+    ``max_examples``: an int >= 1 (``ValueError`` otherwise). A ``generate_fn`` that is not
+    callable, or whose result on one small case (``probe_case``) has no ``tokens`` and ``passes``
+    (a list, say), is a ``TypeError`` before any Hypothesis case.
 
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
-    failing examples to replay them; None (default) keeps nothing, so no ``.hypothesis/``
-    directory appears in the caller's working directory; a path or a Hypothesis
-    ``ExampleDatabase`` opts in. Other keyword arguments go to ``hypothesis.settings``; by default
-    only the first bug found is reported (``report_multiple_bugs=False``), as one AssertionError
-    rather than an ExceptionGroup of every distinct failure.
+    failing examples; None (default) keeps nothing (no ``.hypothesis/`` directory appears in the
+    working directory); a path or a Hypothesis ``ExampleDatabase`` opts in. Other keyword arguments go to ``hypothesis.settings``; only the
+    first bug found is reported by default (``report_multiple_bugs=False``: no ExceptionGroup).
 
-    Returns what was covered: a Counter of cases by family, rule, temperature and prompt shape
-    (its "cases" entry is the number of distinct cases checked); what happened, not what was
-    asked: "decoded" counts the cases with at least one token, "drafted" and "drafter=NAME" those
-    where some verify pass held a drafted row (read from ``result.stats["draft_nodes"]``;
-    "drafting-unreported" counts the cases whose result does not say). strategy: the cases to draw
-    (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9), init_ranges=(1e-4,))``).
-    progress: a callable given one line at every tenth of the cases and the verdict at the end
-    (e.g. ``print``); default None, silent. seed: an int makes the run reproducible (Hypothesis'
-    ``seed``: the same cases in the same order); None, a fresh random run.
-
-    replay_file: a path where a failure writes its minimal case (``save_replay``; the
-    exception's note, and its ``replay_file`` attribute, name it); ``replay_conformance`` reruns
-    it. None (default): nothing is written. vocab, dtype, model: the knobs of the default
-    strategy (``cases``: the toy models' vocabulary size and dtype, or a checkpoint directory to
-    decode with; ``ValueError`` naming a bad one); not with ``strategy``."""
+    Returns what was covered (``coverage``'s keys; "cases": the distinct cases checked): what
+    happened, not what was asked ("decoded": cases with a token; "drafted", "drafter=NAME": some
+    verify pass held a drafted row, read from ``result.stats["draft_nodes"]``). strategy: the
+    cases to draw (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9))``); vocab, dtype,
+    model: the default strategy's knobs (``cases``). progress: a callable given a line at every
+    tenth of the cases and the verdict (e.g. ``print``); default None. seed: an int makes the run
+    reproducible (the same cases in the same order); None, a fresh random run. replay_file: where
+    a failure writes its minimal case (``save_replay``; the exception's note and ``replay_file``
+    attribute name it; ``replay_conformance`` reruns it); None (default), nowhere."""
     check_int("max_examples", max_examples, 1)
     hypothesis()  # a missing dependency named before any case runs
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
-    knobs = dict(vocab=vocab, dtype=dtype, model=model)
-    if strategy is not None and any(v is not None for v in knobs.values()):
-        raise ValueError("vocab, dtype and model set the default strategy: give them to cases(), not with strategy")
-    strategy = cases(batch=batch_invariance, **knobs) if strategy is None else strategy
+    strategy = chosen_strategy(strategy, batch_invariance, vocab=vocab, dtype=dtype, model=model)
     run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
     seen, database, failed = Counter(), example_database(database), []
     check = partial(check_case, generate_fn=generate_fn, efficiency=efficiency)
     conformance = hypothesis_test(check, seen, strategy, max_examples, database, progress, settings, failed)
     if seed is not None:
         conformance = hypothesis().seed(check_int("seed", seed, 0))(conformance)
-    try:
-        with _storage(database is None):
-            conformance()
-    except Exception as e:
-        if replay_file is not None and failed:  # the last failing case: the minimal one, run last
-            e.replay_file = save_replay(replay_file, failed[-1][0], failed[-1][1], efficiency)
-            e.add_note(f"the minimal case is in {e.replay_file}: replay_conformance(generate_fn, that file) reruns it")
-        raise
+    with replaying(replay_file, failed, efficiency), _storage(database is None):
+        conformance()
     if progress:
         progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding {happened(seen)}")
     return seen
+
+
+def chosen_strategy(strategy, batch_invariance: bool, **knobs):
+    """``strategy``, or the default ``cases`` with ``knobs`` (vocab, dtype, model; ``ValueError``
+    when they come with a strategy of the caller's, or name a bad value)."""
+    if strategy is None:
+        return cases(batch=batch_invariance, **knobs)
+    if any(v is not None for v in knobs.values()):
+        raise ValueError("vocab, dtype and model set the default strategy: give them to cases(), not with strategy")
+    return strategy
+
+
+@contextlib.contextmanager
+def replaying(replay_file, failed: list, efficiency: bool):
+    """On an exception, the last failing case of ``failed`` (the minimal one: Hypothesis runs it
+    last) written to ``replay_file`` (``save_replay``), named in the exception's note and its
+    ``replay_file`` attribute; nothing written when ``replay_file`` is None or no case failed."""
+    try:
+        yield
+    except Exception as e:
+        if replay_file is not None and failed:
+            e.replay_file = save_replay(replay_file, failed[-1][0], failed[-1][1], efficiency)
+            e.add_note(f"the minimal case is in {e.replay_file}: replay_conformance(generate_fn, that file) reruns it")
+        raise
 
 
 def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database, progress, settings: dict, failed):
