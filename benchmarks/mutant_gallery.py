@@ -20,7 +20,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]  # run from a checko
 
 import torch  # noqa: E402
 from hypothesis import Phase  # noqa: E402
-from mutants import BATCH_LOSSY, CORRECT, LOSSY  # noqa: E402
+from mutants import BATCH_LOSSY, CANDIDATES, CORRECT, LOSSY  # noqa: E402
 
 from spotref.cli.argtypes import guarded, int_list, positive_int  # noqa: E402
 from spotref.conformance import MAX_EXAMPLES, run_conformance  # noqa: E402
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-examples", type=positive_int, default=MAX_EXAMPLES)
     ap.add_argument("--shard", type=shard, default=(1, 1), help="I/N: every N-th decoder from the I-th (parallel runs)")
     args = ap.parse_args(argv)
-    unknown = sorted(set(args.only or ()) - set(LOSSY) - set(BATCH_LOSSY))
+    unknown = sorted(set(args.only or ()) - set(LOSSY) - set(BATCH_LOSSY) - set(CANDIDATES))
     if unknown:
         ap.error(f"--only: no mutant named {', '.join(map(repr, unknown))} (see tests/support/mutants.py)")
     return guarded(PROG, lambda: run(args))
@@ -86,11 +86,11 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     torch.set_num_threads(1)
-    gallery = {} if args.correct_only else {**{n: (f, False) for n, f in LOSSY.items()}}
+    gallery = {} if args.correct_only else {n: (f, False) for n, f in LOSSY.items()}
     if not args.correct_only:
         gallery.update({n: (f, True) for n, f in BATCH_LOSSY.items()})
     if args.only:
-        gallery = {n: gallery[n] for n in args.only}
+        gallery = {n: gallery.get(n, (CANDIDATES.get(n), False)) for n in args.only}
     i, n = args.shard
     gallery = dict(list(gallery.items())[i - 1 :: n])
     correct = dict(list(CORRECT.items())[i - 1 :: n])

@@ -15,7 +15,7 @@ None, the model's serving precision, included), budget (up to 256), depth, verif
 rows alone; or a fixed width >= budget, exact decoding at that width the reference), SDAR's
 ``fused_store`` and drafter (confidence, random valid trees, an oracle proposing the true
 trajectory, an always-wrong one, near misses of the truth, the SPOT drafter with random
-weights, SPOT-Sets included); 8 cases in 9 are aimed at a boundary (a threshold equal to a
+weights, SPOT-Sets included); 10 cases in 11 are aimed at a boundary (a threshold equal to a
 confidence that occurs, top-p at a cumulative mass, ties at the top logit, ties between
 positions: ``aimed``). The verdict: tokens identical to exact decoding and never more passes
 than exact, whatever drafter the decoder uses. ``efficiency=True`` adds a separate check of
@@ -437,9 +437,9 @@ def run_conformance(
     (a list, say), is a ``TypeError`` before any Hypothesis case.
 
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
-    failing examples; None (default) keeps nothing (no ``.hypothesis/`` directory appears in the
-    working directory); a path or a Hypothesis ``ExampleDatabase`` opts in. Other keyword arguments go to ``hypothesis.settings``; only the
-    first bug found is reported by default (``report_multiple_bugs=False``: no ExceptionGroup).
+    failing examples; None (default) keeps nothing (no ``.hypothesis/`` in the working
+    directory); a path or an ``ExampleDatabase`` opts in. Other keyword arguments go to
+    ``hypothesis.settings``; the first bug found alone is reported (``report_multiple_bugs=False``).
 
     Returns what was covered (``coverage``'s keys; "cases": the distinct cases checked): what
     happened, not what was asked ("decoded": cases with a token; "drafted", "drafter=NAME": some

@@ -133,9 +133,10 @@ def cases(
     those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
     besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
     (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
-    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 8 cases in 9 aimed at a
+    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 10 cases in 11 aimed at a
     boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
-    cumulative mass, ties between positions, a stop id that occurs, every position at once).
+    cumulative mass, ties between positions, a stop id that occurs, every position at once, a close
+    race of a Gumbel-max draw).
     batch: the batch-invariance check's cases: always a verify width, and a ``BatchSensitive``
     model.
 
@@ -319,7 +320,7 @@ def model_sizes(init_ranges):
     )
 
 
-AIMS = (None, "tau", "tau", "top-k", "top-k", "top-p", "ties", "stop", "all")  # 8 cases in 9 aim at a boundary
+AIMS = (None, "tau", "tau", "top-k", "top-k", "top-p", "top-p", "ties", "stop", "all", "draw")  # 10 in 11 aimed
 NEAR_TIE_INIT = 1e-3  # weights this small: logits within a few bf16 ulps, ties at every rank
 
 
@@ -327,23 +328,54 @@ class _FirstDecision(Exception):
     """Stops ``first_decision``'s decoding at its first decision."""
 
 
-def first_decision(case: Case):
+def first_decision(case: Case, where: bool = False):
     """(rule, logits (M, V) of the masked positions, their confidences c (M,) float64) at exact
-    decoding's first decision in ``case``; None when it takes none."""
+    decoding's first decision in ``case``; None when it takes none. where: also the masked
+    positions (M,), the block's noise and the step."""
     decide, seen = DecisionRule.decide, []
 
     def recording(rule, logits, state, noise, step):
         masked = np.flatnonzero(state == rule.mask_id)
         if len(masked):
             rows = logits[torch.as_tensor(masked, device=logits.device)]
-            seen.append((rule, rows, rule.drawn(rows, masked, noise, step)[1]))
+            seen.append((rule, rows, rule.drawn(rows, masked, noise, step)[1], masked, noise, step))
             raise _FirstDecision
         return decide(rule, logits, state, noise, step)
 
     kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth")}
     with mock.patch.object(DecisionRule, "decide", recording), contextlib.suppress(_FirstDecision):
         generate(case.model(), case.prompt, case.max_new_tokens, **kw)
-    return seen[0] if seen else None
+    return None if not seen else seen[0] if where else seen[0][:3]
+
+
+DRAW_SEEDS = 256  # the seeds the "draw" aim tries
+
+
+def draw_aimed(case: Case, pick: int) -> Case:
+    """The "draw" aim (``aimed``; not LLaDA): T > 0 in bf16, the noise seed (of ``DRAW_SEEDS``
+    tried) whose first decision holds the closest race of a Gumbel-max draw (the smallest gap
+    between the two best of ``log p + g`` in a row), and the threshold below every confidence,
+    so that row's token shows: a decoder that takes ``log p`` in another precision than float64
+    (or from the unrounded softmax) can flip it."""
+    case = with_kwargs(case, precision="bfloat16", temperature=case.kwargs["temperature"] or 1.0, threshold=None)
+    first = first_decision(case, where=True)
+    if first is None:
+        return case
+    rule, rows, _, masked, noise, step = first
+    scores, B, V = rule.scores(rows), *noise.shape  # log p (M, V) float64: the first decision's rows, whatever the seed
+    pos = torch.as_tensor(masked)
+    offset = len(case.prompt) if case.family == "sdar" else 0
+    shown = torch.as_tensor(noise.block * B + masked - offset < case.max_new_tokens)  # rows not cut from the output
+
+    def gap(seed: int) -> float:  # between the two best of a row whose log p differ (else no precision shows)
+        top = (scores + type(noise)(seed, noise.block, B, V)(step)[pos]).topk(2, -1)
+        differ = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
+        return float((top.values[:, 0] - top.values[:, 1]).masked_fill(~(differ[:, 0] & shown), torch.inf).min())
+
+    seed = min(((pick * DRAW_SEEDS + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(DRAW_SEEDS)), key=gap)
+    case = with_kwargs(case, seed=seed)
+    c = [v for v in first_decision(case)[2].tolist() if v > 0]
+    return with_kwargs(case, threshold=min(c) / 2) if c and min(c) / 2 < 1 else case
 
 
 def aimed(case: Case, aim: str, pick: int) -> Case:
@@ -366,7 +398,9 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
       blocks after its block never decoded);
     - "all": near-tie weights in bf16 (at T = 0 two times in three) and a threshold below every
       confidence: the first decision commits every masked position, so each row's token shows
-      (ties at the top go to the lowest id). LLaDA's filter aims are "tau"'s."""
+      (ties at the top go to the lowest id);
+    - "draw" (not LLaDA): a Gumbel-max race at T > 0 in bf16 (``draw_aimed``).
+    LLaDA's filter and draw aims are "tau"'s."""
     if aim == "ties":
         return with_kwargs(dataclasses.replace(case, prompt=[]), threshold=None)
     if aim == "stop":
@@ -379,6 +413,8 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
         return with_kwargs(case, threshold=min(c) / 2) if c else case
     if aim in ("top-k", "top-p") and case.family != "llada":
         return filter_aimed(case, aim, pick)
+    if aim == "draw" and case.family != "llada":
+        return draw_aimed(case, pick)
     first = first_decision(case)
     values = [] if first is None else sorted(v for v in set(first[2].tolist()) if 0 < v < 1)
     candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied

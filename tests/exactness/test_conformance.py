@@ -152,7 +152,8 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
     # The rule's precision is the logits' own here (float64): rounding to bf16 / fp16 would turn
     # the cached-vs-recomputed 1e-15 differences into flipped ties (test_precision.py checks the
     # narrower precisions against SDAR's step on shared logits).
-    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth", "width", "precision")}
+    skip = ("budget", "depth", "width", "precision", "fused_store")  # the oracle stores no cache
+    kw = {k: v for k, v in case.kwargs.items() if k not in skip}
     exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
     naive = reference.generate(
         lambda x: model(x),
@@ -171,7 +172,7 @@ def test_exact_decoding_matches_the_naive_sdar_oracle(case: Case):
 @given(cases(families=("sdar",)))  # fused_store: SDAR's cache only
 def test_fused_store_gives_identical_tokens_and_one_pass_fewer_per_block(case: Case):
     model, kw = case.model(), dict(case.kwargs)
-    budget, depth = kw.pop("budget"), kw.pop("depth")
+    budget, depth, _ = kw.pop("budget"), kw.pop("depth"), kw.pop("fused_store")
     exact = spotref.generate(model, case.prompt, case.max_new_tokens, **kw)
     fused = spotref.generate(model, case.prompt, case.max_new_tokens, fused_store=True, **kw)
     spot = spotref.generate(
