@@ -6,6 +6,7 @@ full-recompute oracle written after SDAR's generate.py.
 """
 
 import os
+import zlib
 from functools import partial
 from unittest import mock
 
@@ -23,6 +24,16 @@ CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
 
 
+@pytest.fixture
+def seed(request) -> int:
+    """The seed of runs whose coverage is asserted: pytest's ``--hypothesis-seed`` when given, else 0.
+    Hypothesis draws in clumps (of 100 cases, float16 came 1 to 21 times over six random seeds), so
+    an unseeded run's "every kind of case was drawn" would fail at random; a seeded run is the same
+    cases every time, and ``--hypothesis-seed N`` runs another set."""
+    given = request.config.getoption("hypothesis_seed", None)
+    return 0 if given is None else zlib.crc32(str(given).encode())
+
+
 @pytest.fixture(params=CORES)
 def core(request):
     if request.param == "c" and os.environ.get("SPOTREF_NO_EXTENSIONS"):
@@ -30,8 +41,8 @@ def core(request):
     return spotref.core_module(request.param)  # "c" fails loudly if not built
 
 
-def test_spot_is_identical_to_exact_decoding(core):
-    seen = run_conformance(partial(spotref.generate, core=core), max_examples=EXAMPLES, efficiency=True)
+def test_spot_is_identical_to_exact_decoding(core, seed):
+    seen = run_conformance(partial(spotref.generate, core=core), max_examples=EXAMPLES, efficiency=True, seed=seed)
     print(f"\nconformance ({core.__name__}): {dict(sorted(seen.items()))}")
     # The suite must really have covered what it claims (a suite that ran nothing passes too).
     assert seen["cases"] >= 0.9 * EXAMPLES, seen
@@ -69,9 +80,9 @@ def test_spot_is_identical_to_exact_decoding(core):
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
-def test_canvas_families_are_drawn_with_their_own_confidences(family):
+def test_canvas_families_are_drawn_with_their_own_confidences(family, seed):
     n = max(EXAMPLES // 8, 12)
-    seen = run_conformance(spotref.generate, max_examples=n, strategy=cases(families=(family,)))
+    seen = run_conformance(spotref.generate, max_examples=n, strategy=cases(families=(family,)), seed=seed)
     assert seen["cases"] >= 0.9 * n and seen[f"family={family}"] == seen["cases"] == seen["canvas"], seen
     own = sum(seen[k] for k in seen if k.startswith("confidence="))
     want = {"llada": ["confidence=low_confidence"], "dream": ["confidence=maskgit_plus"]}[family]
