@@ -9,7 +9,9 @@ whole row) is trained with ``canvas_loss`` (1 / t weights; Dream's logits shifte
 ``model.logit_shift``). With ``--decode-states`` a share of the rows is drawn instead as
 semi-autoregressive decoding sees the canvas (``decode_rows``, ``decode_noise``): a clean prefix,
 one block partly masked (from a written result on, ``--suffix-results`` of them) and masks after
-it, the loss on that block. Every batch is a function of (``--seed``, step), so a resume is exact.
+it, the loss on that block. With ``--distill TEACHER`` a block-causal teacher's decoding-time
+distributions on those blocks' masked positions are distilled into them too (``distill_term``:
+``--distill-weight`` x KL(teacher || student)). Every batch is a function of (``--seed``, step), so a resume is exact.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from spotref.dream import DreamConfig, DreamModel
 from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.train.train_curriculum import step_rows
 from spotref.train.train_data import result_starts
-from spotref.train.train_objective import canvas_loss, canvas_noise, decode_noise
+from spotref.train.train_objective import (
+    canvas_loss,
+    canvas_noise,
+    decode_noise,
+    distill_kl,
+    teacher_end,
+    teacher_logits,
+)
 from spotref.train.train_options import TrainOptions
 
 EPS = 1e-3  # the least mask rate t, LLaDA's
@@ -103,12 +112,32 @@ def decode_rows(rows: list, tok, options: TrainOptions, rng: np.random.Generator
     return chosen, cuts
 
 
-def batch_loss(model, batch, bf16: bool) -> torch.Tensor:
-    """``canvas_loss`` of one ``canvas_batch`` through ``model.logits`` (bf16 autocast with ``--bf16``)."""
+def batch_loss(model, batch, bf16: bool, distill=None) -> torch.Tensor:
+    """``canvas_loss`` of one ``canvas_batch`` through ``model.logits`` (bf16 autocast with ``--bf16``);
+    ``distill``: ``(teacher, W, rows)`` (``--distill``), plus W x ``distill_term`` on those rows."""
     x_t, x, masked, t, answer = batch
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = model.logits(x_t)  # (N, L, V)
-    return canvas_loss(logits, x, masked, t, model.logit_shift, answer)
+    loss = canvas_loss(logits, x, masked, t, model.logit_shift, answer)
+    if distill is None:
+        return loss
+    teacher, weight, rows = distill
+    return loss + weight * distill_term(logits, teacher, batch, rows, model.logit_shift)
+
+
+def distill_term(logits, teacher, batch, rows, shift: int) -> torch.Tensor:
+    """The ``--distill`` term of one batch: logits (N, L, V) the student's, ``rows`` (N,) bool the
+    decoding-state rows -> the sum over those rows of their mean KL(teacher || student) over the
+    block's masked positions (``distill_kl``; the teacher's logits: ``teacher_logits``, run on
+    those rows only, up to the end of the teacher's block holding their last masked position),
+    over N, as ``canvas_loss`` averages its rows."""
+    x_t, x, masked = batch[0], batch[1], batch[2]
+    rows = torch.as_tensor(rows, dtype=torch.bool)  # (N,)
+    if not rows.any():
+        return logits.new_zeros(())
+    end = teacher_end(masked[rows], teacher.block_size)
+    target = teacher_logits(teacher, x_t[rows], x[rows], end)  # (n, end, V)
+    return distill_kl(logits[rows], target, masked[rows], shift).sum() / len(rows)
 
 
 def canvas_step_loss(run, step: int) -> torch.Tensor:
@@ -116,11 +145,14 @@ def canvas_step_loss(run, step: int) -> torch.Tensor:
     o, tok = run.options, run.tok
     rng = np.random.default_rng([o.seed, step, o.seq_len])
     rows = step_rows(run.data, tok, o, step, rng, run.state.get("level"))
-    decode = None
+    decode = distill = None
     if o.decode_states:
         drng = np.random.default_rng([o.seed, 29, step])
         decode = (*decode_rows(rows, tok, o, drng), o.block_size, drng)
-    return batch_loss(run.model, canvas_batch(rows, o.seq_len, tok.mask_id, tok.eos_id, rng, decode), o.bf16)
+    if run.teacher is not None and o.distill_weight > 0:
+        distill = (run.teacher, o.distill_weight, decode[0])
+    batch = canvas_batch(rows, o.seq_len, tok.mask_id, tok.eos_id, rng, decode)
+    return batch_loss(run.model, batch, o.bf16, distill)
 
 
 @torch.no_grad()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from spotref.checkpoint import from_pretrained
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
@@ -99,6 +100,44 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
             f"--heads, --kv-heads, --head-dim, --intermediate): {str(e).splitlines()[-1].strip()}"
         ) from None
     return record
+
+
+def load_teacher(spec: str, tok, options: TrainOptions) -> SDARModel:
+    """``--distill``: the block-causal teacher ``spec`` names (a bundled target, its ``NAME.json``,
+    or a checkpoint directory), in eval mode, float32, its weights frozen. It must be an SDAR model
+    (block-causal) with this run's vocabulary and MASK id (and, a target, its tokenizer), and
+    ``--seq-len`` a multiple of its block size: else ``ValueError`` naming ``--distill``."""
+    teacher, theirs = read_teacher(spec)
+    if not isinstance(teacher, SDARModel):
+        raise ValueError(
+            f"--distill {spec} is a {getattr(teacher, 'family', type(teacher).__name__)} model: the teacher "
+            f"must be block-causal (an SDAR target such as gsm-b32)"
+        )
+    cfg = teacher.config
+    if cfg.vocab_size != tok.vocab_size or cfg.mask_token_id != tok.mask_id:
+        raise ValueError(
+            f"--distill {spec}: its vocabulary ({cfg.vocab_size}) and MASK id ({cfg.mask_token_id}) must be "
+            f"this run's ({tok.vocab_size}, {tok.mask_id})"
+        )
+    if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
+        raise ValueError(f"--distill {spec} was trained with another tokenizer than this run's (--tokenizer)")
+    if options.seq_len % teacher.block_size:
+        raise ValueError(
+            f"--distill {spec}: --seq-len {options.seq_len} must be a multiple of its block size {teacher.block_size}"
+        )
+    return teacher.float().eval().requires_grad_(False)
+
+
+def read_teacher(spec: str):
+    """``spec``'s model and its tokenizer JSON (None for a checkpoint directory); ``ValueError``
+    naming ``--distill`` when it names none."""
+    try:
+        if Path(spec).is_dir():
+            return from_pretrained(spec), None
+        target = load_target(spec)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"--distill {spec}: {e}") from None
+    return target.model, target.tokenizer.to_json()
 
 
 def family_weights(source, model) -> dict:
@@ -257,6 +296,7 @@ def recipe(saved: dict) -> dict:
         "mask_results": o.mask_results,
         "result_weight": o.result_weight,
         "suffix_results": o.suffix_results,
+        "distill": {"teacher": o.distill, "weight": o.distill_weight} if o.distill else None,
     }
 
 

@@ -28,7 +28,7 @@ from spotref.models import SDARConfig, SDARModel
 from spotref.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
 from spotref.train.train_curriculum import adapt, recipe_batch
 from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
-from spotref.train.train_export import export, read_checkpoint, start_from
+from spotref.train.train_export import export, load_teacher, read_checkpoint, start_from
 from spotref.train.train_objective import bd3_loss, bd3_mask, weighted_loss
 from spotref.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
@@ -45,6 +45,7 @@ class Run:
     held: object  # the held-out token stream, or Rows
     state: dict  # what the checkpoint keeps besides the weights and the optimizer
     ckpt_path: Path
+    teacher: object = None  # --distill: the block-causal teacher (load_teacher), eval mode, frozen
 
 
 # --- setting a run up ------------------------------------------------------------------------
@@ -64,6 +65,7 @@ def train(options: TrainOptions) -> dict:
     ckpt_path.parent.mkdir(parents=True, exist_ok=True)
     train_docs = corpus.documents("train")[: options.corpus_limit]
     tok = make_tokenizer(options.tokenizer, train_docs, ckpt_path.parent, options.split_digits)
+    teacher = load_teacher(options.distill, tok, options) if options.distill else None
     stream, held = streams(corpus, train_docs, tok, options)
     torch.manual_seed(options.seed)
     model = SDARModel(make_config(options, tok)) if options.family == "sdar" else canvas_model(options, tok)
@@ -81,7 +83,7 @@ def train(options: TrainOptions) -> dict:
     )
     if options.rows_per_doc:
         stream, held = training_rows(corpus, train_docs, tok, options)
-    _loop(Run(options, model, opt, tok, stream, held, state, ckpt_path))
+    _loop(Run(options, model, opt, tok, stream, held, state, ckpt_path, teacher))
     if options.export:
         export(model, tok, state, Path(options.export), options.name)
     return state
@@ -129,6 +131,8 @@ def data_options(record: dict, saved: dict) -> dict:
         "--mask-results": o.mask_results,
         "--result-weight": o.result_weight,
         "--suffix-results": o.suffix_results,
+        "--distill": o.distill,
+        "--distill-weight": o.distill_weight if o.distill else None,
         "the --adapt-* options": [o.adapt_every, o.adapt_n, o.adapt_answers, o.adapt_equations] if o.adaptive else None,
     }
 

@@ -14,6 +14,10 @@ The whole-canvas families (LLaDA, Dream) train as LLaDA's SFT does: each row dra
 prompt never), and the loss is the masked cross-entropy weighted by ``1 / t``, summed over each
 row, divided by the row's answer length and averaged over the rows (``canvas_loss``). The model
 sees the whole canvas bidirectionally (``model.logits(ids)``); Dream's logits are shifted.
+Their decoding-state rows (``decode_noise``) may also learn a block-causal teacher's distributions
+(``--distill``): ``teacher_logits`` are the teacher's own decoding-time logits on each row's state
+(BD3-LM's pass: each teacher block as the row shows it, the blocks before it clean), and
+``distill_kl`` the KL(teacher || student) at the masked positions.
 """
 
 from __future__ import annotations
@@ -147,3 +151,42 @@ def decode_noise(x, prompt, n_text, B: int, mask_id: int, rng: np.random.Generat
         x_t[i, hi:] = mask_id
         t[i] = k / (hi - lo)
     return x_t, masked, t, answer
+
+
+def teacher_end(masked: torch.Tensor, block: int) -> int:
+    """masked (N, L) bool -> the least multiple of the teacher's ``block`` size past every masked
+    position: a block-causal teacher's logits there depend on no position from it on."""
+    last = int(masked.any(0).nonzero().max()) + 1 if masked.any() else 0
+    return -(-last // block) * block
+
+
+@torch.no_grad()
+def teacher_logits(teacher, x_t: torch.Tensor, x: torch.Tensor, end: int) -> torch.Tensor:
+    """A block-causal teacher's decoding-time logits; ``teacher`` an ``SDARModel`` in eval mode
+    (block size Bt, its blocks of Bt from position 0), x_t and x (N, L) the noised and clean rows,
+    ``end`` a multiple of Bt (``teacher_end``) -> logits (N, end, V) float32 without a shift: at
+    each position, the teacher's prediction when it decodes that position's block in the state
+    x_t shows for the block, every earlier block clean (x): the state of a decoding pass with
+    those blocks committed. BD3-LM's pass (``bd3_logits`` of ``concat(x_t, x)`` under ``bd3_mask``)."""
+    Bt = teacher.block_size
+    if end % Bt or end > x.shape[1]:
+        raise ValueError(
+            f"teacher_logits: end {end} must be a multiple of the teacher's block size {Bt} within {x.shape[1]}"
+        )
+    mask = bd3_mask(end, Bt, x.device)  # (2 end, 2 end)
+    return teacher.bd3_logits(x_t[:, :end], x[:, :end], mask).float()  # (N, end, V)
+
+
+def distill_kl(student: torch.Tensor, teacher: torch.Tensor, masked: torch.Tensor, shift: int = 0) -> torch.Tensor:
+    """KL(teacher || student) per row: student logits (N, L, V) as the model returns them (Dream's
+    ``shift`` applied here), teacher logits (N, E, V) with E <= L already aligned (position i
+    predicted at i), masked (N, L) with none at E or after -> (N,): each row's mean over its masked
+    positions of sum_v p_T (log p_T - log p_S), 0 for a row with none."""
+    E = teacher.shape[1]
+    if masked[:, E:].any():
+        raise ValueError(f"distill_kl: a masked position lies past the teacher's {E} positions")
+    log_s = shifted(student, shift)[:, :E].float().log_softmax(-1)  # (N, E, V)
+    log_t = teacher.float().log_softmax(-1)  # (N, E, V)
+    kl = F.kl_div(log_s, log_t, reduction="none", log_target=True).sum(-1)  # (N, E)
+    m = masked[:, :E].to(kl.dtype)  # (N, E)
+    return (kl * m).sum(-1) / m.sum(-1).clamp_min(1.0)

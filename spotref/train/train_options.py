@@ -193,6 +193,21 @@ def add_result_arguments(p: argparse.ArgumentParser) -> None:
         "with --suffix-results, that share of them masked from a written result on. Default 0",
     )
     p.add_argument(
+        "--distill",
+        default=None,
+        metavar="TEACHER",
+        help="--family llada / dream with --decode-states: distil a block-causal teacher (a bundled "
+        "SDAR target such as gsm-b32, its NAME.json, or a checkpoint directory) into the "
+        "decoding-state rows: the loss adds --distill-weight x KL(teacher || student) on each "
+        "such row's masked block positions, the teacher's decoding-time distributions there",
+    )
+    p.add_argument(
+        "--distill-weight",
+        type=nonneg_real,
+        default=1.0,
+        help="--distill: the weight W of the KL term (default 1)",
+    )
+    p.add_argument(
         "--result-weight",
         type=positive_real,
         default=1.0,
@@ -429,6 +444,8 @@ class TrainOptions:
     mask_results: float
     suffix_results: float
     decode_states: float
+    distill: str | None  # --distill TEACHER (train_export.load_teacher)
+    distill_weight: float
     result_weight: float
     curriculum: str | None  # LEVEL@STEP,... (parse_curriculum)
     adaptive: str | None  # LEVEL,... (adaptive_levels)
@@ -566,6 +583,24 @@ def check_recipe(options: TrainOptions) -> None:
         check_canvas(o, default)
     elif o.decode_states:
         raise ValueError("--decode-states applies to --family llada / dream only (SDAR's blocks are its recipe)")
+    check_distill(o, default)
+
+
+def check_distill(options: TrainOptions, default: TrainOptions) -> None:
+    """``ValueError`` naming what ``--distill`` / ``--distill-weight`` cannot be given with."""
+    o = options
+    if not (isinstance(o.distill_weight, (int, float)) and math.isfinite(o.distill_weight) and o.distill_weight >= 0):
+        raise ValueError(f"--distill-weight must be a finite number >= 0, got {o.distill_weight!r}")
+    if o.distill is None:
+        if o.distill_weight != default.distill_weight:
+            raise ValueError("--distill-weight weights the --distill term: it needs --distill")
+        return
+    if o.family == "sdar":
+        raise ValueError(
+            "--distill applies to --family llada / dream only (a canvas student of a block-causal teacher)"
+        )
+    if not o.decode_states:
+        raise ValueError(f"--family {o.family}: --distill teaches the --decode-states rows: it needs --decode-states")
 
 
 def check_canvas(options: TrainOptions, default: TrainOptions) -> None:
