@@ -77,7 +77,11 @@ def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, fa
     0); a canvas family's is k, its block k the generated tokens [k * bl, (k + 1) * bl)."""
     if list(got_tokens) == list(exact.tokens):
         return None
-    where = first_difference(exact, got_tokens, block_size, prompt_len, family)
+    return divergence_message(exact, got_tokens, first_difference(exact, got_tokens, block_size, prompt_len, family))
+
+
+def divergence_message(exact, got_tokens, where: dict | None) -> str:
+    """``first_divergence``'s message for tokens that differ, ``where`` their ``first_difference``."""
     if where is None:
         return (
             f"lengths differ: exact {len(exact.tokens)} tokens, got {len(got_tokens)} "
@@ -114,9 +118,9 @@ class Divergence(AssertionError):
 
 
 def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar"):
-    where = first_divergence(exact, got_tokens, block_size, prompt_len, family)
-    if where is not None:
-        raise Divergence(where, first_difference(exact, got_tokens, block_size, prompt_len, family))
+    if list(got_tokens) != list(exact.tokens):
+        where = first_difference(exact, got_tokens, block_size, prompt_len, family)
+        raise Divergence(divergence_message(exact, got_tokens, where), where)
 
 
 # --- drafters for the suite ------------------------------------------------------------------
