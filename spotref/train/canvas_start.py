@@ -25,7 +25,13 @@ and ``model.embed_tokens.weight`` -> ``model.transformer.wte.weight`` (LLaDA) / 
 ``weight_tying``, Dream's ``tie_word_embeddings``). Dream's q/k/v biases (SDAR has none) are zero.
 
 It is a starting point, not the same function: the q/k norms are gone and attention becomes
-bidirectional over the whole canvas, so the model is trained before it is served. It lives with
+bidirectional over the whole canvas, so the model is trained before it is served. Dropped, the
+norms leave every attention score off by each head's query and key scale; ``calibration``
+(documents the SDAR model reads) folds them in instead (``fold_qk_norms``): SDAR's norm is
+``w * q / rms(q)`` per head, a token's own ``rms(q)`` has no counterpart in LLaDA or Dream, so the
+fold keeps ``w`` and replaces ``1 / rms(q)`` by one scale per layer and head, the least-squares
+``c = E[rms] / E[rms^2]`` over the calibration tokens (``c q`` nearest ``q / rms(q)``):
+``W_q[h] <- c_h diag(w) W_q[h]``, the same for keys. It lives with
 the trainers because nothing but a training run starts from it; the result is saved as a target
 with ``spotref.load.targets.save_target``.
 """
@@ -58,6 +64,7 @@ TOP_NAMES = {  # SDAR's name -> (LLaDA's, Dream's)
 }
 DROPPED = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")  # SDAR's q/k RMSNorms: no counterpart
 FAMILIES = ("llada", "dream")
+FOLD_DOCUMENTS = 64  # train-target --fold-norms: the first training documents the norms are folded over
 
 
 def counterparts(family: str, n_layers: int, tied: bool) -> dict[str, str]:
@@ -98,10 +105,12 @@ def canvas_config(cfg, family: str) -> LLaDAConfig | DreamConfig:
 
 
 @torch.no_grad()
-def canvas_from_sdar(sdar_model: SDARModel, family: str) -> LLaDAModel | DreamModel:
+def canvas_from_sdar(sdar_model: SDARModel, family: str, calibration=None) -> LLaDAModel | DreamModel:
     """The ``family`` ("llada" or "dream") model of ``sdar_model``'s shape with its weights: every
-    tensor with a counterpart copied (the module docstring's table), SDAR's q/k norms dropped,
-    Dream's q/k/v biases zero. In the SDAR model's dtype, eval mode; ``sdar_model`` is unchanged."""
+    tensor with a counterpart copied (the module docstring's table), SDAR's q/k norms dropped
+    (``calibration`` None) or folded into the projections (``calibration``: a list of token-id
+    lists, ``fold_qk_norms``), Dream's q/k/v biases zero. In the SDAR model's dtype, eval mode;
+    ``sdar_model`` is unchanged."""
     if family not in FAMILIES:
         raise ValueError(f"canvas_from_sdar: family must be 'llada' or 'dream', got {family!r}")
     if getattr(sdar_model, "family", "sdar") != "sdar" or not isinstance(sdar_model, SDARModel):
@@ -115,4 +124,58 @@ def canvas_from_sdar(sdar_model: SDARModel, family: str) -> LLaDAModel | DreamMo
     for name, t in dst.items():
         if name.endswith(".bias"):  # Dream's q/k/v biases
             t.zero_()
+    if calibration is not None:
+        fold_qk_norms(model, sdar_model, head_scales(sdar_model, calibration))
     return model.eval()
+
+
+@torch.no_grad()
+def head_scales(sdar_model: SDARModel, calibration) -> dict[str, torch.Tensor]:
+    """{"q{i}" / "k{i}": (heads,) float32 c = E[rms] / E[rms^2]} of layer i's query / key heads
+    over every token of ``calibration`` (token-id lists, each cut to the model's positions) as
+    ``sdar_model`` reads it, rms the head's root mean square before its norm (with the norm's
+    epsilon): the scale c that brings ``c q`` nearest ``q / rms(q)`` in squares over those tokens."""
+    cfg = sdar_model.config
+    docs = [list(d)[: cfg.max_position_embeddings] for d in calibration]
+    if not docs or not all(docs) or not all(isinstance(t, int) and 0 <= t < cfg.vocab_size for d in docs for t in d):
+        raise ValueError(f"canvas_from_sdar: calibration must be non-empty lists of token ids in [0, {cfg.vocab_size})")
+    sums, hooks = {}, []
+    for i, layer in enumerate(sdar_model.model.layers):
+        for kind, heads in (("q", cfg.num_attention_heads), ("k", cfg.num_key_value_heads)):
+            hooks.append(
+                getattr(layer.self_attn, f"{kind}_proj").register_forward_hook(rms_sums(sums, f"{kind}{i}", heads, cfg))
+            )
+    try:
+        for d in docs:
+            sdar_model(torch.tensor([d]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: s / s2 for name, (s, s2) in sums.items()}
+
+
+def rms_sums(sums: dict, name: str, heads: int, cfg):
+    """A forward hook adding a projection's per-head sum of rms and of rms^2 to ``sums[name]``."""
+
+    def hook(module, inputs, out):  # out: (1, L, heads * head_dim)
+        r = out.float().view(*out.shape[:-1], heads, cfg.head_dim).pow(2).mean(-1).add(cfg.rms_norm_eps).sqrt()
+        s, s2 = sums.get(name, (0.0, 0.0))
+        sums[name] = (s + r.sum((0, 1)), s2 + r.pow(2).sum((0, 1)))  # (heads,) each
+
+    return hook
+
+
+@torch.no_grad()
+def fold_qk_norms(model, sdar_model: SDARModel, scales: dict) -> None:
+    """Each layer's query / key projection of ``model`` (its family's, copied from SDAR's) scaled
+    row by row: head h's rows by ``scales[...][h]`` times SDAR's q / k norm weight."""
+    sd = model.state_dict()
+    prefix = "model.transformer.blocks" if model.family == "llada" else "model.layers"
+    inner = "" if model.family == "llada" else "self_attn."
+    for i, layer in enumerate(sdar_model.model.layers):
+        for kind in ("q", "k"):
+            c = scales[f"{kind}{i}"]  # (heads,)
+            w = getattr(layer.self_attn, f"{kind}_norm").weight.float()  # (head_dim,)
+            W = sd[f"{prefix}.{i}.{inner}{kind}_proj.weight"]  # (heads * head_dim, D)
+            rows = (c.view(-1, 1) * w.view(1, -1)).reshape(-1, 1)  # (heads * head_dim, 1)
+            W.copy_((W.float() * rows).to(W.dtype))

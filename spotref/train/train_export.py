@@ -66,7 +66,7 @@ def read_checkpoint(path) -> dict:
     return ck
 
 
-def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
+def start_from(model: SDARModel, spec: str, tok, deepen: bool = False, calibration=None) -> dict:
     """``--init``: load the weights ``spec`` names into ``model``; returns their lineage.
 
     ``spec``: a run checkpoint (``runs/NAME/ckpt.pt``), or a target, bundled by name or the path
@@ -74,7 +74,10 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
     were trained with (the run's ``tokenizer.json`` beside the checkpoint, or the target's) must be
     this run's, and the weights must fit this run's model: else ``ValueError`` naming the option.
     ``deepen`` (``--init-deepen``): weights with fewer layers fill the model's first layers
-    (``deepened``)."""
+    (``deepened``). ``calibration`` (``--fold-norms``: token-id lists): an SDAR target starting a
+    canvas run has its q/k norms folded in over them (``canvas_from_sdar``), else ``ValueError``."""
+    if spec.endswith(".pt") and calibration is not None:
+        raise ValueError(f"--fold-norms folds an SDAR target's q/k norms: --init {spec} is a run checkpoint")
     if spec.endswith(".pt"):
         init = read_checkpoint(spec)
         weights, record = init["model"], lineage(spec, init["state"])
@@ -83,7 +86,9 @@ def start_from(model: SDARModel, spec: str, tok, deepen: bool = False) -> dict:
         theirs = saved.read_text() if saved.exists() else None
     else:
         target = load_target(spec)
-        weights, record = family_weights(target.model, model), target_lineage(spec, target.meta)
+        weights, record = family_weights(target.model, model, calibration), target_lineage(spec, target.meta)
+        if calibration is not None:
+            record["folded_norms_over_documents"] = len(calibration)
         theirs = target.tokenizer.to_json()
     if theirs is not None and tokenizer_from_json(theirs).to_json() != tok.to_json():
         raise ValueError(
@@ -140,14 +145,19 @@ def read_teacher(spec: str):
     return target.model, target.tokenizer.to_json()
 
 
-def family_weights(source, model) -> dict:
+def family_weights(source, model, calibration=None) -> dict:
     """The weights of the target model ``source`` for ``model``: its own, or, for a LLaDA or Dream
-    run started from an SDAR target, those of ``canvas_from_sdar`` (the q/k norms dropped)."""
+    run started from an SDAR target, those of ``canvas_from_sdar`` (the q/k norms dropped, or
+    folded in over ``calibration``)."""
     family = getattr(model, "family", "sdar")
     if family == getattr(source, "family", "sdar"):
+        if calibration is not None:
+            raise ValueError(
+                f"--fold-norms folds an SDAR target's q/k norms into a canvas run: --init is a {family} target"
+            )
         return source.state_dict()
     if isinstance(source, SDARModel):
-        return canvas_from_sdar(source, family).state_dict()
+        return canvas_from_sdar(source, family, calibration).state_dict()
     raise ValueError(f"--init: a {source.family} target cannot start a {family} run")
 
 

@@ -25,6 +25,7 @@ import torch
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.models import SDARConfig, SDARModel
+from spotref.train.canvas_start import FOLD_DOCUMENTS
 from spotref.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
 from spotref.train.train_curriculum import adapt, recipe_batch
 from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
@@ -70,7 +71,8 @@ def train(options: TrainOptions) -> dict:
     torch.manual_seed(options.seed)
     model = SDARModel(make_config(options, tok)) if options.family == "sdar" else canvas_model(options, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
-    state = start_or_resume(model, opt, ck, tok, options, ckpt_path)
+    calibration = [tok.encode(d) for d in train_docs[:FOLD_DOCUMENTS]] if options.fold_norms else None
+    state = start_or_resume(model, opt, ck, tok, options, ckpt_path, calibration)
     command = shlex.join(sys.argv)  # as invoked (module or CLI)
     state.update(
         corpus=record,
@@ -89,9 +91,12 @@ def train(options: TrainOptions) -> dict:
     return state
 
 
-def start_or_resume(model: SDARModel, opt, ck: dict | None, tok, options: TrainOptions, ckpt_path: Path) -> dict:
+def start_or_resume(
+    model: SDARModel, opt, ck: dict | None, tok, options: TrainOptions, ckpt_path: Path, calibration=None
+) -> dict:
     """The run's state: the checkpoint's ``ck`` (its weights and optimizer loaded), or a new one
-    (with ``--init``, from the weights it names, their lineage recorded)."""
+    (with ``--init``, from the weights it names, their lineage recorded; ``calibration``:
+    ``--fold-norms``'s documents, token ids)."""
     if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -99,7 +104,7 @@ def start_or_resume(model: SDARModel, opt, ck: dict | None, tok, options: TrainO
         return ck["state"]
     state = {"step": 0, "train_s": 0.0, "history": []}
     if options.init:
-        state["init"] = start_from(model, options.init, tok, options.init_deepen)
+        state["init"] = start_from(model, options.init, tok, options.init_deepen, calibration)
         print(f"initialised from {options.init}", file=sys.stderr)
     return state
 

@@ -295,6 +295,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "added ones start as the identity (output projections zero), so the model starts "
         "where the weights were",
     )
+    p.add_argument(
+        "--fold-norms",
+        action="store_true",
+        help="--family llada / dream with --init an SDAR target: fold its q/k norms into the query "
+        "and key projections (each head scaled by its least-squares RMS over the first "
+        "64 training documents) instead of dropping them: a far better start",
+    )
     p.add_argument("--seq-len", type=positive_int, default=256, help="training window L (tokens)")
     p.add_argument("--hidden", type=positive_int, default=256, help="hidden size")
     p.add_argument("--layers", type=positive_int, default=4, help="decoder layers")
@@ -461,6 +468,7 @@ class TrainOptions:
     mix_blocks: list[int] | str | None  # a comma string in runs from before int_list
     init: str | None
     init_deepen: bool
+    fold_norms: bool  # --fold-norms: canvas_from_sdar's calibration from the first FOLD_DOCUMENTS
     seq_len: int
     hidden: int
     layers: int
@@ -571,6 +579,8 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--suffix-results masks the blocks of one-document rows: it needs --rows-per-doc")
     if o.init_deepen and not o.init:
         raise ValueError("--init-deepen deepens the --init weights: it needs --init")
+    if o.fold_norms and (o.family == "sdar" or not o.init):
+        raise ValueError("--fold-norms folds the q/k norms of an SDAR --init into a --family llada / dream run")
     if o.curriculum and not o.fresh_problems:
         raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
     if o.adaptive and not o.fresh_problems:

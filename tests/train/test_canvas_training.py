@@ -180,3 +180,57 @@ def test_export_run_writes_a_shipped_directory_only_when_allowed(tmp_path, monke
     assert not (package / "targets").exists()
     export_run(tmp_path / "runs" / "canvas", package / "targets", "c", update_shipped=True)
     assert (package / "targets" / "c.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_fold_norms_starts_a_canvas_run_from_the_folded_weights(tmp_path, monkeypatch, family):
+    """--fold-norms: the run starts from canvas_from_sdar(gsm-b32, calibration = its first 64
+    training documents), its lineage says so; a run checkpoint or a same-family target is refused."""
+    import spotref.train.train_loop as train_loop
+    from spotref.load.targets import load_target
+    from spotref.train.canvas_start import FOLD_DOCUMENTS, canvas_from_sdar
+    from spotref.train.train_data import make_corpus
+    from spotref.train.train_export import start_from
+
+    target, started = load_target("gsm-b32"), {}
+
+    def recorded(model, spec, tok, deepen=False, calibration=None):
+        record = start_from(model, spec, tok, deepen, calibration)
+        started.update(calibration=calibration, weights={k: v.clone() for k, v in model.state_dict().items()})
+        return record
+
+    monkeypatch.setattr(train_loop, "start_from", recorded)
+    argv = [
+        "--name", "f", "--runs", str(tmp_path), "--family", family, "--corpus", "gsm", "--corpus-size", "80",
+        "--corpus-level", "3", "--tokenizer", "spotref/load/targets/gsm-b32.tokenizer.json", "--rows-per-doc",
+        "--answer-only", "--hidden", "192", "--layers", "4", "--heads", "6", "--kv-heads", "2", "--head-dim", "32",
+        "--intermediate", "512", "--rope-theta", "10000", "--batch", "2", "--steps", "1", "--no-progress",
+        "--init", "gsm-b32", "--fold-norms",
+    ]  # fmt: skip
+    state = train(TrainOptions.from_argv(argv))
+    assert state["init"]["folded_norms_over_documents"] == FOLD_DOCUMENTS
+    docs = make_corpus(TrainOptions.from_argv(argv)).documents("train")[:FOLD_DOCUMENTS]
+    assert started["calibration"] == [target.tokenizer.encode(d) for d in docs]
+    want = canvas_from_sdar(target.model, family, started["calibration"]).state_dict()
+    dropped = canvas_from_sdar(target.model, family).state_dict()
+    assert all(torch.equal(started["weights"][k], want[k]) for k in want)
+    assert any(not torch.equal(want[k], dropped[k]) for k in want)
+    model = MODELS[family](MODELS[family].config_class.from_dict(state["config"]))
+    with pytest.raises(ValueError, match="--init .* is a run checkpoint"):
+        start_from(model, str(tmp_path / "f" / "ckpt.pt"), target.tokenizer, calibration=[[1, 2]])
+    with pytest.raises(ValueError, match=f"--init is a {family} target"):
+        start_from(model, f"gsm-{family}", target.tokenizer, calibration=[[1, 2]])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--family", "llada", "--rows-per-doc", "--fold-norms"), "--fold-norms folds the q/k norms of an SDAR --init"),
+        (("--init", "gsm-b32", "--fold-norms"), "--fold-norms folds the q/k norms of an SDAR --init"),
+    ],
+)
+def test_fold_norms_needs_a_canvas_run_started_from_an_sdar_target(tmp_path, extra, message):
+    argv = ["--name", "c", "--runs", str(tmp_path), "--corpus", "gsm", "--corpus-size", "20", "--tokenizer", "bytes",
+            "--hidden", "32", "--heads", "2", "--head-dim", "16", "--steps", "1", *extra]  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        train(TrainOptions.from_argv(argv))
