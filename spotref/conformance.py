@@ -637,6 +637,7 @@ def coverage(case: Case, outcome: dict) -> list[str]:
     return [
         "cases",
         *happened,
+        f"aim={case.aim or 'none'}",
         f"family={case.family}",
         "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
         f"precision={kw['precision']}",

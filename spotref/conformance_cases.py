@@ -54,6 +54,7 @@ class Case:
     batch_sensitive: bool = False  # the model's logits depend on a forward's row count (``BatchSensitive``)
     dtype: str | None = None  # the model's dtype (``MODEL_DTYPES``); None: float32, a checkpoint's its own
     checkpoint: str | None = None  # a checkpoint directory: the model ``from_pretrained`` reads (config: its own)
+    aim: str | None = None  # the boundary ``aimed`` set (one of ``AIMS``), None: none was set
 
     def model(self) -> SDARModel | LLaDAModel | DreamModel:
         if self.checkpoint is not None:
@@ -363,25 +364,35 @@ def draw_aimed(case: Case, pick: int) -> Case:
         return case
     rule, rows, _, masked, noise, step = first
     scores, B, V = rule.scores(rows), *noise.shape  # log p (M, V) float64: the first decision's rows, whatever the seed
-    pos = torch.as_tensor(masked)
-    offset = len(case.prompt) if case.family == "sdar" else 0
-    shown = torch.as_tensor(noise.block * B + masked - offset < case.max_new_tokens)  # rows not cut from the output
+    pos, shown = torch.as_tensor(masked), torch.as_tensor(shown_rows(case, masked, noise))
 
     def gap(seed: int) -> float:  # between the two best of a row whose log p differ (else no precision shows)
         top = (scores + type(noise)(seed, noise.block, B, V)(step)[pos]).topk(2, -1)
         differ = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
         return float((top.values[:, 0] - top.values[:, 1]).masked_fill(~(differ[:, 0] & shown), torch.inf).min())
 
-    seed = min(((pick * DRAW_SEEDS + i) * 0x9E3779B97F4A7C15 % 2**64 for i in range(DRAW_SEEDS)), key=gap)
+    seed = min((noise_seed(pick, i) for i in range(DRAW_SEEDS)), key=gap)
     case = with_kwargs(case, seed=seed)
     c = [v for v in first_decision(case)[2].tolist() if v > 0]
-    return with_kwargs(case, threshold=min(c) / 2) if c and min(c) / 2 < 1 else case
+    return reached(case, "draw", threshold=min(c) / 2) if c and min(c) / 2 < 1 else case
+
+
+def noise_seed(pick: int, i: int) -> int:
+    """The ``i``-th noise seed an aim tries for ``pick``: spread over the whole 64-bit range."""
+    return (pick * DRAW_SEEDS + i) * 0x9E3779B97F4A7C15 % 2**64
+
+
+def shown_rows(case: Case, masked, noise) -> np.ndarray:
+    """(M,) bool: which of the first decision's masked positions ``masked`` (in the block of
+    ``noise``) are in the output, not cut by ``max_new_tokens``."""
+    offset = len(case.prompt) if case.family == "sdar" else 0
+    return noise.block * noise.shape[0] + np.asarray(masked) - offset < case.max_new_tokens
 
 
 def aimed(case: Case, aim: str, pick: int) -> Case:
     """``case`` aimed at a boundary where implementations differ, set from exact decoding's
-    numbers (``pick`` chooses among the candidates). A case without the boundary is returned as
-    it is.
+    numbers (``pick`` chooses among the candidates), its ``aim`` set to the boundary reached; a
+    case without the boundary is returned as it is (``aim`` None).
 
     - "tau": a threshold equal to a confidence of the first decision (below the largest, or
       tied with it): ``c > tau``, not ``>=``;
@@ -400,9 +411,10 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
       confidence: the first decision commits every masked position, so each row's token shows
       (ties at the top go to the lowest id);
     - "draw" (not LLaDA): a Gumbel-max race at T > 0 in bf16 (``draw_aimed``).
-    LLaDA's filter and draw aims are "tau"'s."""
+    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes (``as_sdar``;
+    a LLaDA checkpoint's are "tau"'s); its draw aim is "tau"'s."""
     if aim == "ties":
-        return with_kwargs(dataclasses.replace(case, prompt=[]), threshold=None)
+        return reached(dataclasses.replace(case, prompt=[]), "ties", threshold=None)
     if aim == "stop":
         return stop_aimed(case, pick)
     if aim == "all":  # at T = 0 two times in three: the argmax's ties show
@@ -410,19 +422,36 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
         case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
         first = first_decision(case)
         c = [] if first is None else [v for v in first[2].tolist() if v > 0]
-        return with_kwargs(case, threshold=min(c) / 2) if c else case
-    if aim in ("top-k", "top-p") and case.family != "llada":
-        return filter_aimed(case, aim, pick)
+        return reached(case, "all", threshold=min(c) / 2) if c else case
+    if aim in ("top-k", "top-p") and (case.family != "llada" or case.checkpoint is None):
+        return filter_aimed(as_sdar(case) if case.family == "llada" else case, aim, pick)
     if aim == "draw" and case.family != "llada":
         return draw_aimed(case, pick)
     first = first_decision(case)
     values = [] if first is None else sorted(v for v in set(first[2].tolist()) if 0 < v < 1)
     candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
-    return with_kwargs(case, threshold=candidates[pick % len(candidates)]) if candidates else case
+    return reached(case, "tau", threshold=candidates[pick % len(candidates)]) if candidates else case
 
 
 def with_kwargs(case: Case, **kw) -> Case:
     return dataclasses.replace(case, kwargs={**case.kwargs, **kw})
+
+
+def reached(case: Case, aim: str, **kw) -> Case:
+    """``case`` with ``kw`` set, at the boundary ``aim`` (``Case.aim``: what the coverage reports)."""
+    return dataclasses.replace(case, aim=aim, kwargs={**case.kwargs, **kw})
+
+
+def as_sdar(case: Case) -> Case:
+    """A toy LLaDA ``case`` as an SDAR one: the same sizes, vocabulary, MASK, weights seed, block
+    length, served dtype and request, SDAR's default confidence, no fused store."""
+    c = case.config
+    sizes = dict(hidden=c.d_model, layers=c.n_layers, heads=c.n_heads, kv=c.n_kv_heads, tied=c.weight_tying)
+    cfg = tiny_config("sdar", c.vocab_size, c.mask_token_id, case.block_size, init=c.init_std, **sizes)
+    served = {k: v for k, v in c.extra.items() if k == "torch_dtype"}
+    kw = {k: v for k, v in case.kwargs.items() if k != "block_length"}
+    kw.update(fused_store=False, confidence="filtered")
+    return dataclasses.replace(case, family="sdar", config=dataclasses.replace(cfg, extra=served), kwargs=kw)
 
 
 def near_tie(case: Case) -> Case:
@@ -432,39 +461,88 @@ def near_tie(case: Case) -> Case:
 
 
 def filter_aimed(case: Case, aim: str, pick: int) -> Case:
-    """The "top-k" and "top-p" aims (``aimed``): the filter's boundary in one row ``r`` of the
-    first decision, and the threshold at ``r``'s confidence under the exact filter."""
+    """The "top-k" and "top-p" aims (``aimed``): the filter's boundary in rows ``r`` of the first
+    decision. Two cases in three show a draw (``shown_draw``): T > 0 (top-p: T >= 0.5, where a
+    fast path may differ), a noise seed whose draw in a row of ``r`` is an entry only the
+    boundary keeps, and the threshold below every confidence, so that entry is the output's
+    token. The third: the threshold at ``r``'s confidence under the exact filter (a filter that
+    keeps fewer entries raises it over the threshold, and the row commits a step early), also
+    where no draw shows."""
     own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]  # the filter shows in the confidence
     case = with_kwargs(case, top_k=None, top_p=None, threshold=None, confidence=own)
+    draw = pick % 3 != 0  # two in three: a draw shows the boundary's entry
+    T = case.kwargs["temperature"]
     if aim == "top-k":  # mostly T > 0: a row committed a step early draws another token (at T = 0, the same argmax)
-        T = case.kwargs["temperature"] or (0.0 if pick % 3 == 0 else 1.0)
-        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
-    first = first_decision(case)
+        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T or (1.0 if draw else 0.0))
+    elif draw and T < FAST_T[0]:
+        case = with_kwargs(case, temperature=FAST_T[pick // 3 % len(FAST_T)])
+    first = first_decision(case, where=True)
     if first is None:
         return case
-    rule, rows, _ = first
+    rule, rows, _, masked, noise, _ = first
     ranked = torch.sort(rule.scaled(rows), dim=-1, descending=True, stable=True).values  # (M, V) in D
     if aim == "top-k":  # the k-th entry tied with the (k + 1)-th, the smallest such k mostly
         tied = torch.nonzero((ranked[:, :-1] == ranked[:, 1:]) & torch.isfinite(ranked[:, 1:]))  # (n, 2)
+        out = torch.as_tensor(shown_rows(case, masked, noise))[tied[:, 0]]  # in the output: a draw can show
+        tied = tied[out] if draw and bool(out.any()) else tied
         if len(tied) == 0:
             return case
         ks = sorted({int(j) + 1 for j in tied[:, 1]})
         k = ks[0] if pick % 4 else ks[pick % len(ks)]  # mostly the smallest: dropping a tie shows most
-        r, boundary = tied[tied[:, 1] == k - 1][:, 0].tolist(), {"top_k": k}  # the rows tied at k
-    else:  # the smallest top-entry mass below 1: its row keeps the second entry, the others not
+        r, boundary, kept = tied[tied[:, 1] == k - 1][:, 0].tolist(), {"top_k": k}, k  # the rows tied at k
+    else:  # the smallest top-entry mass below 1 (of a row in the output): its row keeps the second entry
         masses = torch.softmax(ranked, -1)[:, 0].double()  # (M,) in D, as the filter sums it
-        masses = masses.masked_fill(~((masses > 0) & (masses < 1)), 2.0)
+        inside = (masses > 0) & (masses < 1) & (torch.as_tensor(shown_rows(case, masked, noise)) | (not draw))
+        masses = masses.masked_fill(~inside, 2.0)
         r = int(masses.argmin())
         if masses[r] >= 1:
             return case
-        r, boundary = [r], {"top_p": float(masses[r])}
+        r, boundary, kept = [r], {"top_p": float(masses[r])}, 1
     case = with_kwargs(case, **boundary)
+    shown = shown_draw(case, aim, r, kept, pick) if draw and case.kwargs["temperature"] > 0 else None
+    if shown is not None:
+        return shown
     first = first_decision(case)
     if first is None:
         return case
     c = first[2]  # a row other than the fallback's: its raised confidence shows as a commit of its own
     tau = float(c[next((i for i in r if i != int(c.argmax())), r[0])])
-    return with_kwargs(case, threshold=tau) if 0 < tau < 1 else case
+    return reached(case, aim, threshold=tau) if 0 < tau < 1 else case
+
+
+FAST_T = (0.5, 1.0, 2.0)  # the top-p aim's temperatures for a drawn T below 0.5: a fast path above 0.5 shows
+
+
+def shown_draw(case: Case, aim: str, rows: list, kept: int, pick: int) -> Case | None:
+    """``case`` (T > 0, its filter at a boundary) with a noise seed (of ``DRAW_SEEDS`` tried)
+    whose first decision draws, in one of ``rows`` in the output (the lowest position such), an
+    entry of rank ``kept`` or more in that row's descending order (ties: the lower id first):
+    one that only the boundary keeps (every tie with the k-th; the entry after a mass of
+    exactly p). The threshold goes below every confidence, so every position commits at once
+    and that token is the output's: a filter that drops the entry cannot draw it. None when no
+    row of ``rows`` is in the output or no seed draws such an entry."""
+    rule, logits, _, masked, noise, step = first_decision(case, where=True)
+    rows = [i for i in sorted(rows) if shown_rows(case, masked, noise)[i]]
+    if not rows:
+        return None
+    order = torch.sort(rule.scaled(logits[rows]), dim=-1, descending=True, stable=True).indices  # (R, V)
+
+    def lowest(seed: int) -> int:  # the first of rows whose drawn token is of rank >= kept; len(rows) if none
+        x = rule.drawn(logits, masked, type(noise)(seed, noise.block, *noise.shape), step)[0][rows]
+        beyond = (order == x[:, None]).int().argmax(-1) >= kept
+        return int(beyond.int().argmax()) if bool(beyond.any()) else len(rows)
+
+    best, seed = len(rows), None
+    for i in range(DRAW_SEEDS):  # the first seed at the lowest row: stop at the first that reaches rows[0]
+        s, at = noise_seed(pick, i), lowest(noise_seed(pick, i))
+        best, seed = (at, s) if at < best else (best, seed)
+        if best == 0:
+            break
+    if seed is None:
+        return None
+    case = with_kwargs(case, seed=seed)
+    c = [v for v in first_decision(case)[2].tolist() if v > 0]
+    return reached(case, aim, threshold=min(c) / 2) if c and min(c) / 2 < 1 else None
 
 
 def stop_aimed(case: Case, pick: int) -> Case:
@@ -476,7 +554,7 @@ def stop_aimed(case: Case, pick: int) -> Case:
     tail = len(case.prompt) % case.block_size if case.family == "sdar" else 0  # prompt tokens in the first block
     first_block = max(1, min(len(tokens) - 1, case.block_size - tail))
     stop = tokens[pick % first_block]
-    return with_kwargs(case, stop_ids=stop if pick // first_block % 2 else [stop])  # one id, or a list
+    return reached(case, "stop", stop_ids=stop if pick // first_block % 2 else [stop])  # one id, or a list
 
 
 def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads, kv, tied, init):

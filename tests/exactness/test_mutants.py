@@ -17,7 +17,7 @@ from mutants import BATCH_LOSSY, CORRECT, LOSSY, own_drafter
 
 import spotref
 from spotref.conformance import drafter_adapter, replay_conformance, run_conformance
-from spotref.conformance_cases import cases
+from spotref.conformance_cases import Case, aimed, cases, tiny_config
 
 SEEDED = [(name, i % 2) for i, name in enumerate(LOSSY)]  # seeds 0 and 1 in turn
 
@@ -119,3 +119,41 @@ def test_the_drafter_adapter_gives_the_suites_drafts():
     oracle = cases().filter(lambda case: case.drafter == "oracle")  # the efficiency check's drafter, always
     seen = run_conformance(through_the_adapter, max_examples=10, seed=0, efficiency=True, strategy=oracle)
     assert seen["drafted"] > 0 and seen["drafter=oracle"] > 0, seen
+
+
+def base_case(family: str = "sdar") -> Case:
+    """A plain case to aim: 6 tokens after a prompt of one block, T = 1, no filter or threshold."""
+    cfg = tiny_config(family, 40, 39, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
+    kw = dict(temperature=1.0, seed=5, threshold=None, top_k=None, top_p=None, precision=None, budget=4, depth=2)
+    kw.update(stop_ids=[38], width=None, confidence="filtered" if family == "sdar" else "low_confidence")
+    kw.update(fused_store=False) if family == "sdar" else kw.update(block_length=4)
+    return Case(cfg, 3, [1, 2, 3, 4], 6, "confidence", kw, family)
+
+
+@pytest.mark.parametrize(
+    "aim, lossy",
+    [
+        ("top-k", "top-k drops ties with the k-th"),
+        ("top-p", "top-p < for <="),
+        ("top-p", "fast path wrong for T >= 0.5 (no top-p)"),
+    ],
+)
+@pytest.mark.parametrize("pick", [1, 2, 4, 5])  # two picks in three show a draw
+def test_a_filter_aim_shows_its_boundary_in_a_drawn_token(aim, lossy, pick):
+    """The boundary's entry is drawn and every position commits at once: a filter that drops it
+    differs in one aimed case (issue 50: these three escaped the default run at some seeds)."""
+    case = aimed(base_case(), aim, pick)
+    kw = case.kwargs
+    assert case.aim == aim and kw["temperature"] >= 0.5 and (kw["top_k"] or kw["top_p"]), case
+    exact = spotref.generate(case.model(), case.prompt, case.max_new_tokens, **kw)
+    assert len(exact.stats["trajectory"][0][2]) > 1  # the first decision commits every masked position
+    got = LOSSY[lossy](case.model(), case.prompt, case.max_new_tokens, **kw)
+    assert got.tokens != exact.tokens
+
+
+def test_a_filter_aim_on_llada_runs_on_sdar_of_the_same_sizes():
+    """LLaDA has no top-k / top-p: its filter aims are SDAR's, not lost to the threshold aim."""
+    case = aimed(base_case("llada"), "top-k", 1)
+    assert case.family == "sdar" and case.aim == "top-k" and case.kwargs["top_k"] and "block_length" not in case.kwargs
+    assert case.config.vocab_size == 40 and case.config.block_size == 4
+    assert aimed(base_case("llada"), "tau", 1).family == "llada"
