@@ -155,13 +155,47 @@ def described(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e)[:200]}" + (f" ({where})" if where else "")
 
 
+SUMMARY = (  # (label, the coverage keys of its line: a prefix "dim=" or the keys themselves)
+    ("aimed at", "aim="),
+    ("drafted by", "drafter="),
+    ("family", "family="),
+    ("model", "model="),
+    ("temperature", ("T=0", "T<=1", "T>1")),
+    ("precision", "precision="),
+    ("confidence", "confidence="),
+    ("rule", ("threshold", "one-position")),
+    ("filter", ("top-k/top-p", "no-filter")),
+    ("budget", ("budget<=64", "budget>64")),
+    ("width", ("rows", "fixed-width")),
+    ("prompt", ("whole-prompt-blocks", "partial-prompt-block", "canvas")),
+    ("stop ids", "stop="),
+    ("store", ("fused-store",)),
+)
+HAPPENED = ("cases", "decoded", "drafted", "drafting-unreported")  # the first line's counts
+
+
 def summary(seen: Counter) -> list[str]:
-    """The coverage, one line per dimension: ``family: sdar 41, llada 30, dream 29``."""
-    groups = {}
-    for key, n in sorted(seen.items()):
-        dim, _, value = key.partition("=")
-        groups.setdefault(dim if value else "happened", []).append(f"{value or dim} {n}")
-    return [f"  {dim}: {', '.join(values)}" for dim, values in groups.items()]
+    """The coverage as aligned lines, what happened first, then one line per dimension, its
+    values by count (``  family       sdar 41, llada 30, dream 29``; a dimension of fixed keys,
+    such as the temperature's, in its own order); keys it does not know go to a last line,
+    "other"."""
+    n = seen["cases"]
+    lines = [("cases", f"{n} checked: {seen['decoded']} decoded a token, {seen['drafted']} drafted")]
+    if seen["drafting-unreported"]:
+        lines[0] = (lines[0][0], f"{lines[0][1]}, {seen['drafting-unreported']} did not report drafting")
+    placed = set(HAPPENED)
+    for label, keys in SUMMARY:
+        mine = [k for k in seen if k.startswith(keys)] if isinstance(keys, str) else [k for k in keys if k in seen]
+        placed.update(mine)
+        if mine:
+            prefix = keys if isinstance(keys, str) else ""
+            values = sorted(mine, key=lambda k: (-seen[k], k)) if prefix else mine  # listed keys: in order
+            lines.append((label, ", ".join(f"{k.removeprefix(prefix)} {seen[k]}" for k in values)))
+    other = sorted(k for k in seen if k not in placed)
+    if other:
+        lines.append(("other", ", ".join(f"{k} {seen[k]}" for k in other)))
+    width = max(len(label) for label, _ in lines)
+    return [f"  {label:<{width}}  {text}" for label, text in lines]
 
 
 def run(args) -> int:

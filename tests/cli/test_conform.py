@@ -4,10 +4,12 @@ import contextlib
 import functools
 import json
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from spotref.cli.conform import summary
 from spotref.cli.main import main
 from spotref.conformance_cases import tiny_config
 from spotref.models import SDARModel
@@ -36,7 +38,30 @@ def test_a_correct_decoder_passes_with_a_summary_of_what_was_covered(decoders, c
     assert main(["conform", "my_decoders:correct", "--max-examples", "12", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "conform: 10 / 12 cases" in out and "conform: passed, 12 cases" in out
-    assert "  family: " in out and "  happened: " in out and "decoded" in out
+    covered = out[out.index("; covered:") :].splitlines()[1:]
+    assert covered[0].startswith("  cases        12 checked: ") and "decoded a token" in covered[0]
+    labels = [line.split("  ")[1] for line in covered]
+    assert {"aimed at", "family", "temperature", "precision", "rule"} <= set(labels) and "other" not in labels
+    columns = {len(line) - len(line[2 + len(label) :].lstrip()) for line, label in zip(covered, labels)}
+    assert len(columns) == 1, covered  # every dimension's values start in one column
+
+
+def test_the_summary_is_an_aligned_line_per_dimension():
+    seen = Counter(
+        {"cases": 12, "decoded": 11, "drafted": 8, "aim=tau": 4, "aim=none": 3, "aim=top-k": 5, "drafter=spot": 5}
+    )
+    seen.update({"family=sdar": 7, "family=dream": 5, "T>1": 4, "T=0": 3, "T<=1": 5, "fused-store": 2, "new": 1})
+    assert summary(seen) == [
+        "  cases        12 checked: 11 decoded a token, 8 drafted",
+        "  aimed at     top-k 5, tau 4, none 3",
+        "  drafted by   spot 5",
+        "  family       sdar 7, dream 5",
+        "  temperature  T=0 3, T<=1 5, T>1 4",
+        "  store        fused-store 2",
+        "  other        new 1",
+    ]
+    seen["drafting-unreported"] = 4
+    assert summary(seen)[0].endswith("8 drafted, 4 did not report drafting")
 
 
 def test_a_lossy_decoder_fails_with_the_first_difference_and_a_replay_file(decoders, capsys, tmp_path):
@@ -123,7 +148,7 @@ def checkpoint(tmp_path):
 
 def test_the_kit_runs_on_a_checkpoint_directory(decoders, capsys, checkpoint):
     assert main(["conform", "my_decoders:correct", "--model", str(checkpoint), "--max-examples", "4"]) == 0
-    assert "  model: checkpoint 4" in capsys.readouterr().out
+    assert "  model        checkpoint 4" in capsys.readouterr().out
     assert main(["conform", "my_decoders:lossy", "--model", str(checkpoint), "--max-examples", "10"]) == 1
     doc = json.loads(Path("conform-replay.json").read_text())
     assert doc["model"]["checkpoint"] == str(checkpoint.resolve()) and "config" not in doc["model"]
