@@ -177,7 +177,7 @@ def cases(
         case = Case(cfg, weights, prompt, n, draw(st.sampled_from(DRAFTERS)), kwargs, family, batch)
         case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
         aim = draw(st.sampled_from(AIMS)) if aims else None
-        return aimed(case, aim, draw(st.integers(0, 2**16))) if aim else case
+        return aimed(case, aim, draw(st.integers(0, 2**16)), "sdar" in families) if aim else case
 
     return case()
 
@@ -389,7 +389,7 @@ def shown_rows(case: Case, masked, noise) -> np.ndarray:
     return noise.block * noise.shape[0] + np.asarray(masked) - offset < case.max_new_tokens
 
 
-def aimed(case: Case, aim: str, pick: int) -> Case:
+def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
     """``case`` aimed at a boundary where implementations differ, set from exact decoding's
     numbers (``pick`` chooses among the candidates), its ``aim`` set to the boundary reached; a
     case without the boundary is returned as it is (``aim`` None).
@@ -411,8 +411,9 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
       confidence: the first decision commits every masked position, so each row's token shows
       (ties at the top go to the lowest id);
     - "draw" (not LLaDA): a Gumbel-max race at T > 0 in bf16 (``draw_aimed``).
-    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes (``as_sdar``;
-    a LLaDA checkpoint's are "tau"'s); its draw aim is "tau"'s."""
+    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes (``as_sdar``)
+    where ``sdar`` (SDAR is among the families drawn), else (and a LLaDA checkpoint's) they are
+    "tau"'s; its draw aim is "tau"'s."""
     if aim == "ties":
         return reached(dataclasses.replace(case, prompt=[]), "ties", threshold=None)
     if aim == "stop":
@@ -423,7 +424,7 @@ def aimed(case: Case, aim: str, pick: int) -> Case:
         first = first_decision(case)
         c = [] if first is None else [v for v in first[2].tolist() if v > 0]
         return reached(case, "all", threshold=min(c) / 2) if c else case
-    if aim in ("top-k", "top-p") and (case.family != "llada" or case.checkpoint is None):
+    if aim in ("top-k", "top-p") and (case.family != "llada" or (sdar and case.checkpoint is None)):
         return filter_aimed(as_sdar(case) if case.family == "llada" else case, aim, pick)
     if aim == "draw" and case.family != "llada":
         return draw_aimed(case, pick)
