@@ -118,6 +118,7 @@ class Divergence(AssertionError):
 
 
 def assert_identical(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar"):
+    __tracebackhide__ = True  # pytest shows the user's frames and the verdict, not the kit's (docs/spec.md 5.1)
     if list(got_tokens) != list(exact.tokens):
         where = first_difference(exact, got_tokens, block_size, prompt_len, family)
         raise Divergence(divergence_message(exact, got_tokens, where), where)
@@ -314,6 +315,7 @@ def check_case(case: Case, generate_fn, efficiency: bool = False) -> dict:
     also assert that ``generate_fn`` drafts with the suite's drafter and accepts the oracle's
     rounds in full (``check_oracle_accepted``); a correct decoder that drafts with a drafter of
     its own fails it, so it is off unless asked for."""
+    __tracebackhide__ = True  # pytest shows the user's frames and the verdict, not the kit's (docs/spec.md 5.1)
     exact, got, tokens, passes = run_case(case, generate_fn)
     assert_identical(exact, tokens, case.block_size, len(case.prompt), case.family)
     if passes > exact.passes:
@@ -454,6 +456,7 @@ def run_conformance(
     reproducible (the same cases in the same order); None, a fresh random run. replay_file: where
     a failure writes its minimal case (``save_replay``; the exception's note and ``replay_file``
     attribute name it; ``replay_conformance`` reruns it); None (default), nowhere."""
+    __tracebackhide__ = True  # pytest shows the user's frames and the verdict, not the kit's (docs/spec.md 5.1)
     check_int("max_examples", max_examples, 1)
     hypothesis()  # a missing dependency named before any case runs
     if not callable(generate_fn):
@@ -506,6 +509,7 @@ def hypothesis_test(check, seen: Counter, strategy, max_examples: int, database,
     @h.settings(max_examples=max_examples, deadline=None, database=database, suppress_health_check=health, **settings)
     @h.given(strategy)
     def conformance(case):
+        __tracebackhide__ = True  # pytest shows the user's frames and the verdict, not the kit's (docs/spec.md 5.1)
         try:
             outcome = check(case)
         except Exception as e:
@@ -528,7 +532,10 @@ def conformance_test(generate_fn, replay_file=REPLAY_FILE, **kwargs):
     ``conformance-replay.json`` in the working directory; None: none), named in the report."""
 
     def test_conformance():
-        run_conformance(generate_fn, replay_file=replay_file, **kwargs)
+        try:
+            run_conformance(generate_fn, replay_file=replay_file, **kwargs)
+        except AssertionError as verdict:  # the verdict alone: the kit's frames say nothing of the decoder
+            raise verdict.with_traceback(None) from None
 
     return test_conformance
 
