@@ -3,7 +3,7 @@ passes saved over exact decoding, on every bundled target.
 
     python benchmarks/universal_drafter.py [--drafter universal] [--prompts 2] [--new-tokens 64]
         [--budget 64] [--depth 32] [--temperature 0] [--test-prompts 16] [--out runs/universal/measure.json]
-        [--compare OTHER]
+        [--compare OTHER] [--offline]
 
 Per target: accuracy (``train_drafter.accuracy``, depth 0) of the universal and the own drafter
 on the same recorded held-out states (``--test-prompts`` per temperature, T = 0 and 1, the
@@ -11,8 +11,12 @@ trajectory cache ``--data-dir``), and ``generate`` on the first ``--prompts`` te
 budget N and depth D: passes of exact decoding, of the own drafter and of the universal one,
 and the share of the own drafter's gain (exact - own passes) the universal one keeps. Every
 drafted run's tokens are asserted equal to exact decoding's. ``--compare OTHER`` measures a second
-drafter (a name or a path) beside it on the same states and runs (``compare`` entries). Results are written (atomically)
-after each target, so a cut run keeps what it measured.
+drafter (a name or a path) beside it on the same states and runs (``compare`` entries).
+``--offline`` replaces ``generate`` by SPOT rounds simulated along the recorded held-out
+trajectories at the same N, D and T (``train_drafter.simulate``, all ``--test-prompts`` prompts,
+every state after a block's first): ``offline`` entries, the rounds of each drafter against the
+states exact decoding steps through (no target pass is run, so it costs the drafter's calls
+only). Results are written (atomically) after each target, so a cut run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from spotref.files import atomic_write_text  # noqa: E402
 from spotref.load.drafters import load_drafter  # noqa: E402
 from spotref.load.targets import list_targets  # noqa: E402
 from spotref.record.prompts import TrajectorySpec, prompts_for, recorded  # noqa: E402
-from spotref.train.train_drafter import accuracy  # noqa: E402
+from spotref.train.train_drafter import accuracy, segments, simulate  # noqa: E402
 
 TARGETS = ("gsm-b32", "gsm-b16", "stdlib-b32", "stdlib-b16", "stdlib-b32-d192", "gsm-llada", "gsm-dream")
 
@@ -55,6 +59,22 @@ def passes(target, drafter, prompts, o) -> tuple:
     return total, tokens
 
 
+def offline_rounds(drafter, ds, o) -> int:
+    """SPOT rounds at budget ``o.budget``, depth ``o.depth`` and temperature ``o.temperature``
+    simulated along every recorded block trajectory of ``ds`` (exact decoding: ``len(ds)``)."""
+    draft = lambda r, N, D, T: drafter.draft(r, N, D)  # noqa: E731
+    return sum(len(simulate(draft, ds, seg, o.budget, o.depth, o.temperature)) for seg in segments(ds))
+
+
+def offline(ds, drafters: tuple, o) -> dict:
+    """{"exact": states, label: rounds, ..., "share_of_own_gain": {label: ...}} on ``ds`` for
+    ``drafters`` ((label, drafter), ...; one labelled "own")."""
+    row = {"exact": len(ds), **{label: offline_rounds(d, ds, o) for label, d in drafters}}
+    gain = row["exact"] - row["own"]
+    share = {label: (row["exact"] - row[label]) / gain if gain > 0 else None for label, _ in drafters}
+    return {**row, "share_of_own_gain": {k: v for k, v in share.items() if k != "own"}}
+
+
 def measure(name: str, universal, o, compare=None) -> dict:
     target = spotref.load_target(name)
     own = load_drafter(name)
@@ -65,10 +85,13 @@ def measure(name: str, universal, o, compare=None) -> dict:
         acc[f"{T:g}"] = {"universal": accuracy(universal.model, ds), "own": accuracy(own.model, ds)}
         if compare is not None:
             acc[f"{T:g}"]["compare"] = accuracy(compare.model, ds)
+    drafters = (("own", own), ("universal", universal)) + ((("compare", compare),) if compare is not None else ())
+    if o.offline:
+        ds = recorded(target, spec, "test", o.temperature)
+        return {"accuracy": acc, "offline": offline(ds, drafters, o)}
     prompts = prompts_for(target, o.prompts, "test", 64)
     exact, want = passes(target, None, prompts, o)
     row = {"accuracy": acc, "exact_passes": exact}
-    drafters = (("own", own), ("universal", universal)) + ((("compare", compare),) if compare is not None else ())
     for label, d in drafters:
         n, got = passes(target, d, prompts, o)
         assert got == want, f"{name}: the {label} drafter's tokens differ from exact decoding"
@@ -95,6 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=temperature_arg, default=0.0)
     p.add_argument("--test-prompts", type=positive_int, default=16)
     p.add_argument("--data-dir", default="runs/drafter-data")
+    p.add_argument("--offline", action="store_true", help="simulated rounds on the recorded trajectories, no generate")
     p.add_argument("--out", default="runs/universal/measure.json")
     o = p.parse_args(argv)
     unknown = [t for t in o.targets.split(",") if t not in list_targets()]
