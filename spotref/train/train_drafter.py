@@ -126,6 +126,13 @@ def add_universal_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="with --targets: targets it does not train on, measured on their held-out prompts",
     )
+    p.add_argument(
+        "--turns",
+        type=turn_list,
+        default=None,
+        help="with --targets: batches per cycle of some targets, NAME=K,... (default 1 each); a cycle "
+        "draws from every target in --targets order, then again from those with K >= 2, and so on",
+    )
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ class DrafterOptions(Options):
     set_steps: int  # set-head training steps
     targets: tuple | None = None  # --targets: ((name, training prompts or None), ...)
     held_out: tuple | None = None  # --held-out: ((name, None), ...)
+    turns: tuple | None = None  # --turns: ((name, batches per cycle), ...)
 
 
 def target_list(text: str) -> tuple:
@@ -169,6 +177,29 @@ def target_list(text: str) -> tuple:
             raise ValueError(f"a target list needs NAME[:PROMPTS] entries separated by commas, got {item!r}")
         out.append((name, int(n) if n else None))
     return tuple(out)
+
+
+def turn_list(text: str) -> tuple:
+    """``--turns``: ``NAME=K,...`` -> ((name, K), ...), K >= 1; ``ValueError`` naming a malformed entry."""
+    out = []
+    for item in text.split(","):
+        name, _, k = item.strip().partition("=")
+        if not name or not (k.isdigit() and int(k) > 0):
+            raise ValueError(f"--turns needs NAME=K entries (K >= 1) separated by commas, got {item!r}")
+        out.append((name, int(k)))
+    return tuple(out)
+
+
+def cycle(names: list, turns: tuple | None) -> list:
+    """Indices into ``names`` (the --targets order) of one cycle of batches: every target once,
+    then those with at least 2 turns once more, and so on; ``ValueError`` for a --turns name not
+    in ``names``."""
+    k = dict(turns or ())
+    unknown = sorted(set(k) - set(names))
+    if unknown:
+        raise ValueError(f"--turns names {', '.join(unknown)}, not in --targets ({', '.join(names)})")
+    rounds = max(k.values(), default=1)
+    return [i for r in range(rounds) for i, n in enumerate(names) if k.get(n, 1) > r]
 
 
 def trajectory_spec(options: DrafterOptions) -> TrajectorySpec:
@@ -417,8 +448,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.time()
     if options.targets:
         return train_universal(options, t0)
-    if options.held_out:
-        raise ValueError("--held-out goes with --targets (a drafter trained on several targets)")
+    for flag, given in (("--held-out", options.held_out), ("--turns", options.turns)):
+        if given:
+            raise ValueError(f"{flag} goes with --targets (a drafter trained on several targets)")
     target = load_target(options.target, options.targets_dir or TARGETS_DIR)
     if options.curves_only:
         return remeasure(target, options)
@@ -611,22 +643,23 @@ def per_target_accuracy(model, data: dict) -> dict:
 
 def train_universal(options: DrafterOptions, t0: float) -> int:
     """``--targets``: one order model trained on the trajectories of several targets (batches
-    alternate between them), measured on every target's held-out prompts (--held-out ones
-    too), saved with ``any_block_size`` (``load_drafter`` runs it on any target) and without a
-    target fingerprint (no target picks it for ``drafter="spot"``). No set head, curves or
-    calibrated graph: those are per target."""
+    alternate between them, ``--turns`` batches per cycle each: ``cycle``), measured on every
+    target's held-out prompts (--held-out ones too), saved with ``any_block_size``
+    (``load_drafter`` runs it on any target) and without a target fingerprint (no target picks
+    it for ``drafter="spot"``). No set head, curves or calibrated graph: those are per target."""
     o = options
     out = out_path(o)
     print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
+    trained = [n for n, _ in o.targets]
+    order_of_turns = cycle(trained, o.turns)
     data = universal_data(o)
     parts = [tj.Trajectories.concat(list(tr.values())) for tr, _ in data.values() if tr is not None]
     model = order.OrderModel(parts[0].block_size, set_hidden=None)
     if o.init:
         model.load_state_dict(order.widened(order.without_set_head(load_order_model(o.init)[0])).state_dict())
     print(f"trajectories: train {', '.join(f'{len(p)}' for p in parts)} states ({time.time() - t0:.0f} s)")
-    train(model, parts, o)
+    train(model, [parts[i] for i in order_of_turns], o)
     per_target = per_target_accuracy(model, data)
-    trained = [n for n, _ in o.targets]
     save_order_model(
         out,
         model,

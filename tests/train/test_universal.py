@@ -83,6 +83,35 @@ def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
         train_drafter.run(parser().parse_args(["tiny-b4", "--held-out", "tiny-b8"]))
 
 
+def test_turns_give_a_target_more_batches_per_cycle(targets, monkeypatch, tmp_path):
+    """Before --turns every target had one batch per cycle; tiny-b8=2 draws it twice per cycle."""
+    drawn = []
+    fake_targets(monkeypatch, targets, [])
+    real_batch = train_drafter.batch
+    monkeypatch.setattr(train_drafter, "batch", lambda ds, r, d: drawn.append(ds.block_size) or real_batch(ds, r, d))
+    o = options("u", "--targets", "tiny-b8,tiny-b4", "--turns", "tiny-b8=2", "--prompts", "3")
+    o = train_drafter.DrafterOptions(**{**o.__dict__, "out": str(tmp_path / "u.pt"), "steps": 6, "batch": 8})
+    assert train_drafter.train_universal(o, time.time()) == 0
+    assert drawn[:6] == [8, 4, 8] * 2
+
+
+def test_cycle_orders_the_turns_and_refuses_an_unknown_name():
+    assert train_drafter.cycle(["a", "b", "c"], None) == [0, 1, 2]
+    assert train_drafter.cycle(["a", "b", "c"], (("c", 2),)) == [0, 1, 2, 2]
+    assert train_drafter.cycle(["a", "b", "c"], (("a", 3), ("c", 2))) == [0, 1, 2, 0, 2, 0]
+    with pytest.raises(ValueError, match="--turns names d, not in --targets"):
+        train_drafter.cycle(["a", "b"], (("d", 2),))
+
+
+def test_turn_list_and_turns_without_targets_are_refused(tmp_path):
+    assert train_drafter.turn_list("a=2,b=1") == (("a", 2), ("b", 1))
+    for bad in ("a", "a=0", "a=x", "=2"):
+        with pytest.raises(ValueError, match="NAME=K"):
+            train_drafter.turn_list(bad)
+    with pytest.raises(ValueError, match="--turns goes with --targets"):
+        train_drafter.run(parser().parse_args(["gsm-b32", "--turns", "gsm-b32=2", "--out", str(tmp_path / "x.pt")]))
+
+
 def test_target_list_refuses_a_malformed_entry():
     assert train_drafter.target_list("a:3,b") == (("a", 3), ("b", None))
     assert train_drafter.target_list("a:") == (("a", None),)
