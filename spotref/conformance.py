@@ -438,9 +438,8 @@ def run_conformance(
     whose logits depend on the rows of a forward (``BatchSensitive``), so only a decoder that
     runs every pass as one forward of W rows, as exact decoding at width W, stays exact.
 
-    ``max_examples``: an int >= 1 (``ValueError`` otherwise). A ``generate_fn`` that is not
-    callable, or whose result on one small case (``probe_case``) has no ``tokens`` and ``passes``
-    (a list, say), is a ``TypeError`` before any Hypothesis case.
+    ``max_examples``: an int >= 1 (else ``ValueError``). A ``generate_fn`` not callable, or whose
+    result on a small case (``probe_case``) has no ``tokens`` and ``passes``, is a ``TypeError``.
 
     Needs Hypothesis (``pip install "spotref[conformance]"``). database: where Hypothesis keeps
     failing examples; None (default) keeps nothing (no ``.hypothesis/`` in the working
