@@ -5,7 +5,7 @@ failure there is a false alarm). Times are CPU seconds of this process (one thre
 seconds; a busy machine stretches the second, not the first.
 
     python benchmarks/mutant_gallery.py                    # seeds 1 2 3, every mutant
-    python benchmarks/mutant_gallery.py --seeds 1 2 3 4 5 --correct-only
+    python benchmarks/mutant_gallery.py --seeds 1,2,3,4,5 --correct-only
     python benchmarks/mutant_gallery.py --only "32-bit seed"
 """
 
