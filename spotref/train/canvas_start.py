@@ -169,13 +169,12 @@ def rms_sums(sums: dict, name: str, heads: int, cfg):
 def fold_qk_norms(model, sdar_model: SDARModel, scales: dict) -> None:
     """Each layer's query / key projection of ``model`` (its family's, copied from SDAR's) scaled
     row by row: head h's rows by ``scales[...][h]`` times SDAR's q / k norm weight."""
-    sd = model.state_dict()
-    prefix = "model.transformer.blocks" if model.family == "llada" else "model.layers"
-    inner = "" if model.family == "llada" else "self_attn."
+    sd, cfg = model.state_dict(), sdar_model.config
+    names = counterparts(model.family, cfg.num_hidden_layers, cfg.tie_word_embeddings)  # SDAR's -> the family's
     for i, layer in enumerate(sdar_model.model.layers):
         for kind in ("q", "k"):
             c = scales[f"{kind}{i}"]  # (heads,)
             w = getattr(layer.self_attn, f"{kind}_norm").weight.float()  # (head_dim,)
-            W = sd[f"{prefix}.{i}.{inner}{kind}_proj.weight"]  # (heads * head_dim, D)
+            W = sd[names[f"model.layers.{i}.self_attn.{kind}_proj.weight"]]  # (heads * head_dim, D)
             rows = (c.view(-1, 1) * w.view(1, -1)).reshape(-1, 1)  # (heads * head_dim, 1)
             W.copy_((W.float() * rows).to(W.dtype))
