@@ -59,6 +59,12 @@ def passes(target, drafter, prompts, o) -> tuple:
     return total, tokens
 
 
+def share_of_gain(exact: int, own: int, other: int) -> float | None:
+    """The share of the own drafter's gain (exact - own passes or rounds) that ``other`` keeps;
+    None where the own drafter gains nothing."""
+    return (exact - other) / (exact - own) if exact > own else None
+
+
 def offline_rounds(drafter, ds, o) -> int:
     """SPOT rounds at budget ``o.budget``, depth ``o.depth`` and temperature ``o.temperature``
     simulated along every recorded block trajectory of ``ds`` (exact decoding: ``len(ds)``)."""
@@ -70,24 +76,23 @@ def offline(ds, drafters: tuple, o) -> dict:
     """{"exact": states, label: rounds, ..., "share_of_own_gain": {label: ...}} on ``ds`` for
     ``drafters`` ((label, drafter), ...; one labelled "own")."""
     row = {"exact": len(ds), **{label: offline_rounds(d, ds, o) for label, d in drafters}}
-    gain = row["exact"] - row["own"]
-    share = {label: (row["exact"] - row[label]) / gain if gain > 0 else None for label, _ in drafters}
-    return {**row, "share_of_own_gain": {k: v for k, v in share.items() if k != "own"}}
+    share = {label: share_of_gain(row["exact"], row["own"], row[label]) for label, _ in drafters if label != "own"}
+    return {**row, "share_of_own_gain": share}
 
 
 def measure(name: str, universal, o, compare=None) -> dict:
     target = spotref.load_target(name)
     own = load_drafter(name)
     spec = TrajectorySpec(o.data_dir, o.test_prompts, o.test_prompts, 60, 64, 128, 1)
-    acc = {}
+    acc, sets = {}, {}
     for T in (0.0, 1.0):
-        ds = recorded(target, spec, "test", T)
+        ds = sets[T] = recorded(target, spec, "test", T)
         acc[f"{T:g}"] = {"universal": accuracy(universal.model, ds), "own": accuracy(own.model, ds)}
         if compare is not None:
             acc[f"{T:g}"]["compare"] = accuracy(compare.model, ds)
     drafters = (("own", own), ("universal", universal)) + ((("compare", compare),) if compare is not None else ())
     if o.offline:
-        ds = recorded(target, spec, "test", o.temperature)
+        ds = sets[o.temperature] if o.temperature in sets else recorded(target, spec, "test", o.temperature)
         return {"accuracy": acc, "offline": offline(ds, drafters, o)}
     prompts = prompts_for(target, o.prompts, "test", 64)
     exact, want = passes(target, None, prompts, o)
@@ -96,10 +101,9 @@ def measure(name: str, universal, o, compare=None) -> dict:
         n, got = passes(target, d, prompts, o)
         assert got == want, f"{name}: the {label} drafter's tokens differ from exact decoding"
         row[f"{label}_passes"] = n
-    gain = exact - row["own_passes"]
-    row["share_of_own_gain"] = (exact - row["universal_passes"]) / gain if gain > 0 else None
+    row["share_of_own_gain"] = share_of_gain(exact, row["own_passes"], row["universal_passes"])
     if compare is not None:
-        row["compare_share_of_own_gain"] = (exact - row["compare_passes"]) / gain if gain > 0 else None
+        row["compare_share_of_own_gain"] = share_of_gain(exact, row["own_passes"], row["compare_passes"])
     return row
 
 
