@@ -9,6 +9,8 @@ most ``MAX_PROMPTS`` (32) of that target's prompts, in about a minute on one CPU
    the feature skip (``head.weight[0]``, ``skip.weight[0]``): 248 numbers (242 for a checkpoint
    reading 48 features); ``--set-head-only``: the first three, 66 numbers.
    The encoder, the token head and the set head's hidden layer are kept bit for bit.
+   ``--full``: every weight of the order model fine-tuned instead (``calib_fit.fit_full``, about
+   627,000 numbers, ``--steps`` default 500): no longer light, about a minute of CPU more.
 3. Write the drafter checkpoint (atomically) into ``runs/calibrate-sets-TIME/TARGET.pt`` or
    ``--out``; a shipped file only with ``--update-shipped``. Its ``config.block_size`` is the
    target's (the order model has no block-size-bound weights), so it loads as that target's
@@ -55,6 +57,7 @@ from spotref.record.prompts import prompts_for
 from spotref.train.train_drafter import target_record
 
 MAX_PROMPTS = 32  # the light calibration's limit (the issue's "at most 32 prompts")
+STEPS = {"light": 300, "full": 500}  # --steps' default: the output-layer fit's, --full's
 TAUS = (0.9, 0.7)  # thresholds recorded by default
 TEMPERATURES = (0.0, 1.0)
 
@@ -77,12 +80,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=list(TEMPERATURES),
         help="temperatures recorded (default 0,1)",
     )
-    p.add_argument("--steps", type=positive_int, default=300, help="fit steps (default 300; each takes milliseconds)")
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help=f"fit steps (default {STEPS['light']}, milliseconds each; with --full {STEPS['full']}, 0.1 s each)",
+    )
     p.add_argument("--seed", type=seed_int, default=0, help="the recording's noise seed and the fit's sampling seed")
     p.add_argument(
         "--set-head-only",
         action="store_true",
         help="refit only the set head's output layer and scale (66 numbers), keeping the next-commit rows",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="fine-tune every weight of the order model (the encoder too): no longer a light calibration",
     )
     p.add_argument("--out", default=None, help="checkpoint path (default runs/calibrate-sets-TIME/TARGET.pt)")
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
@@ -99,9 +112,10 @@ class CalibOptions(Options):
     prompt_tokens: int
     taus: list
     temperatures: list
-    steps: int
+    steps: int | None
     seed: int
     set_head_only: bool
+    full: bool
     out: str | None
     targets_dir: str | None
     update_shipped: bool
@@ -124,7 +138,9 @@ def check_request(options: CalibOptions) -> None:
     if not o.temperatures:
         raise ValueError("--temperatures needs at least one temperature")
     check_int("prompts", o.prompts, 1, MAX_PROMPTS)
-    for name in ("new_tokens", "prompt_tokens", "steps"):
+    if o.full and o.set_head_only:
+        raise ValueError("--full and --set-head-only: choose one (--full fine-tunes every weight)")
+    for name in ("new_tokens", "prompt_tokens") + (("steps",) if o.steps is not None else ()):
         check_int(name, getattr(o, name), 1)
     check_int("seed", o.seed, 0, SEED_MAX)
     for T in o.temperatures:
@@ -189,12 +205,9 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
     t0, c0 = time.time(), time.process_time()
     ds, used = recorded or record_calibration(target, o)
     model = for_block_size(source, target.model.block_size)
-    data = calib_fit.frozen(model, ds, seed=o.seed)
-    next_commit = not o.set_head_only
-    losses = calib_fit.fit(model, data, steps=o.steps, next_commit=next_commit)
+    steps, fitted = o.steps or STEPS["full" if o.full else "light"], fit_model(model, ds, o)
     info = dict(
-        parameters=list(calib_fit.CALIBRATED if next_commit else calib_fit.SET_HEAD_ONLY),
-        n_parameters=calib_fit.n_calibrated(model, next_commit),
+        **fitted,
         source=str(drafter),
         source_target=(header.get("target") or {}).get("name"),
         prompts=used,
@@ -203,15 +216,27 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
         taus=list(o.taus),
         temperatures=list(o.temperatures),
         states=len(ds),
-        examples=len(data),
-        steps=o.steps,
+        steps=steps,
         seed=o.seed,
-        **losses,
         seconds=round(time.time() - t0, 1),
         cpu_seconds=round(time.process_time() - c0, 1),
     )
     meta = {k: v for k, v in header.items() if k not in ("format", "version", "config")}
     return model, {**meta, "target": target_record(target), "calibration": info}
+
+
+def fit_model(model: order.OrderModel, ds, o: CalibOptions) -> dict:
+    """Fit ``model`` in place as ``o`` asks; {parameters (names), n_parameters, examples (the loss
+    is measured on), loss_before, loss_after}."""
+    if o.full:
+        n = sum(p.numel() for p in model.parameters())
+        losses = calib_fit.fit_full(model, ds, steps=o.steps or STEPS["full"], seed=o.seed)
+        return dict(parameters=["every weight"], n_parameters=n, **losses)
+    data, next_commit = calib_fit.frozen(model, ds, seed=o.seed), not o.set_head_only
+    losses = calib_fit.fit(model, data, steps=o.steps or STEPS["light"], next_commit=next_commit)
+    names_ = list(calib_fit.CALIBRATED if next_commit else calib_fit.SET_HEAD_ONLY)
+    n = calib_fit.n_calibrated(model, next_commit)
+    return dict(parameters=names_, n_parameters=n, examples=len(data), **losses)
 
 
 def out_path(options: CalibOptions) -> Path:

@@ -22,6 +22,11 @@ position under either rule). Because only output layers move, each example's enc
 features and set-head hidden activations are computed once (``Frozen``): the fit is a
 regularised logistic / softmax regression over precomputed inputs, seconds on one CPU thread.
 
+``fit_full`` (``spotref calibrate-sets --full``) is the heavier adaptation: every weight of the
+order model (the encoder included, about 627,000 numbers) fine-tuned from the source on the same
+data and loss, by Adam from the source values with a cosine schedule; no longer a light
+calibration, measured beside it in docs/results-transfer-sets.md.
+
 Loss: ``spotref.train.train_sets.set_loss``'s negative log-likelihood of the true next decision
 (the exceed set, or for a single commit also the fallback to the next-commit head's choice), at
 recorded states and teacher-forced deeper ones (``train_sets.set_batch``), plus
@@ -74,10 +79,9 @@ class Frozen:
         return len(self.y)
 
 
-@torch.no_grad()
-def frozen(model: order.OrderModel, ds: tj.Trajectories, limit: int = EXAMPLES, tf_depth: int = 12, seed: int = 0):
-    """``Frozen`` inputs of at most ``limit`` examples (and at most ``DEEPER`` per recorded state):
-    every recorded state (at depth 0) and, while room is left, teacher-forced deeper ones
+def examples(ds: tj.Trajectories, limit: int = EXAMPLES, tf_depth: int = 12, seed: int = 0) -> tuple:
+    """(rows, depths) of at most ``limit`` examples (at most ``DEEPER`` per recorded state): every
+    recorded state (at depth 0) and, while room is left, teacher-forced deeper ones
     (``tj.teacher_sample``)."""
     rng = np.random.default_rng(seed)
     limit = min(limit, DEEPER * len(ds))
@@ -87,6 +91,13 @@ def frozen(model: order.OrderModel, ds: tj.Trajectories, limit: int = EXAMPLES, 
     if len(rows) < limit:
         extra, d = tj.teacher_sample(ds, limit - len(rows), tf_depth, rng)
         rows, depths = np.concatenate([rows, extra]), np.concatenate([depths, d])
+    return rows, depths
+
+
+@torch.no_grad()
+def frozen(model: order.OrderModel, ds: tj.Trajectories, limit: int = EXAMPLES, tf_depth: int = 12, seed: int = 0):
+    """``Frozen`` inputs of ``examples(ds, limit, tf_depth, seed)``."""
+    rows, depths = examples(ds, limit, tf_depth, seed)
     parts = [
         hidden(model, *ts.set_batch(ds, rows[i : i + CHUNK], depths[i : i + CHUNK])) for i in range(0, len(rows), CHUNK)
     ]
@@ -203,3 +214,52 @@ def fit(
         theta, after = start, before
     theta.write(model)
     return {"loss_before": round(before, 5), "loss_after": round(after, 5)}
+
+
+@torch.no_grad()
+def set_nll(model: order.OrderModel, ds: tj.Trajectories, rows: np.ndarray, depths: np.ndarray) -> float:
+    """``train_sets.set_loss`` of ``model`` over the examples (rows, depths), in chunks."""
+    total = 0.0
+    for i in range(0, len(rows), CHUNK):
+        r, d = rows[i : i + CHUNK], depths[i : i + CHUNK]
+        total += float(ts.set_loss(model.eval(), *ts.set_batch(ds, r, d))) * len(r)
+    return total / max(len(rows), 1)
+
+
+def fit_full(
+    model: order.OrderModel,
+    ds: tj.Trajectories,
+    steps: int = 500,
+    lr: float = 3e-4,
+    batch: int = 64,
+    tf_depth: int = 12,
+    seed: int = 0,
+    which=None,
+) -> dict:
+    """Fine-tune every weight of ``model`` (in place; ``which(name)``: only the parameters it
+    accepts) on ``ds`` under the set loss: ``steps`` Adam steps of ``batch`` teacher-forced
+    examples from the source values, cosine learning rate from ``lr``. Reported (and guarded) like
+    ``fit``: the loss before and after on ``examples(ds)``; a fine-tune no better than the source
+    there keeps the source."""
+    rows, depths = examples(ds, seed=seed)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    before = set_nll(model, ds, rows, depths)
+    params = [p for n, p in model.named_parameters() if which is None or which(n)]
+    opt = torch.optim.Adam(params, lr=lr)
+    rng = np.random.default_rng([seed, 1])
+    bar = progress(range(steps), "fine-tune the order model")
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + np.cos(np.pi * step / steps))
+        loss = ts.set_loss(model.train(), *ts.set_batch(ds, *tj.teacher_sample(ds, batch, tf_depth, rng)))
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if hasattr(bar, "set_postfix") and step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    model.eval().zero_grad(set_to_none=True)
+    after = set_nll(model, ds, rows, depths)
+    if not after <= before:  # no better than the source (or not finite): keep the source
+        model.load_state_dict(start)
+        after = before
+    return {"examples": len(rows), "loss_before": round(before, 5), "loss_after": round(after, 5)}

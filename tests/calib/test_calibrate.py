@@ -56,6 +56,13 @@ SMALL = dict(prompts=3, new_tokens=8, prompt_tokens=8, taus=[0.9, 0.7], temperat
 
 
 @pytest.fixture(scope="module")
+def recording(source, target):
+    """``record_calibration``'s trajectories of the tiny target under ``SMALL``."""
+    o = cal.CalibOptions.parse(cal.add_arguments, [str(source), "tiny"])
+    return cal.record_calibration(target, cal.CalibOptions(**{**{k: getattr(o, k) for k in o.names()}, **SMALL}))[0]
+
+
+@pytest.fixture(scope="module")
 def calibrated(source, target):
     return cal.calibrate_sets(source, target, **SMALL)
 
@@ -93,16 +100,14 @@ def test_set_head_only_keeps_the_next_commit_rows(source, target):
     assert c["parameters"] == list(SET_HEAD_ONLY) and c["n_parameters"] == 64 + 1 + 1
 
 
-def test_the_fit_moves_the_next_commit_ranking_towards_the_truth(source, target):
+def test_the_fit_moves_the_next_commit_ranking_towards_the_truth(source, recording):
     """A single commit's fallback term is the next-commit head's: refitting its row raises the
     true decisions' probability where the set head alone could not (the 66-number fit's case)."""
     from spotref.calib import fit
 
     model, _ = load_order_model(source)
     model = cal.for_block_size(model, B)
-    o = cal.CalibOptions.parse(cal.add_arguments, [str(source), "tiny"])
-    ds, _ = cal.record_calibration(target, cal.CalibOptions(**{**{k: getattr(o, k) for k in o.names()}, **SMALL}))
-    data = fit.frozen(model, ds)
+    data = fit.frozen(model, recording)
     start = fit.Theta.of(model)
     sets_only = fit.Theta(*[t.clone() for t in start.fitted()], start.head_bias)
     fit.fit(model, data, steps=60)
@@ -111,10 +116,54 @@ def test_the_fit_moves_the_next_commit_ranking_towards_the_truth(source, target)
     assert fit.nll(data, *fit.logits(data, after)) < fit.nll(data, *fit.logits(data, sets_only))
 
 
+@pytest.fixture(scope="module")
+def full(source, target):
+    return cal.calibrate_sets(source, target, **{**SMALL, "steps": 40}, full=True)
+
+
+def test_full_fine_tunes_every_weight_and_lowers_the_loss(full, source):
+    """``--full``: the encoder moves too (every tensor but ``head.bias``' unused token row may
+    change); the header says so and counts every number; the loss is not worse than the source's."""
+    model, header = full
+    before, _ = load_order_model(source)
+    a, b = model.state_dict(), before.state_dict()
+    moved = [k for k in a if not torch.equal(a[k], b[k])]
+    assert any(k.startswith("encoder.") for k in moved) and any(k.startswith("embed.") for k in moved)
+    c = header["calibration"]
+    assert c["parameters"] == ["every weight"] and c["n_parameters"] == sum(v.numel() for v in model.parameters())
+    assert c["loss_after"] < c["loss_before"] and c["steps"] == 40 and c["examples"] > 0
+
+
+def test_a_full_fine_tune_no_better_than_the_source_keeps_the_source(source, recording):
+    """The guard: a fine-tune that ends worse on its examples (lr so large it diverges) is dropped."""
+    from spotref.calib import fit
+
+    model, _ = load_order_model(source)
+    model = cal.for_block_size(model, B)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    got = fit.fit_full(model, recording, steps=5, lr=50.0)
+    assert got["loss_after"] == got["loss_before"]
+    assert all(torch.equal(v, start[k]) for k, v in model.state_dict().items())
+
+
+def test_a_fine_tune_of_some_weights_moves_only_those(source, recording):
+    """``fit_full(which=...)`` (benchmarks/sets_adaptation.py's parameter groups): the rest stays."""
+    from spotref.calib import fit
+
+    model, _ = load_order_model(source)
+    model = cal.for_block_size(model, B)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    got = fit.fit_full(model, recording, steps=20, which=lambda n: n.startswith("embed."))
+    assert got["loss_after"] < got["loss_before"]
+    moved = sorted(k for k, v in model.state_dict().items() if not torch.equal(v, start[k]))
+    assert moved and all(k.startswith("embed.") for k in moved)
+
+
+@pytest.mark.parametrize("fit", ["calibrated", "full"])
 @pytest.mark.parametrize("T", [0.0, 1.0])
 @pytest.mark.parametrize("tau", [0.9, 0.7])
-def test_the_calibrated_drafter_decodes_exactly(calibrated, target, T, tau):
-    drafter = SpotDrafter(calibrated[0])  # strict: it declares the target's block size
+def test_the_calibrated_drafter_decodes_exactly(calibrated, full, target, T, tau, fit):
+    drafter = SpotDrafter((calibrated if fit == "calibrated" else full)[0])  # strict: the target's block size
     prompt, kw = [11, 2, 9, 4, int(10 * tau)], dict(temperature=T, seed=3, threshold=tau)
     exact = spotref.generate(target.model, prompt, 2 * B, **kw)
     res = spotref.generate(target.model, prompt, 2 * B, drafter=drafter, budget=8, depth=4, **kw)
@@ -126,6 +175,8 @@ def test_requests_are_refused_before_any_work(source, target, tmp_path):
         cal.calibrate_sets(source, target, prompts=33)
     with pytest.raises(ValueError, match=r"--taus must be thresholds in \(0, 1\), got 1.5"):
         cal.calibrate_sets(source, target, taus=[0.9, 1.5])
+    with pytest.raises(ValueError, match=r"--full and --set-head-only: choose one"):
+        cal.calibrate_sets(source, target, full=True, set_head_only=True)
     bare = tmp_path / "bare.pt"
     model, _ = load_order_model(source)
     save_order_model(bare, order.without_set_head(model), {})
