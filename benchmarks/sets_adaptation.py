@@ -99,30 +99,18 @@ def adapted(source: str, target, calib: tj.Trajectories, how, a) -> tuple:
     return SpotDrafter(model, d.header), n, time.process_time() - c0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", required=True)
-    p.add_argument("--sources", required=True, help="comma list of set drafters (names or paths)")
-    p.add_argument("--test-prompts", type=positive_int, default=32)
-    p.add_argument("--new-tokens", type=positive_int, default=64)
-    p.add_argument("--tau", type=float, default=0.9)
-    p.add_argument("--budget", type=positive_int, default=16)
-    p.add_argument("--depth", type=positive_int, default=16)
-    p.add_argument("--adaptations", default=",".join(ADAPTATIONS), help=f"comma list of {', '.join(ADAPTATIONS)}")
-    p.add_argument("--steps", type=positive_int, default=cal.STEPS["full"], help="fine-tune steps")
-    p.add_argument("--cache", default="runs/sets-adaptation")
-    p.add_argument("--out", default=None)
-    a = p.parse_args(argv)
-    unknown = [x for x in a.adaptations.split(",") if x not in ADAPTATIONS]
-    if unknown or not 0.0 < a.tau < 1.0:
-        p.error(f"unknown adaptations {unknown}" if unknown else f"--tau must be in (0, 1), got {a.tau:g}")
+PROG = "python benchmarks/sets_adaptation.py"
+
+
+def run(a: argparse.Namespace) -> int:
+    target = names.target(a.target)  # an unknown target or source is refused before any work
+    for source in a.sources.split(","):
+        load_drafter(source, strict=False)
     torch.set_num_threads(1)
     Path(a.cache).mkdir(parents=True, exist_ok=True)
-    target = names.target(a.target)
     test, calib = test_trajectories(target, a), calibration_trajectories(target, a)
     own = commits_per_round(load_drafter(a.target), test, a)
-    out = {"command": " ".join(["python benchmarks/sets_adaptation.py", *(argv or sys.argv[1:])]), "own": own}
-    out.update(decisions=len(test), rows=[])
+    out = {"command": f"{PROG} {' '.join(a.argv)}", "own": own, "decisions": len(test), "rows": []}
     print(f"{a.target}: {len(test)} decisions, own drafter {own:.3f} commits per round", flush=True)
     for source in a.sources.split(","):
         for name in a.adaptations.split(","):
@@ -136,5 +124,27 @@ def main(argv=None) -> int:
     return 0
 
 
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", required=True)
+    p.add_argument("--sources", required=True, help="comma list of set drafters (names or paths)")
+    p.add_argument("--test-prompts", type=positive_int, default=32)
+    p.add_argument("--new-tokens", type=positive_int, default=64)
+    p.add_argument("--tau", type=float, default=0.9)
+    p.add_argument("--budget", type=positive_int, default=16)
+    p.add_argument("--depth", type=positive_int, default=16)
+    p.add_argument("--adaptations", default=",".join(ADAPTATIONS), help=f"comma list of {', '.join(ADAPTATIONS)}")
+    p.add_argument("--steps", type=positive_int, default=cal.STEPS["full"], help="fine-tune steps")
+    p.add_argument("--cache", default="runs/sets-adaptation")
+    p.add_argument("--out", default=None)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = p.parse_args(argv)
+    a.argv = argv
+    unknown = [x for x in a.adaptations.split(",") if x not in ADAPTATIONS]
+    if unknown or not 0.0 < a.tau < 1.0:
+        p.error(f"unknown adaptations {unknown}" if unknown else f"--tau must be in (0, 1), got {a.tau:g}")
+    return guarded(PROG, lambda: run(a))
+
+
 if __name__ == "__main__":
-    raise SystemExit(guarded("benchmarks/sets_adaptation.py", main))
+    raise SystemExit(main())

@@ -33,6 +33,9 @@ CASES = [  # (script, arguments, what the error line says)
     ("mutant_gallery.py", ["--shard", "3/2"], "argument --shard: must be I/N with 1 <= I <= N, got '3/2'"),
     ("mutant_gallery.py", ["--only", "nope"], "--only: no mutant named 'nope'"),
     ("rule_cost.py", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("sets_adaptation.py", ["--target", "nope", "--sources", "stdlib-b16"], "unknown target 'nope'"),
+    ("sets_adaptation.py", ["--target", "stdlib-b32", "--sources", "nope"], "no SPOT drafter named 'nope'"),
+    ("sets_adaptation.py", ["--target", "x", "--sources", "y", "--adaptations", "full,all"], "unknown adaptations"),
     ("universal_drafter.py", ["--targets", "nope"], "--targets: unknown target 'nope'"),
     ("universal_drafter.py", ["--prompts", "0"], "argument --prompts: must be an int in [1, inf], got 0"),
 ]
