@@ -16,9 +16,9 @@ own set drafter by SPOT-Sets rounds simulated along exact threshold-decoding tra
 ``--test-prompts`` held-out test prompts at T = 0 (``train_drafter.simulate``: a round accepts
 the drafted decisions the target's next decisions reach, plus one; no target pass is run):
 commits per round ``c`` and the share of the own drafter's gain kept, (c - 1) / (c_own - 1).
-Offline rounds track online passes to a few points (docs/results-transfer-sets.md) and cost no
-target pass, so many more prompts fit than in ``python -m spotref.calib.table``. Recordings are
-cached under ``--cache``; the results are written (atomically) after each source.
+Offline rounds cost no target pass, so many more prompts fit than in ``python -m
+spotref.calib.table`` (docs/results-transfer-sets.md compares the two). Recordings are cached
+under ``--cache``; the results are written (atomically) after each source.
 """
 
 from __future__ import annotations
