@@ -205,9 +205,8 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
     t0, c0 = time.time(), time.process_time()
     ds, used = recorded or record_calibration(target, o)
     model = for_block_size(source, target.model.block_size)
-    steps, fitted = o.steps or STEPS["full" if o.full else "light"], fit_model(model, ds, o)
     info = dict(
-        **fitted,
+        **fit_model(model, ds, o),
         source=str(drafter),
         source_target=(header.get("target") or {}).get("name"),
         prompts=used,
@@ -216,7 +215,6 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
         taus=list(o.taus),
         temperatures=list(o.temperatures),
         states=len(ds),
-        steps=steps,
         seed=o.seed,
         seconds=round(time.time() - t0, 1),
         cpu_seconds=round(time.process_time() - c0, 1),
@@ -226,17 +224,18 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
 
 
 def fit_model(model: order.OrderModel, ds, o: CalibOptions) -> dict:
-    """Fit ``model`` in place as ``o`` asks; {parameters (names), n_parameters, examples (the loss
-    is measured on), loss_before, loss_after}."""
+    """Fit ``model`` in place as ``o`` asks; {parameters (names), n_parameters, steps, examples
+    (the loss is measured on), loss_before, loss_after}."""
+    steps = o.steps or STEPS["full" if o.full else "light"]
     if o.full:
         n = sum(p.numel() for p in model.parameters())
-        losses = calib_fit.fit_full(model, ds, steps=o.steps or STEPS["full"], seed=o.seed)
-        return dict(parameters=["every weight"], n_parameters=n, **losses)
+        losses = calib_fit.fit_full(model, ds, steps=steps, seed=o.seed)
+        return dict(parameters=["every weight"], n_parameters=n, steps=steps, **losses)
     data, next_commit = calib_fit.frozen(model, ds, seed=o.seed), not o.set_head_only
-    losses = calib_fit.fit(model, data, steps=o.steps or STEPS["light"], next_commit=next_commit)
-    names_ = list(calib_fit.CALIBRATED if next_commit else calib_fit.SET_HEAD_ONLY)
+    losses = calib_fit.fit(model, data, steps=steps, next_commit=next_commit)
+    params = list(calib_fit.CALIBRATED if next_commit else calib_fit.SET_HEAD_ONLY)
     n = calib_fit.n_calibrated(model, next_commit)
-    return dict(parameters=names_, n_parameters=n, examples=len(data), **losses)
+    return dict(parameters=params, n_parameters=n, steps=steps, examples=len(data), **losses)
 
 
 def out_path(options: CalibOptions) -> Path:
