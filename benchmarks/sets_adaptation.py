@@ -71,9 +71,14 @@ def test_trajectories(target, a) -> tj.Trajectories:
     return cached(path, lambda: tj.record(model, prompts, a.new_tokens, 0.0, (0,), stops, threshold=a.tau))
 
 
+def defaults(target) -> cal.CalibOptions:
+    """``spotref calibrate-sets``' options at its defaults (the drafter argument is not read)."""
+    return cal.CalibOptions.parse(cal.add_arguments, [target.name, target.name])
+
+
 def calibration_trajectories(target, a) -> tj.Trajectories:
     """``spotref calibrate-sets``' own recording of ``target`` at its defaults."""
-    opts = cal.CalibOptions.parse(cal.add_arguments, [target.name, target.name])
+    opts = defaults(target)
     return cached(Path(a.cache, f"{target.name}-calibration.pt"), lambda: cal.record_calibration(target, opts)[0])
 
 
@@ -90,9 +95,8 @@ def adapted(source: str, target, calib: tj.Trajectories, how, a) -> tuple:
     model, c0 = cal.for_block_size(d.model, target.model.block_size), time.process_time()
     if how is None:
         n = 0
-    elif how == "light":
-        calib_fit.fit(model, calib_fit.frozen(model, calib), steps=cal.STEPS["light"])
-        n = calib_fit.n_calibrated(model)
+    elif how == "light":  # the command's own default fit
+        n = cal.fit_model(model, calib, defaults(target))["n_parameters"]
     else:
         calib_fit.fit_full(model, calib, steps=a.steps, which=how)
         n = sum(p.numel() for k, p in model.named_parameters() if how(k))
