@@ -176,6 +176,9 @@ class Trajectories:
 
     @classmethod
     def concat(cls, parts: list) -> "Trajectories":
+        """One ``Trajectories`` of ``parts`` (of one block size) in order; empty parts (a recording
+        with no state: their arrays lack the trailing dimensions) are left out."""
+        parts = [p for p in parts if len(p)] or parts[:1]
         return cls(
             {k: np.concatenate([p.arrays[k] for p in parts]) for k in FIELDS}, parts[0].mask_id, parts[0].block_size
         )

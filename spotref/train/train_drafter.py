@@ -43,7 +43,9 @@ from spotref.cli.argtypes import (
     positive_int,
     positive_real,
     seed_int,
+    target_list,
     tool_main,
+    turn_list,
 )
 from spotref.cli.options import Options
 from spotref.cli.report import progress
@@ -165,29 +167,6 @@ class DrafterOptions(Options):
     targets: tuple | None = None  # --targets: ((name, training prompts or None), ...)
     held_out: tuple | None = None  # --held-out: ((name, None), ...)
     turns: tuple | None = None  # --turns: ((name, batches per cycle), ...)
-
-
-def target_list(text: str) -> tuple:
-    """``--targets`` / ``--held-out``: ``NAME[:PROMPTS],...`` -> ((name, prompts or None), ...);
-    ``ValueError`` naming a malformed entry."""
-    out = []
-    for item in text.split(","):
-        name, _, n = item.strip().partition(":")
-        if not name or (n and not (n.isdigit() and int(n) > 0)):
-            raise ValueError(f"a target list needs NAME[:PROMPTS] entries separated by commas, got {item!r}")
-        out.append((name, int(n) if n else None))
-    return tuple(out)
-
-
-def turn_list(text: str) -> tuple:
-    """``--turns``: ``NAME=K,...`` -> ((name, K), ...), K >= 1; ``ValueError`` naming a malformed entry."""
-    out = []
-    for item in text.split(","):
-        name, _, k = item.strip().partition("=")
-        if not name or not (k.isdigit() and int(k) > 0):
-            raise ValueError(f"--turns needs NAME=K entries (K >= 1) separated by commas, got {item!r}")
-        out.append((name, int(k)))
-    return tuple(out)
 
 
 def cycle(names: list, turns: tuple | None) -> list:
@@ -447,7 +426,9 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(options.seed)
     t0 = time.time()
     if options.targets:
-        return train_universal(options, t0)
+        if options.curves_only:
+            raise ValueError("--curves-only re-measures one target's drafter: leave out --targets")
+        return universal_sets(options, t0) if options.sets_only else train_universal(options, t0)
     for flag, given in (("--held-out", options.held_out), ("--turns", options.turns)):
         if given:
             raise ValueError(f"{flag} goes with --targets (a drafter trained on several targets)")
@@ -528,33 +509,17 @@ def target_record(target) -> dict:
 def set_head(model, target, options: DrafterOptions) -> tuple:
     """(the model with a trained set head, the header's ``sets`` entry): threshold trajectories
     at ``train_sets.TAUS``, T = 0 and 1; held-out set accuracy against the confidence sets'."""
-    o, t0, spec = options, time.time(), trajectory_spec(options)
+    o, t0 = options, time.time()
     model = order.with_set_head(model)
-    data = {
-        (T, tau): (recorded(target, spec, "train", T, tau), recorded(target, spec, "test", T, tau))
-        for T in (0.0, 1.0)
-        for tau in ts.TAUS
-    }
-    ts.train_sets(
-        model,
-        tj.Trajectories.concat([tr for tr, _ in data.values()]),
-        o.set_steps,
-        o.batch,
-        o.lr,
-        o.tf_depth,
-        o.seed,
-    )
-    acc, base = {}, {}
-    for (T, tau), (_, test) in data.items():
-        a, b = ts.set_accuracy(model, test)
-        acc.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = a
-        base.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = b
-        print(f"held-out set accuracy T={T:g} tau={tau:g}: SPOT-Sets {a:.3f}, confidence sets {b:.3f}")
+    data = ts.recorded_sets(target, trajectory_spec(o))
+    sets = tj.Trajectories.concat([tr for tr, _ in data.values()])
+    ts.train_sets(model, sets, o.set_steps, o.batch, o.lr, o.tf_depth, o.seed)
+    acc, base = ts.heldout_set_accuracy(model, data)
     return model, dict(
         taus=list(ts.TAUS),
         heldout_accuracy=acc,
         confidence_accuracy=base,
-        train_states=sum(len(tr) for tr, _ in data.values()),
+        train_states=len(sets),
         heldout_states=sum(len(te) for _, te in data.values()),
         seconds=round(time.time() - t0),
         command=command(o),
@@ -677,6 +642,36 @@ def train_universal(options: DrafterOptions, t0: float) -> int:
         ),
     )
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def universal_sets(options: DrafterOptions, t0: float) -> int:
+    """``--targets --sets-only``: the checkpoint (--out, default the shipped one) with a fresh set
+    head trained on the threshold trajectories of --targets (a batch of each in turn), its order
+    model kept; held-out set accuracy on every --targets and --held-out target."""
+    o = options
+    src, out = source_path(o), out_path(o)
+    model, header = load_order_model(src)
+    model = order.with_set_head(order.without_set_head(model))
+    trained, spec = [n for n, _ in o.targets], trajectory_spec(o)
+    names = [*trained, *(n for n, _ in o.held_out or ())]
+    data = {n: ts.recorded_sets(load_target(n, o.targets_dir or TARGETS_DIR), spec, n in trained) for n in names}
+    parts = [tj.Trajectories.concat([tr for tr, _ in data[n].values()]) for n in trained]
+    ts.train_sets(model, parts, o.set_steps, o.batch, o.lr, o.tf_depth, o.seed)
+    per_target = {}
+    for name, d in data.items():
+        acc, base = ts.heldout_set_accuracy(model, d, f"{name} ({'trained on' if name in trained else 'held out'}): ")
+        per_target[name] = dict(trained_on=name in trained, heldout_accuracy=acc, confidence_accuracy=base)
+    header["sets"] = dict(
+        taus=list(ts.TAUS),
+        per_target=per_target,
+        train_states={n: len(p) for n, p in zip(trained, parts)},
+        seconds=round(time.time() - t0),
+        command=command(o),
+    )
+    header["n_params"] = order.n_params(model)
+    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    print(f"wrote {out}")
     return 0
 
 

@@ -25,6 +25,7 @@ from spotref.drafters import order
 from spotref.drafters.confidence import ranked, threshold_options
 from spotref.drafters.sets import top_sets
 from spotref.record import trajectories as tj
+from spotref.record.prompts import recorded
 
 TAUS = (0.9, 0.7, 0.5)  # thresholds the set head is trained and measured at
 
@@ -81,10 +82,33 @@ def set_loss(model, x, masked, tau, y):
     return -lp.mean()
 
 
-def train_sets(
-    model: order.OrderModel, ds: tj.Trajectories, steps: int, batch: int, lr: float, tf_depth: int, seed: int = 0
-) -> order.OrderModel:
-    """Train the set head (``set_*`` parameters) on threshold trajectories; every other weight is kept."""
+def recorded_sets(target, spec, trained: bool = True) -> dict:
+    """{(T, tau): (training trajectories, None when not ``trained``; held-out trajectories)}: exact
+    threshold decoding at ``TAUS``, T = 0 and 1 (``prompts.recorded``: cached under the spec's dir)."""
+    return {
+        (T, tau): (recorded(target, spec, "train", T, tau) if trained else None, recorded(target, spec, "test", T, tau))
+        for T in (0.0, 1.0)
+        for tau in TAUS
+    }
+
+
+def heldout_set_accuracy(model, data: dict, label: str = "") -> tuple[dict, dict]:
+    """({T: {tau: SPOT-Sets' held-out set accuracy}}, the same for the confidence sets) on the
+    held-out half of ``recorded_sets``' ``data``, printed as it goes (after ``label``)."""
+    acc, base = {}, {}
+    for (T, tau), (_, test) in data.items():
+        a, b = set_accuracy(model, test)
+        acc.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = a
+        base.setdefault(order.temperature_key(T), {})[f"{tau:g}"] = b
+        print(f"{label}held-out set accuracy T={T:g} tau={tau:g}: SPOT-Sets {a:.3f}, confidence sets {b:.3f}")
+    return acc, base
+
+
+def train_sets(model: order.OrderModel, ds, steps: int, batch: int, lr: float, tf_depth: int, seed: int = 0):
+    """Train the set head (``set_*`` parameters) on threshold trajectories ``ds`` (one
+    ``Trajectories``, or a list of them, of any block sizes, drawn a batch each in turn); every
+    other weight is kept. Returns ``model`` in eval mode."""
+    parts = ds if isinstance(ds, list) else [ds]
     for p in model.parameters():
         p.requires_grad_(False)
     params = [p for n, p in model.named_parameters() if n.startswith("set_")]
@@ -97,7 +121,8 @@ def train_sets(
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + np.cos(np.pi * step / steps))
         model.train()
-        loss = set_loss(model, *set_batch(ds, *tj.teacher_sample(ds, batch, tf_depth, rng)))
+        d = parts[step % len(parts)]
+        loss = set_loss(model, *set_batch(d, *tj.teacher_sample(d, batch, tf_depth, rng)))
         opt.zero_grad()
         loss.backward()
         opt.step()

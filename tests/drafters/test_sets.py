@@ -124,6 +124,17 @@ def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
     assert changed and all(k.startswith("set_") for k in changed)
 
 
+def test_concat_leaves_out_an_empty_recording():
+    """A recording with no state (its arrays lack the trailing dimensions) joins others unharmed."""
+    model = tiny_model(V=61, B=8, init=1.0, seed=3)
+    ds = record(model, [[1, 2, 3, 4, 5, 6, 7, 8]], 24, 0.0, seeds=(0,), threshold=0.5)
+    empty = record(model, [], 24, 0.0, seeds=(0,), threshold=0.5)
+    assert len(empty) == 0 and len(ds) > 0
+    both = Trajectories.concat([empty, ds, empty])
+    assert len(both) == len(ds) and all(np.array_equal(both.arrays[k], v) for k, v in ds.arrays.items())
+    assert len(Trajectories.concat([empty])) == 0
+
+
 def test_checkpoints_without_a_set_head_draft_confidence_sets(tmp_path):
     """A pre-SPOT-Sets checkpoint loads; under the threshold rule it drafts the confidence sets."""
     model = tiny_model(V=61, B=8, init=1.0, seed=3)

@@ -7,13 +7,17 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 from helpers import tiny_model
 
 import spotref
+from spotref.cli import argtypes
+from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.record.trajectories import record
 from spotref.train import train_drafter
+from spotref.train import train_sets as ts
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]]
 
@@ -104,20 +108,70 @@ def test_cycle_orders_the_turns_and_refuses_an_unknown_name():
 
 
 def test_turn_list_and_turns_without_targets_are_refused(tmp_path):
-    assert train_drafter.turn_list("a=2,b=1") == (("a", 2), ("b", 1))
+    assert argtypes.turn_list("a=2,b=1") == (("a", 2), ("b", 1))
     for bad in ("a", "a=0", "a=x", "=2"):
         with pytest.raises(ValueError, match="NAME=K"):
-            train_drafter.turn_list(bad)
+            argtypes.turn_list(bad)
     with pytest.raises(ValueError, match="--turns goes with --targets"):
         train_drafter.run(parser().parse_args(["gsm-b32", "--turns", "gsm-b32=2", "--out", str(tmp_path / "x.pt")]))
 
 
 def test_target_list_refuses_a_malformed_entry():
-    assert train_drafter.target_list("a:3,b") == (("a", 3), ("b", None))
-    assert train_drafter.target_list("a:") == (("a", None),)
+    assert argtypes.target_list("a:3,b") == (("a", 3), ("b", None))
+    assert argtypes.target_list("a:") == (("a", None),)
     for bad in ("a:x", "a:0", ",b"):
         with pytest.raises(ValueError, match="NAME\\[:PROMPTS\\]"):
-            train_drafter.target_list(bad)
+            argtypes.target_list(bad)
+
+
+def tiny_target(name, model):
+    """A tiny target that ``prompts.recorded`` can record (held-out texts, an encoder)."""
+    return SimpleNamespace(
+        name=name,
+        model=model,
+        stop_ids=None,
+        heldout=lambda n, seed, split: [(f"{seed}{i}" * 9, None) for i in range(n)],
+        encode=lambda text: [1 + (ord(c) % 50) for c in text],
+    )
+
+
+SETS_ARGS = ["--set-prompts", "2", "--test-prompts", "2", "--prompt-tokens", "8", "--new-tokens", "16"]
+SETS_ARGS += ["--seeds", "1", "--set-steps", "6", "--batch", "8", "--tf-depth", "2", "--lr", "3e-3"]
+
+
+def test_sets_only_with_targets_trains_one_set_head_on_several_targets(targets, monkeypatch, tmp_path):
+    """``--targets A,B --held-out C --sets-only``: a set head trained on A's and B's threshold
+    trajectories in turn (block sizes 4 and 8), C measured only; the order model is kept bit for
+    bit, and the checkpoint drafts SPOT-Sets exactly on a target of another block size."""
+    models, _ = targets
+    monkeypatch.setattr(train_drafter, "load_target", lambda name, _dir: tiny_target(name, models[name]))
+    drawn, real = [], ts.set_batch
+    monkeypatch.setattr(ts, "set_batch", lambda ds, r, d: drawn.append(ds.block_size) or real(ds, r, d))
+    ck = tmp_path / "u.pt"
+    loaded.save_order_model(ck, order.OrderModel(8, set_hidden=None), {"any_block_size": True, "note": "kept"})
+    before = loaded.load_order_model(ck)[0].state_dict()
+    argv = ["u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-out", "--sets-only", "--out", str(ck)]
+    assert train_drafter.run(parser().parse_args(argv + ["--data-dir", str(tmp_path / "data"), *SETS_ARGS])) == 0
+    assert drawn[:6] == [4, 8] * 3  # one batch per step, the trained targets in turn
+    model, header = loaded.load_order_model(ck)
+    assert model.has_sets and header["any_block_size"] is True and header["note"] == "kept"
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the order model kept
+    per = header["sets"]["per_target"]
+    assert [per[n]["trained_on"] for n in ("tiny-b4", "tiny-b8", "tiny-out")] == [True, True, False]
+    assert set(per["tiny-out"]["heldout_accuracy"]["1"]) == {"0.9", "0.7", "0.5"}
+    assert set(header["sets"]["train_states"]) == {"tiny-b4", "tiny-b8"}
+    drafter = loaded.load_drafter(str(ck))
+    for T in (0.0, 1.0):
+        kw = dict(temperature=T, seed=2, threshold=0.5)
+        want = spotref.generate(models["tiny-b4"], PROMPTS[0], 16, **kw)
+        got = spotref.generate(models["tiny-b4"], PROMPTS[0], 16, drafter=drafter, budget=8, depth=4, **kw)
+        assert got.tokens == want.tokens, T
+
+
+def test_curves_only_with_targets_is_refused(tmp_path):
+    """--curves-only measures one target's drafter; with --targets it was silently ignored."""
+    with pytest.raises(ValueError, match="--curves-only re-measures one target's drafter"):
+        train_drafter.run(parser().parse_args(["u", "--targets", "a,b", "--curves-only", "--out", str(tmp_path / "x")]))
 
 
 def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path):
