@@ -73,7 +73,7 @@ def train(options: TrainOptions) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
     calibration = [tok.encode(d) for d in train_docs[:FOLD_DOCUMENTS]] if options.fold_norms else None
     state = start_or_resume(model, opt, ck, tok, options, ckpt_path, calibration)
-    command = shlex.join(sys.argv)  # as invoked (module or CLI)
+    command = shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])  # as invoked, without this machine's path
     state.update(
         corpus=record,
         corpus_limit=options.corpus_limit,

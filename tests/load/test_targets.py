@@ -33,6 +33,28 @@ def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
     assert load_target(DEFAULT_TARGET).heldout(1, seed=0)[0][1] is not None  # it has answers
 
 
+def commands(tree) -> list[str]:
+    """Every ``command`` string anywhere in a JSON tree."""
+    if isinstance(tree, dict):
+        return [v for k, v in tree.items() if k == "command" and isinstance(v, str)] + [
+            c for v in tree.values() for c in commands(v)
+        ]
+    return [c for v in tree for c in commands(v)] if isinstance(tree, list) else []
+
+
+def test_shipped_metadata_names_no_path_of_the_machine_it_was_trained_on():
+    """A training command is recorded as invoked (``spotref train-target ...``), without the
+    absolute path of the program on the machine that ran it."""
+    from spotref.load.targets import TARGETS_DIR
+
+    seen = 0
+    for path in sorted(TARGETS_DIR.glob("*.json")):
+        for command in commands(json.loads(path.read_text())):
+            seen += 1
+            assert not command.startswith("/"), (path.name, command[:80])
+    assert seen > 0
+
+
 @pytest.mark.parametrize("name", BUNDLED)
 def test_load_target_contract(name):
     target = load_target(name)

@@ -222,6 +222,8 @@ def test_tiny_training_exports_a_loadable_target(tiny_run):
     assert list_targets(tmp / "targets") == ["tiny"]
     target = load_target("tiny", directory=tmp / "targets")
     assert target.model.config.block_size == 8 and target.meta["training"]["steps"] == 20
+    program = target.meta["training"]["commands"][0]["command"].split()[0]
+    assert "/" not in program  # as invoked, without this machine's path to the program
     assert target.tokenizer.decode(target.tokenizer.encode("def f(x):")) == "def f(x):"
 
 
