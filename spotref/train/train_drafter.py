@@ -89,7 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="write the shipped spotref/load/order_models/TARGET.pt (not with --out)",
     )
     p.add_argument("--seed", type=seed_int, default=0, help="training seed")
-    p.add_argument("--init", default=None, help="start from this drafter checkpoint's weights")
+    p.add_argument(
+        "--init", default=None, help="start from this checkpoint's weights (--curves-only, --sets-only: the one read)"
+    )
     p.add_argument("--targets-dir", default=None, help="load the target from this directory (default: bundled)")
     p.add_argument(
         "--curves-only",
@@ -99,7 +101,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sets-only",
         action="store_true",
-        help="keep the checkpoint's order model (--out, default the shipped one); train its set head",
+        help="keep the checkpoint's order model (--init, else --out, else the shipped one); train its set head",
     )
     p.add_argument("--no-sets", action="store_true", help="skip the set head (SPOT-Sets)")
     p.add_argument(
@@ -406,7 +408,10 @@ def shipped_path(options: DrafterOptions) -> Path:
 
 
 def source_path(options: DrafterOptions) -> Path:
-    """The checkpoint ``--curves-only`` and ``--sets-only`` start from: --out, else the shipped one."""
+    """The checkpoint ``--curves-only`` and ``--sets-only`` start from: --init (only read), else
+    --out, else the shipped one."""
+    if options.init:
+        return Path(options.init)
     return check_writable(Path(options.out) if options.out else shipped_path(options))
 
 
@@ -646,7 +651,7 @@ def train_universal(options: DrafterOptions, t0: float) -> int:
 
 
 def universal_sets(options: DrafterOptions, t0: float) -> int:
-    """``--targets --sets-only``: the checkpoint (--out, default the shipped one) with a fresh set
+    """``--targets --sets-only``: the checkpoint (``source_path``) with a fresh set
     head trained on the threshold trajectories of --targets (a batch of each in turn), its order
     model kept; held-out set accuracy on every --targets and --held-out target."""
     o = options

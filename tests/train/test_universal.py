@@ -147,12 +147,14 @@ def test_sets_only_with_targets_trains_one_set_head_on_several_targets(targets, 
     monkeypatch.setattr(train_drafter, "load_target", lambda name, _dir: tiny_target(name, models[name]))
     drawn, real = [], ts.set_batch
     monkeypatch.setattr(ts, "set_batch", lambda ds, r, d: drawn.append(ds.block_size) or real(ds, r, d))
-    ck = tmp_path / "u.pt"
-    loaded.save_order_model(ck, order.OrderModel(8, set_hidden=None), {"any_block_size": True, "note": "kept"})
-    before = loaded.load_order_model(ck)[0].state_dict()
-    argv = ["u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-out", "--sets-only", "--out", str(ck)]
+    src, ck = tmp_path / "src.pt", tmp_path / "u.pt"
+    loaded.save_order_model(src, order.OrderModel(8, set_hidden=None), {"any_block_size": True, "note": "kept"})
+    before, kept = loaded.load_order_model(src)[0].state_dict(), src.read_bytes()
+    argv = ["u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-out", "--sets-only", "--init", str(src)]
+    argv += ["--out", str(ck)]
     assert train_drafter.run(parser().parse_args(argv + ["--data-dir", str(tmp_path / "data"), *SETS_ARGS])) == 0
     assert drawn[:6] == [4, 8] * 3  # one batch per step, the trained targets in turn
+    assert src.read_bytes() == kept  # --init is read, --out written
     model, header = loaded.load_order_model(ck)
     assert model.has_sets and header["any_block_size"] is True and header["note"] == "kept"
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the order model kept
