@@ -572,17 +572,23 @@ def remeasure(target, options: DrafterOptions) -> int:
 # --- one drafter for several targets (--targets) ------------------------------------------------
 
 
+def measured_targets(options: DrafterOptions) -> list[str]:
+    """The --targets names, then the --held-out ones; ``ValueError`` for a name in both."""
+    trained, held = [n for n, _ in options.targets], [n for n, _ in options.held_out or ()]
+    both = sorted(set(trained) & set(held))
+    if both:
+        raise ValueError(f"--targets and --held-out share {', '.join(both)}: a held-out target is not trained on")
+    return trained + held
+
+
 def universal_data(options: DrafterOptions) -> dict:
     """{target name: (its training trajectories {T: ...}, None for a held-out target; its
     held-out trajectories {T: ...})}, each recorded (or read from the cache) with the target's
     own --targets prompt count; ``ValueError`` for a target both trained on and held out."""
     o, base = options, trajectory_spec(options)
     trained = dict(o.targets)
-    both = sorted(set(trained) & {name for name, _ in o.held_out or ()})
-    if both:
-        raise ValueError(f"--targets and --held-out share {', '.join(both)}: a held-out target is not trained on")
     data = {}
-    for name in [*trained, *(n for n, _ in o.held_out or ())]:
+    for name in measured_targets(o):
         target = load_target(name, o.targets_dir or TARGETS_DIR)
         spec = dataclasses.replace(base, prompts=trained.get(name) or o.prompts)
         train_sets = {T: recorded(target, spec, "train", T) for T in (0.0, 1.0)} if name in trained else None
@@ -654,12 +660,11 @@ def universal_sets(options: DrafterOptions, t0: float) -> int:
     """``--targets --sets-only``: the checkpoint (``source_path``) with a fresh set
     head trained on the threshold trajectories of --targets (a batch of each in turn), its order
     model kept; held-out set accuracy on every --targets and --held-out target."""
-    o = options
+    o, names = options, measured_targets(options)
     src, out = source_path(o), out_path(o)
     model, header = load_order_model(src)
     model = order.with_set_head(order.without_set_head(model))
     trained, spec = [n for n, _ in o.targets], trajectory_spec(o)
-    names = [*trained, *(n for n, _ in o.held_out or ())]
     data = {n: ts.recorded_sets(load_target(n, o.targets_dir or TARGETS_DIR), spec, n in trained) for n in names}
     parts = [tj.Trajectories.concat([tr for tr, _ in data[n].values()]) for n in trained]
     ts.train_sets(model, parts, o.set_steps, o.batch, o.lr, o.tf_depth, o.seed)

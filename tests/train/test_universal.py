@@ -83,6 +83,8 @@ def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
     o = options("u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-b8", "--out", str(tmp_path / "u.pt"))
     with pytest.raises(ValueError, match="share tiny-b8"):
         train_drafter.train_universal(o, time.time())
+    with pytest.raises(ValueError, match="share tiny-b8"):
+        train_drafter.universal_sets(o, time.time())
     with pytest.raises(ValueError, match="--held-out goes with --targets"):
         train_drafter.run(parser().parse_args(["tiny-b4", "--held-out", "tiny-b8"]))
 
