@@ -19,6 +19,11 @@ most ``MAX_PROMPTS`` (32) of that target's prompts, in about a minute on one CPU
    source drafter, the parameter names, prompts, tokens, thresholds, temperatures, loss before
    and after, seconds (wall and CPU).
 
+``DRAFTER`` ``auto``: the bundled set drafter (the target's own left out) whose set-head loss on
+the recording is lowest, before any fit (``chosen_source``; a few seconds): which source a target
+starts from matters more than the fit (docs/results-transfer-sets.md). The header's
+``calibration`` lists every candidate's loss.
+
 Refused before any work: a drafter without a set head (``spotref train-drafter NAME --sets-only``
 adds one), more than 32 prompts (more data is training, not a light calibration: use
 ``train-drafter --sets-only``), a threshold outside (0, 1), an output that cannot be written.
@@ -51,7 +56,7 @@ from spotref.cli.argtypes import (
 from spotref.cli.options import Options
 from spotref.drafters import order
 from spotref.files import check_writable, run_dir
-from spotref.load.drafters import load_drafter, save_order_model
+from spotref.load.drafters import list_checkpoints, load_drafter, model_fingerprint, save_order_model
 from spotref.record import trajectories as tj
 from spotref.record.prompts import prompts_for
 from spotref.train.train_drafter import target_record
@@ -60,10 +65,15 @@ MAX_PROMPTS = 32  # the light calibration's limit (the issue's "at most 32 promp
 STEPS = {"light": 300, "full": 500}  # --steps' default: the output-layer fit's, --full's
 TAUS = (0.9, 0.7)  # thresholds recorded by default
 TEMPERATURES = (0.0, 1.0)
+AUTO = "auto"  # DRAFTER: choose the bundled set drafter by its loss on the recording
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("drafter", help="the set drafter to adapt: a bundled drafter's name or a checkpoint path")
+    p.add_argument(
+        "drafter",
+        help="the set drafter to adapt: a bundled drafter's name, a checkpoint path, or auto (the bundled "
+        "set drafter with the lowest loss on the target's recording)",
+    )
     p.add_argument("target", help="the target to adapt it to: a bundled target's name")
     p.add_argument(
         "--prompts",
@@ -200,14 +210,19 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
     check_request(o)
     if not isinstance(target, str) and not all(hasattr(target, a) for a in ("model", "heldout", "encode")):
         raise ValueError(f"target must be a bundled target's name or a spotref Target, got {type(target).__name__}")
-    source, header = set_drafter(drafter)
+    auto = drafter == AUTO
+    source, header = (None, None) if auto else set_drafter(drafter)
     target = names.target(target, o.targets_dir) if isinstance(target, str) else target
     t0, c0 = time.time(), time.process_time()
     ds, used = recorded or record_calibration(target, o)
+    if auto:
+        drafter, losses = chosen_source(target, ds, o.seed)
+        source, header = set_drafter(drafter)
     model = for_block_size(source, target.model.block_size)
     info = dict(
         **fit_model(model, ds, o),
         source=str(drafter),
+        **({"source_losses": losses} if auto else {}),
         source_target=(header.get("target") or {}).get("name"),
         prompts=used,
         new_tokens=o.new_tokens,
@@ -221,6 +236,22 @@ def calibrate_sets(drafter, target, options: CalibOptions | None = None, recorde
     )
     meta = {k: v for k, v in header.items() if k not in ("format", "version", "config")}
     return model, {**meta, "target": target_record(target), "calibration": info}
+
+
+def chosen_source(target, ds: tj.Trajectories, seed: int = 0) -> tuple[str, dict]:
+    """(``auto``'s source: the bundled set drafter with the lowest set-head loss on the recording
+    ``ds`` as it stands, {each candidate: its loss}). The target's own drafter (by name, or by the
+    target fingerprint in its header) is not a candidate; ``ValueError`` when none is left."""
+    rows, depths = calib_fit.examples(ds, seed=seed)
+    own, losses = model_fingerprint(target.model), {}
+    for name in list_checkpoints():
+        d = load_drafter(name)
+        if d.model.has_sets and name != target.name and (d.header.get("target") or {}).get("fingerprint") != own:
+            model = for_block_size(d.model, target.model.block_size)
+            losses[name] = round(calib_fit.set_nll(model, ds, rows, depths), 5)
+    if not losses:
+        raise ValueError(f"auto: no bundled set drafter other than {target.name}'s own to choose from")
+    return min(losses, key=losses.get), losses
 
 
 def fit_model(model: order.OrderModel, ds, o: CalibOptions) -> dict:
@@ -247,11 +278,14 @@ def run(args: argparse.Namespace) -> int:
     o = CalibOptions.from_namespace(args)
     torch.set_num_threads(o.threads)
     check_request(o)
-    set_drafter(o.drafter)  # refused before a run directory is made
+    if o.drafter != AUTO:
+        set_drafter(o.drafter)  # refused before a run directory is made
     out = out_path(o)
     model, header = calibrate_sets(o.drafter, o.target, o)
     save_order_model(out, model, header)
     c = header["calibration"]
+    if "source_losses" in c:
+        print(f"auto: {c['source']} (set-head loss on the recording: {c['source_losses']})")
     print(
         f"calibrated {c['n_parameters']} parameters ({', '.join(c['parameters'])}) on {c['states']} states "
         f"of {o.target}: loss {c['loss_before']:.4f} -> {c['loss_after']:.4f}; "

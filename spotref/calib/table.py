@@ -154,7 +154,9 @@ def target_rows(target: str, sources: list, options: TableOptions, out_dir: Path
     drafters, infos, recording = {("", "own"): setup.spot}, {}, record(target, options)
     for source in sources:
         fits = calibrated(target, source, options, out_dir, recording)
-        drafters[(source, "transferred")] = load_drafter(source, strict=False)
+        picked = next(iter(fits.values()))[1]["source"]  # auto: the drafter it chose
+        source = f"{source} ({picked})" if source == cal.AUTO else source
+        drafters[(source, "transferred")] = load_drafter(picked, strict=False)
         drafters.update({(source, k): d for k, (d, _) in fits.items()})
         infos.update({(source, k): info for k, (_, info) in fits.items()})
     rows = []

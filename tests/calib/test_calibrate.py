@@ -203,3 +203,29 @@ def test_the_command_refuses_before_making_a_run_directory(source, tmp_path, mon
         assert main(["calibrate-sets", str(source), *extra]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "x.pt").exists()
+
+
+def test_auto_chooses_the_bundled_set_drafter_with_the_lowest_loss(target, recording, monkeypatch):
+    """``auto`` scores every bundled set drafter on the recording and takes the lowest loss; the
+    target's own (by name, or by the fingerprint in its header) is never a candidate."""
+    from spotref.load.drafters import list_checkpoints, load_drafter
+
+    with_sets = {n for n in list_checkpoints() if load_drafter(n).model.has_sets}
+    name, losses = cal.chosen_source(target, recording)
+    assert set(losses) == with_sets and name == min(losses, key=losses.get)
+    assert all(np.isfinite(v) and v > 0 for v in losses.values())
+    named = cal.chosen_source(TinyTarget(target.model, name="stdlib-b32"), recording)[1]
+    assert set(named) == with_sets - {"stdlib-b32"}
+    own = load_drafter("gsm-b16").header["target"]["fingerprint"]
+    monkeypatch.setattr(cal, "model_fingerprint", lambda model: own)
+    assert set(cal.chosen_source(target, recording)[1]) == with_sets - {"gsm-b16"}
+    monkeypatch.setattr(cal, "list_checkpoints", lambda: ["gsm-llada"])  # no set head
+    with pytest.raises(ValueError, match="auto: no bundled set drafter other than tiny's own"):
+        cal.chosen_source(target, recording)
+
+
+def test_auto_calibrates_the_chosen_drafter_and_records_the_choice(target, recording):
+    model, header = cal.calibrate_sets("auto", target, recorded=(recording, 3), **SMALL)
+    info = header["calibration"]
+    assert info["source"] == min(info["source_losses"], key=info["source_losses"].get)
+    assert header["target"]["name"] == "tiny" and model.has_sets and model.block_size == B
