@@ -229,3 +229,13 @@ def test_auto_calibrates_the_chosen_drafter_and_records_the_choice(target, recor
     info = header["calibration"]
     assert info["source"] == min(info["source_losses"], key=info["source_losses"].get)
     assert header["target"]["name"] == "tiny" and model.has_sets and model.block_size == B
+
+
+def test_the_command_calibrates_from_auto_and_says_what_it_chose(target, recording, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cal.names, "target", lambda name, directory=None: target)
+    monkeypatch.setattr(cal, "record_calibration", lambda t, o: (recording, 3))
+    out = tmp_path / "auto.pt"
+    assert main(["calibrate-sets", "auto", "tiny", "--out", str(out), "--steps", "5"]) == 0
+    info = load_order_model(out)[1]["calibration"]
+    assert info["source"] == min(info["source_losses"], key=info["source_losses"].get)
+    assert f"auto: {info['source']} (set-head loss on the recording:" in capsys.readouterr().out
