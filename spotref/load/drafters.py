@@ -29,8 +29,11 @@ ORDER_DIR = Path(__file__).parent / "order_models"
 
 
 def save_order_model(path, model: order.OrderModel, meta: dict) -> None:
-    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature count...)."""
-    header = {"format": "spotref-order-model", "version": 1, "config": model.config, **meta}
+    """A drafter checkpoint: float16 weights + a JSON-able header (block size, feature count...).
+    ``meta`` is the rest of the header: a loaded header may be passed as it is (its format,
+    version and config are written afresh, the config from ``model``)."""
+    rest = {k: v for k, v in meta.items() if k not in ("format", "version", "config")}
+    header = {"format": "spotref-order-model", "version": 1, "config": model.config, **rest}
     sd = {k: v.detach().half() for k, v in model.state_dict().items()}
     atomic_save({"header": header, "state_dict": sd}, path)  # a kill leaves the old file
 

@@ -539,7 +539,7 @@ def sets_only(target, options: DrafterOptions) -> int:
     model, header = load_order_model(src, target.model.block_size)
     model, header["sets"] = set_head(order.without_set_head(model), target, options)  # a fresh set head
     header["n_params"] = order.n_params(model)
-    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    save_order_model(out, model, header)
     print(f"wrote {out}")
     return 0
 
@@ -564,7 +564,7 @@ def remeasure(target, options: DrafterOptions) -> int:
     header["curves_command"] = command(options)
     print("offline commits per round:", json.dumps(header["curves"]))
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
-    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    save_order_model(out, model, header)
     print(f"wrote {out}")
     return 0
 
@@ -680,7 +680,7 @@ def universal_sets(options: DrafterOptions, t0: float) -> int:
         command=command(o),
     )
     header["n_params"] = order.n_params(model)
-    save_order_model(out, model, {k: v for k, v in header.items() if k not in ("format", "version", "config")})
+    save_order_model(out, model, header)
     print(f"wrote {out}")
     return 0
 
