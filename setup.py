@@ -1,4 +1,4 @@
-"""Build spotref; the Cython twin of spotref/core.py is compiled from _ext/core.pyx.
+"""Build spotref; the Cython twin of spotref/spec/core.py is compiled from _ext/core.pyx.
 
 SPOTREF_NO_EXTENSIONS=1 skips the build (the pure-Python core is then used). Otherwise a build
 error fails the install: a silently missing extension would hide a core 46x slower at build_tree

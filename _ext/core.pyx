@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Draft trees and their verification, compiled: the Cython twin of ``spotref/core.py``.
+"""Draft trees and their verification, compiled: the Cython twin of ``spotref/spec/core.py``.
 
-``spotref/core.py`` is the specification: this module has the same public names, semantics and
+``spotref/spec/core.py`` is the specification: this module has the same public names, semantics and
 contract (checked by the specification's own functions, from ``spotref/checks.py``). Its fast
 path tests the contract in C; whatever it refuses it hands back to those checks (a rejected
 draft to the pure ``build_tree``), which raise the ``ValueError``, so a message cannot drift. The distinct
@@ -18,11 +18,18 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memcmp, memset
 
-from spotref import core as _spec
-from spotref.checks import (LIMIT, check_build_args, check_decision, check_int, check_shape, check_state,
-                            check_tree)
+from spotref.spec import core as _spec
+from spotref.spec.checks import (
+    LIMIT,
+    check_build_args,
+    check_decision,
+    check_int,
+    check_shape,
+    check_state,
+    check_tree,
+)
 
-__all__ = ["LIMIT", "Tree", "build_tree", "walk"]      # as spotref.core's
+__all__ = ["LIMIT", "Tree", "build_tree", "walk"]      # as spotref.spec.core's
 
 cdef object _empty = np.empty
 cdef object _int64 = np.dtype(np.int64)
@@ -142,7 +149,7 @@ cdef object _array(object shape, const int64_t *src, Py_ssize_t n):
 cdef class Tree:
     """A validated draft, its distinct states flattened for one verify forward (``build_tree``).
 
-    Public attributes as in ``spotref.core.Tree``: states (U, B) and steps (U,), numpy int64
+    Public attributes as in ``spotref.spec.core.Tree``: states (U, B) and steps (U,), numpy int64
     copies of the C buffers, mask_id, vocab_size, max_set; ``len`` and ``child``, with the same
     contract.
     """
@@ -264,7 +271,7 @@ cdef class Tree:
 
 def build_tree(root, root_step, parents, commits, mask_id, vocab_size, max_set, budget, depth):
     """Validate a draft and flatten it into a ``Tree``: contract and result as
-    ``spotref.core.build_tree``."""
+    ``spotref.spec.core.build_tree``."""
     cdef int64_t step0 = 0, mask = 0, V = 0, S = 0, N = 0, D = 0
     cdef Py_buffer view
     if not (_small(root_step, &step0, 0) and _small(mask_id, &mask, 0) and _small(vocab_size, &V, 1)
@@ -338,7 +345,7 @@ cdef Py_ssize_t _add_node(Tree t, Py_ssize_t prow, object cs, int64_t last) exce
 def walk(tree, decide):
     """Accept by state equality. ``decide(row)`` gives the target's decision at a row.
 
-    Contract and result (path, bonus) as ``spotref.core.walk``.
+    Contract and result (path, bonus) as ``spotref.spec.core.walk``.
     """
     cdef Tree t
     cdef Py_ssize_t row = 0, nxt

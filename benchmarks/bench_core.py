@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
-from spotref.draft import DraftBuilder  # noqa: E402
+from spotref.spec.draft import DraftBuilder  # noqa: E402
 
 B, N, DEPTH, ACCEPT, STEP = 32, 64, 8, 6, 8
 V, MASK = 151_936, 151_669  # SDAR's vocabulary and MASK id

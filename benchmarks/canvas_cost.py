@@ -19,10 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from spotref.cli.argtypes import guarded, int_list, positive_int  # noqa: E402
-from spotref.dream import DreamConfig, DreamModel  # noqa: E402
+from spotref.configs import (
+    DreamConfig,  # noqa: E402
+    LLaDAConfig,  # noqa: E402
+    SDARConfig,  # noqa: E402
+)
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
-from spotref.llada import LLaDAConfig, LLaDAModel  # noqa: E402
-from spotref.models import SDARConfig, SDARModel  # noqa: E402
+from spotref.spec.dream import DreamModel  # noqa: E402
+from spotref.spec.llada import LLaDAModel  # noqa: E402
+from spotref.spec.sdar import SDARModel  # noqa: E402
 
 V, H, I, LAYERS, HEADS, KV, B = 1024, 192, 512, 4, 6, 2, 32  # gsm-b32's shape
 

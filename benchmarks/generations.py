@@ -1,7 +1,10 @@
-"""48 generations to hold a refactor to: 4 decoders (exact, SPOT, confidence, SPOT-Sets) x 2 bundled
-targets x T in {0, 1} x 3 decision precisions (the served one, float32, float64). Writes each
-generation's tokens and passes as JSON; with ``--against FILE`` it compares them with an earlier
-run and prints which differ (exit 1 if any differs).
+"""Generations to hold a refactor to: every bundled target x its decoders (exact; SPOT with its
+own drafter, the universal drafter, confidence and calibrated; threshold decoding and SPOT-Sets;
+a fixed verify width) x T in {0, 1}, and exact / SPOT in the float32 and float64 decision
+precisions. Writes each generation's tokens and passes as JSON (an error's message where a
+combination is refused); with ``--against FILE`` it compares them with an earlier run and prints
+which differ (exit 1 if any differs). Only the public API is used, so a run before a redesign and
+a run after it compare the same calls.
 
     python benchmarks/generations.py --out runs/generations.json
     python benchmarks/generations.py --out runs/after.json --against runs/generations.json
@@ -21,34 +24,58 @@ from spotref.files import atomic_write_text, check_writable  # noqa: E402
 
 PROG = "python benchmarks/generations.py"
 
-TARGETS = ("gsm-b32", "stdlib-b32")
 DECODERS = {  # name -> generate's keywords
     "exact": {},
     "spot": {"drafter": "spot", "budget": 16},
+    "universal": {"drafter": "universal", "budget": 16},
     "confidence": {"drafter": "confidence", "budget": 16},
+    "calibrated": {"drafter": "calibrated", "budget": 8},
+    "threshold": {"threshold": 0.9},
     "spot-sets": {"drafter": "spot", "budget": 16, "threshold": 0.9},
+    "exact-width-16": {"width": 16},
+    "spot-width-16": {"drafter": "spot", "budget": 16, "width": 16},
 }
-PRECISIONS = (None, "float32", "float64")  # None: the target's serving precision
-PROMPTS = {"gsm-b32": "Tom has 3 apples and buys 5 more. How many apples does he have?", "stdlib-b32": "def "}
+PRECISE = ("exact", "spot")  # also decided in float32 and float64
+PROMPTS = {"gsm": "Tom has 3 apples and buys 5 more. How many apples does he have?", "stdlib": "def "}
 
 
-def generations(max_new_tokens: int) -> dict:
+def cases(targets):
+    """(target, decoder, T, precision) in a fixed order."""
+    for name, T in itertools.product(targets, (0.0, 1.0)):
+        for decoder in DECODERS:
+            yield name, decoder, T, None
+        for decoder, precision in itertools.product(PRECISE, ("float32", "float64")):
+            yield name, decoder, T, precision
+
+
+def generations(targets, max_new_tokens: int) -> dict:
     out = {}
-    for name, (decoder, kw), T, precision in itertools.product(TARGETS, DECODERS.items(), (0.0, 1.0), PRECISIONS):
-        target = spotref.load_target(name)
-        ids = target.encode(PROMPTS[name])
-        r = spotref.generate(target, ids, max_new_tokens, temperature=T, seed=7, precision=precision, **kw)
+    for name, decoder, T, precision in cases(targets):
+        if name not in _TARGETS:
+            _TARGETS[name] = spotref.load_target(name)
+        target = _TARGETS[name]
+        ids = target.encode(PROMPTS[name.split("-")[0]])
         key = f"{name} {decoder} T={T:g} precision={precision or 'served'}"
-        out[key] = {"tokens": [int(t) for t in r.tokens], "passes": int(r.passes)}
-        print(f"{key}: {r.passes} passes", file=sys.stderr)
+        kw = DECODERS[decoder]
+        try:
+            r = spotref.generate(target, ids, max_new_tokens, temperature=T, seed=7, precision=precision, **kw)
+            out[key] = {"tokens": [int(t) for t in r.tokens], "passes": int(r.passes)}
+            print(f"{key}: {r.passes} passes", file=sys.stderr)
+        except ValueError as e:
+            out[key] = {"error": str(e)}
+            print(f"{key}: refused: {e}", file=sys.stderr)
     return out
+
+
+_TARGETS: dict = {}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the JSON file to write")
     p.add_argument("--against", help="an earlier run's JSON file to compare with")
-    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="new tokens per generation (default 64)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=32, help="new tokens per generation (default 32)")
+    p.add_argument("--targets", default=None, help="comma-separated bundled targets (default: every one)")
     args = p.parse_args(argv)
     return guarded(PROG, lambda: run(args))
 
@@ -68,11 +95,12 @@ def run(args) -> int:
     """The generations, written to ``--out``; with ``--against``, compared (both files checked first)."""
     check_writable(args.out)
     before = None if args.against is None else earlier(args.against)
-    out = generations(args.max_new_tokens)
+    targets = spotref.list_targets() if args.targets is None else args.targets.split(",")
+    out = generations(targets, args.max_new_tokens)
     atomic_write_text(args.out, json.dumps(out, indent=1))
     if before is None:
         return 0
-    differ = [k for k in out if before.get(k, {}).get("tokens") != out[k]["tokens"]]
+    differ = [k for k in out if before.get(k) != out[k]]
     print(f"{len(out) - len(differ)} of {len(out)} generations identical to {args.against}")
     for k in differ:
         print(f"differs: {k}")

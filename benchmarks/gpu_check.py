@@ -4,7 +4,7 @@ gsm-b32 decoded on the GPU. One prepared run of about 7 minutes on one H200 (doc
 Phases, each written to the JSON as soon as it ends (a timeout keeps what finished):
 
 1. ``env``: the device, torch, dtype, and the cost of the portable noise (the (B, V) float64
-   Gumbel noise computed on the CPU and moved to the GPU, spotref.noise) at SDAR-8B's vocabulary.
+   Gumbel noise computed on the CPU and moved to the GPU, spotref.spec.noise) at SDAR-8B's vocabulary.
 2. ``curve``: an SDAR-8B-shaped model (the shape is ``SDAR_8B`` below: the real config's numbers,
    carried here; random bf16 weights made on the GPU), ``denoise(cache, states, one_forward=True)``
    (the pass at width N) for N in {1, 2, 4, 8, 16, 32, 64} block states, block sizes 4 and 32,
@@ -50,12 +50,13 @@ import spotref  # noqa: E402
 from spotref.audit import audit, batch_invariance  # noqa: E402
 from spotref.checkpoint import build_on_meta, resolve_device  # noqa: E402
 from spotref.cli.argtypes import checked_by, guarded, positive_int, seed_int  # noqa: E402
-from spotref.dream import DreamConfig, DreamModel  # noqa: E402
+from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
-from spotref.llada import LLaDAConfig, LLaDAModel  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
-from spotref.models import SDARConfig, SDARModel  # noqa: E402
-from spotref.noise import gumbel  # noqa: E402
+from spotref.spec.dream import DreamModel  # noqa: E402
+from spotref.spec.llada import LLaDAModel  # noqa: E402
+from spotref.spec.noise import gumbel  # noqa: E402
+from spotref.spec.sdar import SDARModel  # noqa: E402
 
 SDAR_8B = SDARConfig(
     vocab_size=151936,

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from spotref.rules import DecisionRule  # noqa: E402
+from spotref.spec.rules import DecisionRule  # noqa: E402
 
 V, B = 151936, 32
 CASES = [("bfloat16", 0.0, None), ("bfloat16", 1.0, None), ("bfloat16", 1.0, 50), ("float64", 1.0, None),

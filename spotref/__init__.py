@@ -1,7 +1,7 @@
 """spotref: the reference implementation of SPOT, lossless speculative decoding for
 block-diffusion language models (SDAR). See docs/spec.md and the README.
 
-The tree/verification core exists twice: ``spotref.core`` (pure Python, the specification) and
+The tree/verification core exists twice: ``spotref.spec.core`` (pure Python, the specification) and
 ``spotref._core`` (its Cython twin, built from ``_ext/core.pyx``). ``SPOTREF_NO_EXTENSIONS=1``
 skips the build and forces the pure core; otherwise the import falls back to the pure core only
 when the extension is absent (ImportError). ``spotref.EXTENSION`` is True when the compiled core is active.
@@ -13,15 +13,15 @@ The public names below are imported on first use (PEP 562), so ``import spotref`
 import importlib
 import os
 
-from spotref import core as _pure_core
+from spotref.spec import core as _pure_core
 
 _LAZY = {
     "generate": "spotref.api",
     "Speculator": "spotref.api",
-    "Result": "spotref.decode",
+    "Result": "spotref.spec.decode",
     "from_pretrained": "spotref.checkpoint",
-    "Draft": "spotref.draft",
-    "View": "spotref.draft",
+    "Draft": "spotref.spec.draft",
+    "View": "spotref.spec.draft",
     "ConfidenceDrafter": "spotref.drafters.confidence",
     "load_drafter": "spotref.load.drafters",
     "list_targets": "spotref.load.targets",

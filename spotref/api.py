@@ -10,22 +10,21 @@ from functools import partial
 
 import numpy as np
 
-from spotref.checks import (  # noqa: F401
+from spotref.checks import (  # noqa: F401  (re-exported: docs/reliability.md)
     MAX_TEMPERATURE,
     MIN_TEMPERATURE,
     as_numpy,
-    check_int,
     check_length,
     check_prompt,
     check_real,
-    check_state,
     check_stop_ids,
     check_temperature,
 )
-from spotref.core import LIMIT
-from spotref.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
 from spotref.names import MODEL_DRAFTERS, auto_budget, recorder, resolve_core, resolve_drafter, resolve_model
-from spotref.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
+from spotref.spec.checks import check_int, check_state
+from spotref.spec.core import LIMIT
+from spotref.spec.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
+from spotref.spec.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
 
 
 def generate(
@@ -113,7 +112,7 @@ def traced(rec, spec, tokens, stats: dict, prompt_length: int, max_new_tokens: i
 
 class Speculator:
     """The SPOT round without the model (docs/spec.md section 7, the step API): for decoders that own
-    their model, cache and batching. ``block(index, state)`` gives a ``spotref.decode.Block``:
+    their model, cache and batching. ``block(index, state)`` gives a ``spotref.spec.decode.Block``:
 
         spec = Speculator(vocab_size=V, block_size=B, mask_id=M, drafter="confidence")
         blk = spec.block(index, state)          # state: int64 (B,), MASK where uncommitted
@@ -328,7 +327,7 @@ def serving_precision(model) -> str:
     """The precision a model is served in: its config's ``decision_precision`` (spotref writes it
     where the stored dtype differs), else ``torch_dtype`` (or ``dtype``; SDAR-8B's config.json
     says bfloat16, the bundled gsm targets carry it too), when it names one of
-    ``spotref.rules.DTYPES`` (or an alias of one: "bf16"); else "auto" (the logits' dtype). None
+    ``spotref.spec.rules.DTYPES`` (or an alias of one: "bf16"); else "auto" (the logits' dtype). None
     without a model: "auto"."""
     extra = getattr(getattr(model, "config", None), "extra", None) or {}
     dtype = precision_name(next((extra[k] for k in SERVED if extra.get(k)), None))  # "bf16": bfloat16

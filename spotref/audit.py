@@ -3,7 +3,7 @@ of exact decoding? (docs/spec.md section 4.)
 
 SPOT is lossless only if a state's logits do not depend on which other states share its verify
 batch. spotref's model runs a pass's rows each alone, or at a fixed width as one forward of one
-shape (``spotref.models``), so a row of a batched denoise is bit-identical to the same state run
+shape (``spotref.spec.sdar``), so a row of a batched denoise is bit-identical to the same state run
 alone (at that width); another model implementation (a serving engine's batched kernels, which may
 pick another algorithm, tile shape or split-K for another batch size) may not be, and then a
 near-tie can flip. The kernel path matters, so every report names it (``kernel_path``).
@@ -24,7 +24,7 @@ import torch
 
 from spotref.api import check_width, generate
 from spotref.conformance import first_divergence
-from spotref.decode import CANVAS_FAMILIES, family, padded
+from spotref.spec.decode import CANVAS_FAMILIES, family, padded
 
 WHERE = re.compile(r"block (\d+), step (\d+), position (\d+): exact (\d+), got (\d+|nothing)")
 
@@ -93,7 +93,7 @@ def batch_invariance(
 ) -> dict:
     """Row i of one batched denoise vs the same state alone, bit for bit (a whole-canvas model:
     ``canvas_invariance``). ``width``: the pass runs at that fixed width (rows <= width, padded as a
-    ``Block`` pads, ``spotref.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i
+    ``Block`` pads, ``spotref.spec.decode.padded``; ``SDARModel.denoise(..., one_forward=True)``); row i
     is then compared with the same state alone at that width and with the batch rolled by rows // 2.
     A random prefix of ``prefix_len`` tokens (complete blocks) is prefilled; ``rows`` random
     states of the next block (random tokens, about half MASK) are denoised together and one by

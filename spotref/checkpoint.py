@@ -23,16 +23,14 @@ directory it is given, each file whole (``spotref.files.atomic_files``) and noth
 directory touched; what it writes, the reader reads back bit for bit, and what the reader would
 refuse (non-finite weights, a precision it does not read) it refuses before writing.
 
-Dream's checkpoints (``spotref.dream``) share the layout, the checks and both directions:
+Dream's checkpoints (``spotref.spec.dream``) share the layout, the checks and both directions:
 ``load_checkpoint`` with Dream's config fields, ``save_pretrained`` with Dream's ``identity``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
-import math
 import os
 import re
 from pathlib import Path
@@ -41,8 +39,24 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from spotref.checks import check_path
+from spotref.configs import (
+    DREAM_IDENTITY,
+    LLADA_IDENTITY,
+    SDAR_IDENTITY,
+    DreamConfig,
+    LLaDAConfig,
+    SDARConfig,
+    check_field_types,
+    check_supported,
+    dream_config_fields,
+    llada_config_fields,
+    sdar_config_fields,
+)
 from spotref.files import atomic_files, check_writable, shipped_writes
-from spotref.rules import ALIASES, PRECISIONS, SERVED, precision_name
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
+from spotref.spec.rules import ALIASES, PRECISIONS, SERVED, precision_name
+from spotref.spec.sdar import SDARModel
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
@@ -59,17 +73,33 @@ STORED_DTYPES = {"F32", "F16", "BF16", "F64"}  # safetensors dtype codes we can 
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed here
 
 
-def load_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
-    """``cls`` (SDARModel) with the weights of the checkpoint directory ``path``."""
-    root = checkpoint_dir(path)
-    raw = read_json(root / CONFIG, "the model config")
-    return load_checkpoint(cls, root, raw, config_fields(raw, block_size, mask_token_id), dtype, device)
+def read_sdar(root: Path, raw: dict, dtype=None, device=None, block_size=None, mask_token_id=None):
+    """The SDARModel of the checkpoint directory ``root`` (config.json ``raw``); ``block_size`` and
+    ``mask_token_id`` override (or supply) the config's."""
+    fields = sdar_config_fields(raw, block_size, mask_token_id)
+    return load_checkpoint(SDARModel, SDARConfig, root, raw, fields, dtype, device)
 
 
-def load_checkpoint(cls, root: Path, raw: dict, fields: dict, dtype=None, device=None):
+def read_llada(root: Path, raw: dict, dtype=None, device=None):
+    """The LLaDAModel of ``root`` (config.json + model.safetensors, or the shards of
+    model.safetensors.index.json). dtype: default the config's torch_dtype, else float32."""
+    cfg = make_config(LLaDAConfig, llada_config_fields(raw))
+    dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
+    files = weight_files(root)  # {name: shard path}
+    model = build_on_meta(LLaDAModel, cfg)
+    return assign_weights(model, files, stored_shapes(files), root, dtype, device).eval()
+
+
+def read_dream(root: Path, raw: dict, dtype=None, device=None):
+    """The DreamModel of ``root``. dtype None: the config's ``torch_dtype`` (or ``dtype``, as
+    transformers 5 writes it)."""
+    return load_checkpoint(DreamModel, DreamConfig, root, raw, dream_config_fields(raw), dtype, device)
+
+
+def load_checkpoint(cls, config_class, root: Path, raw: dict, fields: dict, dtype=None, device=None):
     """``cls`` built from the checked config ``fields`` of ``raw`` (config.json) with the weights of
     ``root``. Any model with ``model.embed_tokens`` and ``lm_head`` (SDAR, Dream) loads this way."""
-    cfg = make_config(cls.config_class, fields)
+    cfg = make_config(config_class, fields)
     dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
     files = weight_files(root)  # {name: shard path}
     shapes = stored_shapes(files)  # {name: (shape, stored dtype)}
@@ -89,42 +119,29 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
     return model
 
 
-# config.json's model_type -> the class that reads that family's layout ("module:Class")
-FAMILIES = {
-    "sdar": "spotref.models:SDARModel",
-    "llada": "spotref.llada:LLaDAModel",
-    "Dream": "spotref.dream:DreamModel",
-}
+# config.json's model_type -> the reader of that family's layout
+FAMILIES = {"sdar": read_sdar, "llada": read_llada, "Dream": read_dream}
+IDENTITIES = {"sdar": SDAR_IDENTITY, "llada": LLADA_IDENTITY, "dream": DREAM_IDENTITY}  # model.family -> config.json's
 
 
-def from_pretrained(path, dtype=None, device=None, **options):
+def from_pretrained(path, dtype=None, device=None, model_type=None, **options):
     """The model of the checkpoint directory ``path``, of any family: config.json's
-    ``model_type`` picks the class (``FAMILIES``), whose ``from_pretrained`` reads it. ``options``:
-    that reader's own arguments (SDAR's ``block_size``, ``mask_token_id``)."""
+    ``model_type`` picks the reader (``FAMILIES``); ``model_type="sdar"`` reads a Qwen3-layout
+    directory whose config names another as SDAR. ``options``: that reader's own arguments
+    (SDAR's ``block_size``, ``mask_token_id``)."""
     root = checkpoint_dir(path)
-    model_type = read_json(root / CONFIG, "the model config").get("model_type")
-    if model_type not in FAMILIES:
+    raw = read_json(root / CONFIG, "the model config")
+    model_type = raw.get("model_type") if model_type is None else model_type
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ValueError(
-            f"config.json in {str(root)!r} has model_type {model_type!r}: spotref reads "
-            f"{', '.join(map(repr, FAMILIES))} (a Qwen3-layout directory: SDARModel.from_pretrained)"
+            f"config.json in {str(root)!r} has model_type {model_type!r:.80}: spotref reads "
+            f"{', '.join(map(repr, FAMILIES))} (a Qwen3-layout directory: from_pretrained(path, model_type='sdar'))"
         )
-    cls = family_class(model_type)
-    known = inspect.signature(cls.from_pretrained).parameters
-    unknown = sorted(set(options) - set(known))
+    reader = FAMILIES[model_type]
+    unknown = sorted(set(options) - set(inspect.signature(reader).parameters))
     if unknown:
-        raise ValueError(f"from_pretrained: {cls.__name__} takes no {', '.join(unknown)}")
-    return cls.from_pretrained(root, dtype=dtype, device=device, **options)
-
-
-def family_class(model_type: str):
-    """The class ``FAMILIES`` names for ``model_type``, imported on first use."""
-    module, name = FAMILIES[model_type].split(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise
-        raise ValueError(f"model_type {model_type!r} needs {module} ({name}), which this spotref lacks") from None
+        raise ValueError(f"from_pretrained: a {model_type} checkpoint takes no {', '.join(unknown)}")
+    return reader(root, raw, dtype=dtype, device=device, **options)
 
 
 class _SkipInit(TorchFunctionMode):
@@ -186,129 +203,6 @@ def make_config(config_class, fields: dict):
         return config_class.from_dict(fields)
     except (TypeError, ValueError) as e:
         raise ValueError(f"checkpoint config: {e}") from None
-
-
-def config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
-    """The checked fields of a config.json for ``SDARConfig.from_dict``; arguments override the
-    config's fields."""
-    check_field_types(raw)
-    check_supported(raw)
-    d = with_rope_theta(raw)
-    for name, value, flag in (
-        ("block_size", block_size, "block_size= (CLI: --block-length)"),
-        ("mask_token_id", mask_token_id, "mask_token_id= (CLI: --mask-id)"),
-    ):
-        if value is not None:
-            check_field(name, value, "int", f"{name}= argument")
-            d[name] = value
-        if d.get(name) is None:
-            raise ValueError(f"config.json has no {name}: pass {flag}")
-    return d
-
-
-def with_rope_theta(raw: dict) -> dict:
-    """A copy of a config.json, with ``rope_theta`` taken from ``rope_parameters`` where only
-    that holds it (transformers 5 writes it there)."""
-    d = dict(raw)
-    rope = raw.get("rope_parameters") or {}
-    if "rope_theta" not in d and "rope_theta" in rope:
-        d["rope_theta"] = rope["rope_theta"]
-    return d
-
-
-# The type of each config.json field spotref reads: a wrong one fails here, naming the field,
-# not later as an IndexError deep in a forward. "int?" may also be null.
-FIELD_TYPES = {
-    "vocab_size": "int",
-    "hidden_size": "int",
-    "intermediate_size": "int",
-    "num_hidden_layers": "int",
-    "num_attention_heads": "int",
-    "num_key_value_heads": "int",
-    "head_dim": "int",
-    "max_position_embeddings": "int",
-    "mask_token_id": "int?",
-    "block_size": "int?",
-    "bos_token_id": "int?",
-    "eos_token_id": "ids?",
-    "rms_norm_eps": "positive",
-    "rope_theta": "positive",
-    "initializer_range": "real",
-    "tie_word_embeddings": "bool",
-    "rope_parameters": "dict?",
-    "hidden_act": "str",
-    "torch_dtype": "str?",
-    "dtype": "str?",
-    "decision_precision": "precision?",
-}
-KIND_NAMES = {
-    "int": "an integer",
-    "int?": "an integer or null",
-    "ids?": "a token id, a list of ids or null",
-    "positive": "a positive finite number",
-    "real": "a finite number",
-    "bool": "true or false",
-    "dict?": "a JSON object or null",
-    "str": "a string",
-    "str?": "a string or null",
-    "precision?": f"one of {', '.join(PRECISIONS)} (or an alias: {', '.join(ALIASES)}) or null",
-}
-
-
-def check_field_types(raw: dict) -> None:
-    """Every known field of a config.json has the JSON type spotref needs (``ValueError`` naming it)."""
-    for name, kind in FIELD_TYPES.items():
-        if name in raw:
-            check_field(name, raw[name], kind)
-    rope = raw.get("rope_parameters") or {}
-    if "rope_theta" in rope:
-        check_field("rope_parameters.rope_theta", rope["rope_theta"], "positive")
-
-
-def check_field(name: str, value, kind: str, where: str = "config.json") -> None:
-    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
-    is_real = lambda v: (is_int(v) or isinstance(v, float)) and math.isfinite(v)
-    if value is None and kind.endswith("?"):
-        return
-    ok = {
-        "int": is_int,
-        "int?": is_int,
-        "real": is_real,
-        "bool": lambda v: isinstance(v, bool),
-        "positive": lambda v: is_real(v) and v > 0,
-        "dict?": lambda v: isinstance(v, dict),
-        "str": lambda v: isinstance(v, str),
-        "str?": lambda v: isinstance(v, str),
-        "precision?": lambda v: precision_name(v) is not None,
-        "ids?": lambda v: is_int(v) or (isinstance(v, list) and all(map(is_int, v))),
-    }[kind](value)
-    if not ok:
-        raise ValueError(f"{where}: {name} must be {KIND_NAMES[kind]}, got {value!r}")
-
-
-def check_supported(raw: dict) -> None:
-    """Reject Qwen3 options the model does not implement, rather than load them wrongly."""
-    bad = []
-    if raw.get("attention_bias"):
-        bad.append("attention_bias=true")
-    if raw.get("rope_scaling"):
-        bad.append(f"rope_scaling={raw['rope_scaling']!r}")
-    if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
-        bad.append(f"rope_parameters={raw['rope_parameters']!r}")
-    if raw.get("use_sliding_window"):
-        bad.append("use_sliding_window=true")
-    if raw.get("hidden_act", "silu") != "silu":
-        bad.append(f"hidden_act={raw['hidden_act']!r}")
-    if bad:
-        raise ValueError(f"config.json uses what spotref's SDAR model does not support: {', '.join(bad)}")
-
-
-def canonical_served(extra: dict) -> dict:
-    """A copy of a config's other keys with each serving-precision key (``rules.SERVED``) that
-    names a precision under its canonical name (``precision_name``): read once, so the model is
-    served in it (``api.serving_precision``) and ``save_pretrained`` writes it back loadable.
-    A value naming no precision is kept as it is (it serves as "auto", docs/spec.md section 2.1)."""
-    return {k: (precision_name(v) or v) if k in SERVED else v for k, v in extra.items()}
 
 
 def resolve_dtype(dtype, raw: dict | None = None) -> torch.dtype:
@@ -481,7 +375,6 @@ def listing(items, n: int = 6) -> str:
 # --- the writer ---------------------------------------------------------------------------
 
 
-SDAR_IDENTITY = {"architectures": ["SDARForCausalLM"], "model_type": "sdar"}
 SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")  # the shard names this writer (and HF) gives
 
 
@@ -492,7 +385,7 @@ def save_pretrained(
     max_shard_bytes: int | None = None,
     shard_of=None,
     update_shipped: bool = False,
-    identity: dict = SDAR_IDENTITY,
+    identity: dict | None = None,
 ) -> Path:
     """Write ``model`` as a checkpoint in the official layout into the directory ``path``; returns it.
 
@@ -513,14 +406,19 @@ def save_pretrained(
     ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
     or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
-    ``identity``: config.json's ``architectures`` and ``model_type`` (the family's; SDAR's by default).
+    ``identity``: config.json's ``architectures`` and ``model_type`` (None: the model's family's, ``IDENTITIES``).
     """
     from safetensors.torch import save_file
 
     check_path("save_pretrained: path", path)
     dtype = stored_dtype(model, dtype)
     state = stored_state(model, dtype)
-    config = config_text(model, dtype, identity)
+    family = getattr(model, "family", "sdar")
+    if identity is None and family not in IDENTITIES:
+        raise ValueError(
+            f"save_pretrained: model.family must be one of {', '.join(map(repr, IDENTITIES))}, got {family!r:.60}"
+        )
+    config = config_text(model, dtype, IDENTITIES[family] if identity is None else identity)
     layout = file_layout(state, max_shard_bytes, shard_of)
     written = [*layout, *([] if SINGLE in layout else [INDEX]), CONFIG]
     with shipped_writes(update_shipped):

@@ -10,7 +10,7 @@ Reusable by any decoder that follows spotref's model and drafter contracts (docs
 family (SDAR, LLaDA or Dream) and a random tiny model of it, prompt (SDAR: partial blocks
 included), length, block length (the canvas families'), temperature (0 or continuous in
 [0.05, 3]), seed (the whole 64-bit range), top-k/top-p (not for LLaDA), threshold, stop ids (one
-id or a list), the family's confidence measure, the rule's precision (docs/spec.md section 2.1;
+id or a list), the family's confidence measure, the rule's precision (docs/spec.md section 2;
 None, the model's serving precision, included), budget (up to 256), depth, verify width (None:
 rows alone; or a fixed width >= budget, exact decoding at that width the reference), SDAR's
 ``fused_store`` and drafter (confidence, random valid trees, an oracle proposing the true
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from spotref.api import Speculator, generate
-from spotref.checks import check_int, is_array
+from spotref.checks import is_array
 from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as before the split)
     AIMS,
     BLOCK_SIZES,
@@ -63,10 +63,11 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     model_sizes,
     tiny_config,
 )
-from spotref.draft import Draft, DraftBuilder, View
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text
+from spotref.spec.checks import check_int
+from spotref.spec.draft import Draft, DraftBuilder, View
 
 
 def first_divergence(exact, got_tokens, block_size: int, prompt_len: int = 0, family: str = "sdar") -> str | None:

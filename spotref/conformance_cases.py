@@ -18,13 +18,14 @@ import torch
 
 from spotref.api import generate, serving_precision
 from spotref.checkpoint import from_pretrained
-from spotref.checks import check_int
-from spotref.decode import family as model_family
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
-from spotref.models import SDARConfig, SDARModel
-from spotref.rules import FAMILIES as RULES
-from spotref.rules import PRECISIONS, DecisionRule
+from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig
+from spotref.spec.checks import check_int
+from spotref.spec.decode import family as model_family
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
+from spotref.spec.rules import FAMILIES as RULES
+from spotref.spec.rules import PRECISIONS, DecisionRule
+from spotref.spec.sdar import SDARModel
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
@@ -240,7 +241,7 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
 
 def decided_in(config, dtype: str) -> tuple:
     """(the dtype ``precision=None`` decides in, the one ``"auto"`` does) for a model of
-    ``config`` whose weights are ``dtype``: its serving precision (docs/spec.md section 2.1),
+    ``config`` whose weights are ``dtype``: its serving precision (docs/spec.md section 2),
     "auto" being the logits', the model's dtype."""
     served = serving_precision(SimpleNamespace(config=config))
     return (dtype if served == "auto" else served), dtype

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spotref
-from spotref.decode import CANVAS_FAMILIES
+from spotref.spec.decode import CANVAS_FAMILIES
 
 if TYPE_CHECKING:
     from spotref.load.targets import Target

@@ -5,14 +5,14 @@ It follows the structure of JetAstra/SDAR ``generate.py`` (``block_diffusion_gen
 ``low_confidence_dynamic`` every position over the threshold) but recomputes the whole sequence
 at every step with the block-causal mask and no cache, and takes its decisions one position at a
 time with the operations of SDAR's ``sample_with_temperature_topk_topp``, written from
-docs/spec.md section 2 rather than shared with ``spotref.rules``. Only the noise function is
+docs/spec.md section 2 rather than shared with ``spotref.spec.rules``. Only the noise function is
 shared: it is the definition of the noise, not an implementation detail.
 
 It needs nothing from a model but ``logits_fn(x: LongTensor (1, L)) -> (1, L, V)``, computed
 with block-causal attention over x, so it can drive any implementation (transformers' Qwen3
 with a 4D mask included).
 
-``precision`` as ``spotref.generate``'s (docs/spec.md section 2.1): the dtype the decisions are
+``precision`` as ``spotref.generate``'s (docs/spec.md section 2): the dtype the decisions are
 taken in, by default the logits' own; float64 is one such dtype, decided by the same steps.
 """
 
@@ -23,7 +23,7 @@ import numbers
 import numpy as np
 import torch
 
-from spotref.noise import gumbel
+from spotref.spec.noise import gumbel
 
 
 def generate(

@@ -17,14 +17,15 @@ import spotref
 from spotref import names
 from spotref.bench.bench_options import BenchOptions
 from spotref.cli.report import answer_blocks
+from spotref.configs import SDARConfig
 from spotref.conformance import first_divergence, oracle_drafter
 from spotref.drafters.calibrated import CalibratedDrafter, calibrate
 from spotref.drafters.order import OrderModel, temperature_key
 from spotref.drafters.spot import SpotDrafter
-from spotref.models import SDARConfig, SDARModel
 from spotref.names import drafter_for, resolve_drafter
 from spotref.record.prompts import prompts_for
 from spotref.record.trajectories import record
+from spotref.spec.sdar import SDARModel
 
 
 @dataclass

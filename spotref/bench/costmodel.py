@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 import spotref
-from spotref import decode
 from spotref.cli.argtypes import guarded, int_list, nonneg_int, positive_int, temperature_arg
 from spotref.cli.options import Options
 from spotref.cli.report import table
@@ -30,6 +29,7 @@ from spotref.drafters.budget import BUDGETS, RoundBudget, choose_budget, draft_t
 from spotref.load.targets import DEFAULT_TARGET, load_target
 from spotref.names import drafter_for, resolve_drafter
 from spotref.record.prompts import prompts_for
+from spotref.spec import decode
 
 # --- the GPU projection: SDAR-8B on one H200, from the roofline ------------------------------
 H200 = dict(flops=790e12, bandwidth=4.8e12)  # dense bf16 FLOP/s, HBM bytes/s

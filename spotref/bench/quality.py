@@ -48,9 +48,9 @@ from spotref.bench.corpus import build_corpus, heldout_code, whitespace_share
 from spotref.cli.argtypes import add_threads, positive_int, tool_main
 from spotref.cli.options import Options
 from spotref.cli.report import solution_room
-from spotref.draft import Draft
 from spotref.files import atomic_write_text, check_writable
 from spotref.load.targets import TARGETS_DIR, load_target
+from spotref.spec.draft import Draft
 
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:

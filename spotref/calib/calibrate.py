@@ -41,7 +41,7 @@ import torch
 
 from spotref import names
 from spotref.calib import fit as calib_fit
-from spotref.checks import check_int, check_temperature
+from spotref.checks import check_temperature
 from spotref.cli.argtypes import (
     SEED_MAX,
     add_prompt_tokens,
@@ -59,6 +59,7 @@ from spotref.files import check_writable, run_dir
 from spotref.load.drafters import list_checkpoints, load_drafter, model_fingerprint, save_order_model
 from spotref.record import trajectories as tj
 from spotref.record.prompts import prompts_for
+from spotref.spec.checks import check_int
 from spotref.train.train_drafter import target_record
 
 MAX_PROMPTS = 32  # the light calibration's limit (the "at most 32 prompts")

@@ -12,10 +12,11 @@ import sys
 import warnings
 from functools import partial
 
-from spotref.checks import check_int, check_real, check_temperature
+from spotref.checks import check_real, check_temperature
 from spotref.files import shipped_writes, tidy_run_dirs
+from spotref.spec.checks import check_int
 
-SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.noise)
+SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.spec.noise)
 MAX_THREADS = 1024  # --threads: more than any machine's cores; torch crashed at 100000
 
 

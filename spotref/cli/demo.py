@@ -28,12 +28,13 @@ from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int
 from spotref.cli.generate import check_family_temperature
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
+from spotref.configs import SDARConfig
 from spotref.data.gsm import final_answer
 from spotref.files import check_writable
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
-from spotref.models import SDARConfig, SDARModel
 from spotref.names import resolve_drafter, verify_times
+from spotref.spec.sdar import SDARModel
 
 MATH_LENGTH, TEXT_LENGTH = SOLUTION_ROOM, 64  # --gen-length's defaults: room for a whole solution
 

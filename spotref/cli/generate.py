@@ -22,7 +22,7 @@ import torch
 import spotref
 from spotref.api import check_budget, check_canvas, check_width
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
-from spotref.checkpoint import resolve_device, resolve_dtype, with_rope_theta
+from spotref.checkpoint import CONFIG, checkpoint_dir, read_json, read_sdar, resolve_device, resolve_dtype
 from spotref.checks import check_length
 from spotref.cli.argtypes import (
     add_threads,
@@ -37,7 +37,7 @@ from spotref.cli.argtypes import (
     tool_main,
 )
 from spotref.cli.options import Options
-from spotref.decode import CANVAS_FAMILIES, family
+from spotref.configs import CONFIGS, with_rope_theta
 from spotref.files import check_writable
 from spotref.load.targets import FAMILIES as TARGET_FAMILIES
 from spotref.load.targets import (
@@ -50,9 +50,9 @@ from spotref.load.targets import (
     target_shape,
 )
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
-from spotref.models import SDARModel
 from spotref.names import DRAFTERS, resolve_drafter
-from spotref.rules import LLaDARule
+from spotref.spec.decode import CANVAS_FAMILIES, family
+from spotref.spec.rules import LLaDARule
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
@@ -277,9 +277,9 @@ def directory_model(path: Path, block_size, mask_token_id, dtype, device):
         if mask_token_id is not None:
             raise ValueError(f"--mask-id: a {model_type} checkpoint names its MASK in config.json")
         return spotref.from_pretrained(path, dtype=dtype, device=device)
-    return SDARModel.from_pretrained(
-        path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
-    )
+    root = checkpoint_dir(path)
+    raw = read_json(root / CONFIG, "the model config")
+    return read_sdar(root, raw, dtype=dtype, device=device, block_size=block_size, mask_token_id=mask_token_id)
 
 
 def model_family(spec: str) -> str | None:
@@ -350,7 +350,7 @@ def directory_shape(path: Path):
     family_name = CANVAS_TYPES.get(read_config_type(path), "sdar")
     cls = TARGET_FAMILIES[family_name]
     try:
-        cfg = cls.config_class.from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
+        cfg = CONFIGS[family_name].from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     block_size = cfg.block_size if family_name == "sdar" else cls.block_size

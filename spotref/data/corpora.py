@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from spotref.checks import check_int
 from spotref.data import gsm
 from spotref.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
+from spotref.spec.checks import check_int
 
 SPLITS = (None, "train", "test")
 ASSISTANT = "<|im_start|>assistant\n"  # the Qwen3 chat template's assistant header

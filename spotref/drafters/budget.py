@@ -29,10 +29,10 @@ import time
 import numpy as np
 import torch
 
-from spotref.decode import Stats, bind
-from spotref.draft import Draft, View
 from spotref.drafters import order
-from spotref.rules import DecisionRule
+from spotref.spec.decode import Stats, bind
+from spotref.spec.draft import Draft, View
+from spotref.spec.rules import DecisionRule
 
 BUDGETS = (1, 2, 4, 8, 16, 32, 64)
 BINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)  # calibration bins

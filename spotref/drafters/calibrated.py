@@ -16,10 +16,10 @@ from collections import Counter
 
 import numpy as np
 
-from spotref.draft import Draft
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.order import temperature_key
+from spotref.spec.draft import Draft
 
 MAX_PREFIXES = 4000  # kept in a checkpoint
 

@@ -15,7 +15,7 @@ import heapq
 
 import numpy as np
 
-from spotref.draft import Draft, DraftBuilder
+from spotref.spec.draft import Draft, DraftBuilder
 
 
 def grow(view, options) -> Draft:

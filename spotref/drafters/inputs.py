@@ -4,7 +4,7 @@ The order model and the calibrated graph read the same few things about a round:
 state, its step, what was committed since the stale pass, the stale top-32 probabilities, and
 the coupled tokens (and runner-ups) with their stale probabilities at any step. ``ViewInputs``
 computes them from a ``View`` through the
-decision rule (``spotref.rules``: the one home of sampling and confidence); recorded trajectories
+decision rule (``spotref.spec.rules``: the one home of sampling and confidence); recorded trajectories
 (``spotref.record.trajectories.Row``) hand the same names to offline training and evaluation.
 
 Device: the (B, V) work (the rule's probabilities, the coupled tokens) runs on the stale logits'

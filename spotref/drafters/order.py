@@ -26,7 +26,7 @@ vocabulary-agnostic by construction):
 
 * ties (``TIES``): whether p_coupled is tied with the largest p_coupled of the node's masked
   positions, and whether the position is the first (lowest) of those tied. The rule decides in
-  the target's precision (``spotref.rules``): in bf16 most confidences of a confident target are
+  the target's precision (``spotref.spec.rules``): in bf16 most confidences of a confident target are
   exactly 1, the decision a tie, and ties go to the lowest position; these two say what decides
   it (on gsm-b32 at T = 0 the stale order so ranked predicts 0.87 of the next commits).
 

@@ -30,13 +30,13 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from spotref.draft import Draft
 from spotref.drafters import order
 from spotref.drafters.confidence import ConfidenceDrafter, ranked
 from spotref.drafters.grow import grow, grow_levels
 from spotref.drafters.inputs import ViewInputs
 from spotref.drafters.sets import runner_up_sets
 from spotref.drafters.sets import set_options as set_proposals
+from spotref.spec.draft import Draft
 
 SECOND = 0.5  # add a runner-up token edge where P(coupled token right) < SECOND
 CALLS = ("level", "root")  # order-model calls per round: one per tree level, or one at the root

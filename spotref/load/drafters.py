@@ -23,7 +23,7 @@ import torch
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_save, not_saved_by_torch
-from spotref.rules import DTYPES, SERVED
+from spotref.spec.rules import DTYPES, SERVED
 
 ORDER_DIR = Path(__file__).parent / "order_models"
 

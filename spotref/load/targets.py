@@ -32,14 +32,15 @@ from pathlib import Path
 
 import torch
 
-from spotref.checkpoint import check_field_types, read_json, stored_tensors
-from spotref.checks import check_int
-from spotref.dream import DreamModel
+from spotref.checkpoint import read_json, stored_tensors
+from spotref.configs import CONFIGS, check_field_types
 from spotref.files import atomic_write, atomic_write_text
-from spotref.llada import LLaDAModel
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.tokenizer import chat_format
-from spotref.models import SDARModel
+from spotref.spec.checks import check_int
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
+from spotref.spec.sdar import SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
@@ -273,12 +274,13 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None):
 
 
 def target_config(raw: dict, path: Path, cls=SDARModel):
-    """The metadata's ``config`` as the family's config (``cls.config_class``), its field types
+    """The metadata's ``config`` as the family's config (``spotref.configs.CONFIGS``), its field types
     and stated keys checked as a checkpoint's config.json."""
     try:
         check_field_types(raw)
-        cls.config_class.check_stated(raw)
-        return cls.config_class.from_dict(raw)
+        config_class = CONFIGS[getattr(cls, "family", "sdar")]
+        config_class.check_stated(raw)
+        return config_class.from_dict(raw)
     except (TypeError, ValueError) as e:
         raise ValueError(f"the target metadata {path}: config: {e}") from None
 

@@ -26,9 +26,9 @@ import torch
 
 import spotref
 from spotref.cli.report import progress
-from spotref.draft import Draft
 from spotref.drafters.inputs import ViewInputs
 from spotref.files import atomic_save
+from spotref.spec.draft import Draft
 
 DEPTH = 16  # future steps recorded per state (teacher forcing, calibration, offline eval)
 FORMAT = 4  # 4: decided in the target's serving precision (docs/spec.md 2.1); 3: + unseen;

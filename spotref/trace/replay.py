@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from spotref.rules import for_family
+from spotref.spec.rules import for_family
 from spotref.trace.fmt import RULE_FIELDS, cut
 
 

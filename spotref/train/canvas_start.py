@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import torch
 
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
-from spotref.models import SDARModel
-from spotref.rules import SERVED
+from spotref.configs import DreamConfig, LLaDAConfig
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
+from spotref.spec.rules import SERVED
+from spotref.spec.sdar import SDARModel
 
 # SDAR's name inside model.layers.N. -> (LLaDA's inside model.transformer.blocks.N., Dream's inside model.layers.N.)
 LAYER_NAMES = {

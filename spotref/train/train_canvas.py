@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
+from spotref.configs import DreamConfig, LLaDAConfig
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
 from spotref.train.train_curriculum import step_rows
 from spotref.train.train_data import result_starts
 from spotref.train.train_objective import (

@@ -17,7 +17,7 @@ import torch
 
 from spotref.data import gsm
 from spotref.data.corpora import FileCorpus, GsmCorpus, StdlibCorpus
-from spotref.train.train_objective import bd3_loss, bd3_mask, noise_blocks, weighted_loss
+from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks, weighted_loss
 from spotref.train.train_options import GSM_DEFAULTS, TrainOptions, row_align, stream_align
 
 ANSWER_HEADER = gsm.IM_START + "assistant\n"  # --answer-only: masked from here on
@@ -271,7 +271,7 @@ def heldout_loss(model, held, options: TrainOptions, mask_id, batches: int = 4, 
     for i in range(batches):
         x_t, x, masked = batch_at(held, i, 12345, N, L, B, mask_id, stream_align(options))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
-            logits = model.bd3_logits(x_t, x, mask)
+            logits = bd3_logits(model, x_t, x, mask)
         total += float(bd3_loss(logits, x, masked, B)) * int(masked.sum())
         count += int(masked.sum())
     return total / count
@@ -287,7 +287,7 @@ def heldout_rows_loss(model, held: Rows, options: TrainOptions, mask_id, batches
             rows, options.block_size, mask_id, held.eos_id, np.random.default_rng([12345, i]), options.eot_weight
         )
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
-            logits = model.bd3_logits(x_t, x, bd3_mask(x.shape[1], options.block_size))
+            logits = bd3_logits(model, x_t, x, bd3_mask(x.shape[1], options.block_size))
         total += float(weighted_loss(logits, x, w)) * float(w.sum())
         count += float(w.sum())
     if not count:

@@ -19,12 +19,13 @@ from pathlib import Path
 import torch
 
 from spotref.checkpoint import from_pretrained
+from spotref.configs import SDARConfig
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
-from spotref.models import SDARConfig, SDARModel
+from spotref.spec.sdar import SDARModel
 from spotref.train.canvas_start import canvas_from_sdar
 from spotref.train.train_canvas import canvas_heldout_loss, canvas_model
 from spotref.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream

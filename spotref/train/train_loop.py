@@ -22,15 +22,16 @@ from pathlib import Path
 
 import torch
 
+from spotref.configs import SDARConfig
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
-from spotref.models import SDARConfig, SDARModel
+from spotref.spec.sdar import SDARModel
 from spotref.train.canvas_start import FOLD_DOCUMENTS
 from spotref.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
 from spotref.train.train_curriculum import adapt, recipe_batch
 from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from spotref.train.train_export import export, load_teacher, read_checkpoint, start_from
-from spotref.train.train_objective import bd3_loss, bd3_mask, weighted_loss
+from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
 from spotref.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
 
@@ -257,10 +258,10 @@ def step_loss(run: Run, step: int, B: int, mask_of) -> torch.Tensor:
     if o.rows_per_doc:
         x_t, x, w = recipe_batch(run.data, run.tok, o, step, B, run.state.get("level"))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16):
-            return weighted_loss(model.bd3_logits(x_t, x, mask_of(x.shape[1], B)), x, w)
+            return weighted_loss(bd3_logits(model, x_t, x, mask_of(x.shape[1], B)), x, w)
     x_t, x, masked = batch_at(run.data, step, o.seed, o.batch, o.seq_len, B, run.tok.mask_id, stream_align(o))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.bf16):
-        return bd3_loss(model.bd3_logits(x_t, x, mask_of(o.seq_len, B)), x, masked, B, o.weighting)
+        return bd3_loss(bd3_logits(model, x_t, x, mask_of(o.seq_len, B)), x, masked, B, o.weighting)
 
 
 def _after_step(run: Run, bar) -> None:

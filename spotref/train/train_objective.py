@@ -6,7 +6,7 @@ input ``concat(x_t, x)`` of length ``2L``: ``x_t`` the noised copy (``noise_bloc
 of the noised copy's logits at its masked positions against the clean tokens (no shift):
 ``bd3_loss`` (per token, or the ELBO's per-block ``1 / t``), or ``weighted_loss`` with a weight
 per position (the rows of the gsm recipe, ``spotref.train.train_data.rows_batch``). The logits
-are the model's own: ``SDARModel.bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
+are the model's own: ``bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
 under ``bd3_mask``.
 
 The whole-canvas families (LLaDA, Dream) train as LLaDA's SFT does: each row draws a mask rate
@@ -174,7 +174,7 @@ def teacher_logits(teacher, x_t: torch.Tensor, x: torch.Tensor, end: int) -> tor
             f"teacher_logits: end {end} must be a multiple of the teacher's block size {Bt} within {x.shape[1]}"
         )
     mask = bd3_mask(end, Bt, x.device)  # (2 end, 2 end)
-    return teacher.bd3_logits(x_t[:, :end], x[:, :end], mask).float()  # (N, end, V)
+    return bd3_logits(teacher, x_t[:, :end], x[:, :end], mask).float()  # (N, end, V)
 
 
 def distill_kl(student: torch.Tensor, teacher: torch.Tensor, masked: torch.Tensor, shift: int = 0) -> torch.Tensor:
@@ -190,3 +190,17 @@ def distill_kl(student: torch.Tensor, teacher: torch.Tensor, masked: torch.Tenso
     kl = F.kl_div(log_s, log_t, reduction="none", log_target=True).sum(-1)  # (N, E)
     m = masked[:, :E].to(kl.dtype)  # (N, E)
     return (kl * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+
+
+def bd3_logits(model, x_t: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """BD3-LM's training pass of an ``SDARModel`` (gradients kept): x_t, x (N, L) -> logits
+    (N, L, V) of the noised copy x_t, from one forward of ``concat(x_t, x)`` (N, 2L) through the decoder's own layers,
+    both copies at positions 0 .. L-1, under ``mask`` (2L, 2L) additive: noised block i sees
+    itself and the clean blocks < i, clean block i the clean blocks <= i, so each block of x_t
+    is denoised over its clean prefix as a decoding pass denoises it."""
+    L = x.shape[1]
+    cos, sin = (torch.cat((t, t)) for t in model._rope(0, L, x.device))  # (2L, d): positions twice
+    h = model.model.embed_tokens(torch.cat((x_t, x), 1))  # (N, 2L, H)
+    for layer in model.model.layers:
+        h, _ = layer(h, cos, sin, mask, None)
+    return model.lm_head(model.model.norm(h[:, :L]))  # (N, L, V)

@@ -7,8 +7,9 @@ import pytest
 import torch
 from helpers import SDAR_FILES
 
-from spotref.checkpoint import save_pretrained
-from spotref.models import SDARConfig, SDARModel
+from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.configs import SDARConfig
+from spotref.spec.sdar import SDARModel
 
 pytest.importorskip("safetensors")
 REAL = SDAR_FILES
@@ -27,7 +28,7 @@ def ckpt(tmp_path):
 
 def load_error(path, **kw) -> str:
     with pytest.raises(ValueError) as e:
-        SDARModel.from_pretrained(path, **kw)
+        from_pretrained(path, **kw)
     assert "\n" not in str(e.value)
     return str(e.value)
 
@@ -44,7 +45,7 @@ def test_round_trip_is_bit_identical(tmp_path, tie, shard):
     m = tiny(tie)
     root = save_pretrained(m, tmp_path, max_shard_bytes=shard)
     assert (root / ("model.safetensors.index.json" if shard else "model.safetensors")).is_file()
-    m2 = SDARModel.from_pretrained(root)
+    m2 = from_pretrained(root)
     assert m2.config.tie_word_embeddings == tie
     assert (m2.lm_head.weight is m2.model.embed_tokens.weight) == tie
     x = torch.randint(0, 299, (2, 20))
@@ -54,12 +55,12 @@ def test_round_trip_is_bit_identical(tmp_path, tie, shard):
 def test_the_model_saves_itself_beside_from_pretrained(tmp_path):
     """``model.save_pretrained`` is the checkpoint module's writer: same files, read back equal."""
     m = tiny()
-    assert m.save_pretrained(tmp_path / "a", dtype="bf16", max_shard_bytes=30_000) == tmp_path / "a"
+    assert save_pretrained(m, tmp_path / "a", dtype="bf16", max_shard_bytes=30_000) == tmp_path / "a"
     save_pretrained(m, tmp_path / "b", dtype="bf16", max_shard_bytes=30_000)
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "b").iterdir()) and "model.safetensors.index.json" in files
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
-    m2 = SDARModel.from_pretrained(tmp_path / "a")
+    m2 = from_pretrained(tmp_path / "a")
     assert m2.lm_head.weight.dtype == torch.bfloat16 and torch.equal(m2.lm_head.weight, m.lm_head.weight.bfloat16())
 
 
@@ -72,16 +73,16 @@ def test_a_round_trip_keeps_the_serving_precision(tmp_path):
 
     m = tiny()
     m.config.extra["torch_dtype"] = "bfloat16"
-    root = m.save_pretrained(tmp_path / "a")
+    root = save_pretrained(m, tmp_path / "a")
     cfg = json.loads((root / "config.json").read_text())
     assert (cfg["torch_dtype"], cfg["decision_precision"]) == ("float32", "bfloat16") and "dtype" not in cfg
-    m2 = SDARModel.from_pretrained(root)
+    m2 = from_pretrained(root)
     assert m2.lm_head.weight.dtype == torch.float32 and serving_precision(m2) == "bfloat16"
     for T in (0.0, 0.7):
         a, b = (spotref.generate(x, [1, 2, 3], 12, temperature=T, seed=4, drafter="confidence") for x in (m, m2))
         exact = spotref.generate(m, [1, 2, 3], 12, temperature=T, seed=4)
         assert a.tokens == b.tokens == exact.tokens and a.stats["trajectory"] == b.stats["trajectory"]
-    bf = json.loads((m2.save_pretrained(tmp_path / "b", dtype="bf16") / "config.json").read_text())
+    bf = json.loads((save_pretrained(m2, tmp_path / "b", dtype="bf16") / "config.json").read_text())
     assert bf["torch_dtype"] == "bfloat16" and "decision_precision" not in bf  # stored as served
     edit_config(root, decision_precision="fp8")
     assert "decision_precision must be one of auto, float64, float32, bfloat16, float16 (or an alias" in load_error(
@@ -95,7 +96,7 @@ def test_a_round_trip_keeps_the_serving_precision(tmp_path):
 )
 def test_dtypes(tmp_path, name, want):
     root = save_pretrained(tiny(), tmp_path, dtype="bfloat16")  # config says torch_dtype bfloat16
-    m = SDARModel.from_pretrained(root, dtype=name)
+    m = from_pretrained(root, dtype=name)
     assert {p.dtype for p in m.parameters()} == {want}
     assert m(torch.zeros(1, 8, dtype=torch.long)).dtype == want
 
@@ -104,7 +105,7 @@ def test_arguments_override_the_config(ckpt):
     edit_config(ckpt, block_size=None, mask_token_id=None)
     assert "block_size" in load_error(ckpt, mask_token_id=5)
     assert "mask_token_id" in load_error(ckpt, block_size=4)
-    m = SDARModel.from_pretrained(ckpt, block_size=4, mask_token_id=5)
+    m = from_pretrained(ckpt, block_size=4, mask_token_id=5)
     assert (m.block_size, m.mask_id) == (4, 5)
 
 
@@ -176,7 +177,7 @@ def test_bad_vocab_or_mask_id(ckpt):
 
 def test_transformers5_rope_parameters(ckpt):
     edit_config(ckpt, rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-    assert SDARModel.from_pretrained(ckpt).config.rope_theta == 10000.0
+    assert from_pretrained(ckpt).config.rope_theta == 10000.0
     edit_config(ckpt, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
     assert "rope_parameters" in load_error(ckpt)
 
@@ -194,7 +195,8 @@ def test_unsupported_qwen3_options(ckpt):
 )
 def test_real_index_names_are_the_models_names():
     """Every name of the real SDAR-8B index, with the shape the real config gives it."""
-    from spotref.checkpoint import build_on_meta, config_fields
+    from spotref.checkpoint import build_on_meta
+    from spotref.configs import sdar_config_fields as config_fields
 
     raw = json.loads((REAL / "config.json").read_text())
     cfg = SDARConfig.from_dict(config_fields(raw))

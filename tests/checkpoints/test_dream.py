@@ -1,4 +1,4 @@
-"""spotref's Dream model (spotref/dream.py): its checkpoint layout read and written, its logits
+"""spotref's Dream model (spotref/spec/dream.py): its checkpoint layout read and written, its logits
 against transformers' Qwen2 with bidirectional attention, and against Dream's own modeling code.
 
 The checkpoints are small and random, in Dream's real layout: Dream-v0-Instruct-7B's config.json
@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from spotref.api import serving_precision
-from spotref.dream import DreamConfig, DreamModel
+from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.configs import DreamConfig
+from spotref.spec.dream import DreamModel
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -150,35 +152,35 @@ def test_a_checkpoint_in_dreams_layout_reads_back(tmp_path, shards):
     write_by_hand(tmp_path / "ck", m, shards)
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert len([f for f in files if f.endswith(".safetensors")]) == shards
-    back = DreamModel.from_pretrained(tmp_path / "ck")  # stored bf16, config says bfloat16
+    back = from_pretrained(tmp_path / "ck")  # stored bf16, config says bfloat16
     assert back.lm_head.weight.dtype == torch.bfloat16 and not back.config.tie_word_embeddings
     as_bf16 = m.to(torch.bfloat16)
     for n, t in as_bf16.state_dict().items():
         assert torch.equal(back.state_dict()[n], t), n
     assert torch.equal(back(IDS), as_bf16(IDS))
-    f32 = DreamModel.from_pretrained(tmp_path / "ck", dtype="float32")
+    f32 = from_pretrained(tmp_path / "ck", dtype="float32")
     assert f32.lm_head.weight.dtype == torch.float32 and serving_precision(f32) == "bfloat16"
 
 
 @pytest.mark.parametrize("sharded", [False, True])
 def test_save_pretrained_writes_the_real_layout_and_reads_back_bit_for_bit(tmp_path, sharded):
     m = random_model(seed=3)
-    m.save_pretrained(tmp_path / "ck", max_shard_bytes=60_000 if sharded else None)
+    save_pretrained(m, tmp_path / "ck", max_shard_bytes=60_000 if sharded else None)
     files = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert ("model.safetensors.index.json" in files) == sharded and ("model.safetensors" in files) != sharded
     cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
     assert cfg["model_type"] == "Dream" and cfg["architectures"] == ["DreamModel"]
     assert cfg["torch_dtype"] == "float32" and cfg["decision_precision"] == "bfloat16"
     assert {k: cfg[k] for k in DIMS} == DIMS and cfg["auto_map"] == REAL_CONFIG["auto_map"]
-    back = DreamModel.from_pretrained(tmp_path / "ck")
+    back = from_pretrained(tmp_path / "ck")
     assert back.config.to_dict() == DreamConfig.from_dict(cfg).to_dict()
     assert torch.equal(back(IDS), m(IDS))
 
 
 def test_bf16_round_trip(tmp_path):
     m = random_model(seed=4).to(torch.bfloat16)
-    m.save_pretrained(tmp_path / "ck")
-    back = DreamModel.from_pretrained(tmp_path / "ck")
+    save_pretrained(m, tmp_path / "ck")
+    back = from_pretrained(tmp_path / "ck")
     assert back.lm_head.weight.dtype == torch.bfloat16
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert all(torch.equal(back.state_dict()[n], t) for n, t in m.state_dict().items())
@@ -188,8 +190,8 @@ def test_bf16_round_trip(tmp_path):
 def test_a_tied_head_is_not_written_and_reads_back_tied(tmp_path):
     m = random_model(seed=5, tie_word_embeddings=True)
     assert m.lm_head.weight is m.model.embed_tokens.weight
-    m.save_pretrained(tmp_path / "ck")
-    back = DreamModel.from_pretrained(tmp_path / "ck")
+    save_pretrained(m, tmp_path / "ck")
+    back = from_pretrained(tmp_path / "ck")
     assert back.config.tie_word_embeddings and back.lm_head.weight is back.model.embed_tokens.weight
     assert torch.equal(back(IDS), m(IDS))
 
@@ -210,16 +212,16 @@ def test_a_tied_head_is_not_written_and_reads_back_tied(tmp_path):
         (dict(tie_word_embeddings="no"), "tie_word_embeddings"),
         (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling"),
         (dict(hidden_act="gelu"), "hidden_act"),
-        (dict(model_type="sdar"), "model_type"),
+        (dict(model_type="sdar"), "model_type"),  # read as Dream all the same (model_type="Dream")
     ],
 )
 def test_bad_configs_are_refused_by_name(tmp_path, change, named):
     m = random_model()
-    m.save_pretrained(tmp_path / "ck")
+    save_pretrained(m, tmp_path / "ck")
     path = tmp_path / "ck" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.raises(ValueError, match=named):
-        DreamModel.from_pretrained(tmp_path / "ck")
+        from_pretrained(tmp_path / "ck", model_type="Dream")
 
 
 def test_weights_that_do_not_fit_the_config_are_refused_by_name(tmp_path):
@@ -230,7 +232,7 @@ def test_weights_that_do_not_fit_the_config_are_refused_by_name(tmp_path):
     (tmp_path / "ck" / "config.json").write_text(json.dumps(REAL_CONFIG))
     safetensors_torch.save_file(state, str(tmp_path / "ck" / "model.safetensors"))
     with pytest.raises(ValueError, match=r"missing 1 tensor\(s\): model.layers.1.self_attn.k_proj.bias") as e:
-        DreamModel.from_pretrained(tmp_path / "ck")
+        from_pretrained(tmp_path / "ck")
     assert "wrong-shaped 1 tensor(s): model.layers.0.self_attn.q_proj.bias (7,)" in str(e.value)
 
 
@@ -263,7 +265,7 @@ model = DreamModel(DreamConfig(**{{k: v for k, v in cfg.items() if k not in ("ar
 with torch.no_grad():
     for p in model.parameters():
         p.normal_(0.0, 0.3 if p.ndim == 1 else 0.08)
-    model.save_pretrained({out!r}, max_shard_size={shard!r})
+    save_pretrained(model, {out!r}, max_shard_size={shard!r})
     torch.save(model(torch.tensor({ids!r})).logits, {out!r} + "/official_logits.pt")
 """
 
@@ -292,7 +294,7 @@ def test_a_checkpoint_written_by_dreams_own_code_gives_its_logits(tmp_path, shar
     assert run.returncode == 0, run.stderr[-3000:]
     official = torch.load(out / "official_logits.pt")
     assert (out / "model.safetensors.index.json").is_file() == (shard == "40KB")
-    ours = DreamModel.from_pretrained(out)  # transformers 5 writes the stored dtype as "dtype"
+    ours = from_pretrained(out)  # transformers 5 writes the stored dtype as "dtype"
     assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
     assert ours.lm_head.weight.dtype == torch.float32
     diff = (ours(IDS) - official).abs().max().item()

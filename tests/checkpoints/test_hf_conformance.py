@@ -20,7 +20,7 @@ from helpers import SDAR_FILES
 
 import spotref
 from spotref import reference
-from spotref.models import SDARModel
+from spotref.checkpoint import from_pretrained
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -101,7 +101,7 @@ def pair(tmp_path_factory):
         )
     root = tmp_path_factory.mktemp("tiny_sdar")
     state = write_tiny_official(root)
-    ours = SDARModel.from_pretrained(root, dtype="float32")
+    ours = from_pretrained(root, dtype="float32")
     c = json.loads((root / "config.json").read_text())
     hf_cfg = transformers.Qwen3Config(
         **{k: c[k] for k in DIMS if k != "mask_token_id"},

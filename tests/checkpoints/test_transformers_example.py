@@ -12,8 +12,8 @@ import torch
 from helpers import tiny_config
 
 import spotref
-from spotref.checkpoint import save_pretrained
-from spotref.models import SDARModel
+from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.spec.sdar import SDARModel
 
 pytest.importorskip(
     "transformers",
@@ -49,7 +49,7 @@ def checkpoint(tmp_path_factory):
 def models(example, checkpoint):
     hf, B, mask, precision = example.load(checkpoint, dtype=torch.float32)
     assert precision == "bfloat16"  # saved in bf16: served, so decided, in bf16
-    return SDARModel.from_pretrained(checkpoint, dtype="float32"), hf, B, mask, precision
+    return from_pretrained(checkpoint, dtype="float32"), hf, B, mask, precision
 
 
 @pytest.mark.parametrize(

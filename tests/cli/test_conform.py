@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from spotref.checkpoint import save_pretrained
 from spotref.cli.conform import summary
 from spotref.cli.main import main
 from spotref.conformance_cases import tiny_config
-from spotref.models import SDARModel
+from spotref.spec.sdar import SDARModel
 
 DECODERS = """
 import spotref
+from spotref.checkpoint import save_pretrained
 
 def correct(model, prompt, n, **kw):
     return spotref.generate(model, prompt, n, **kw)
@@ -143,7 +145,7 @@ def test_bad_knobs_are_one_line_and_status_2(decoders, capsys, args, message):
 def checkpoint(tmp_path):
     """A small random SDAR checkpoint directory."""
     model = SDARModel(tiny_config("sdar", 40, 39, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3))
-    return model.save_pretrained(tmp_path / "ckpt")
+    return save_pretrained(model, tmp_path / "ckpt")
 
 
 def test_the_kit_runs_on_a_checkpoint_directory(decoders, capsys, checkpoint):

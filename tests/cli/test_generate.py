@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import spotref
-from spotref.checkpoint import save_pretrained
+from spotref.checkpoint import from_pretrained, save_pretrained
 from spotref.cli.main import main
+from spotref.configs import SDARConfig
 from spotref.load import targets
 from spotref.load.tokenizer import load_tokenizer
-from spotref.models import SDARConfig, SDARModel
+from spotref.spec.sdar import SDARModel
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -50,7 +51,7 @@ def run(capsys, *argv):
 
 def expected(ckpt, text, n, **kw):
     tok = load_tokenizer(ckpt)
-    res = spotref.generate(SDARModel.from_pretrained(ckpt), tok.encode(text), n, stop_ids=tok.stop_ids, **kw)
+    res = spotref.generate(from_pretrained(ckpt), tok.encode(text), n, stop_ids=tok.stop_ids, **kw)
     toks = res.tokens[:-1] if res.tokens and res.tokens[-1] in tok.stop_ids else res.tokens
     return tok.decode(toks)
 
@@ -308,8 +309,9 @@ def test_generate_and_audit_take_budget_auto(capsys):
 
 def canvas_checkpoint(tmp_path, family):
     """A small random LLaDA or Dream checkpoint directory in its own layout (no tokenizer)."""
-    from spotref.dream import DreamConfig, DreamModel
-    from spotref.llada import LLaDAConfig, LLaDAModel
+    from spotref.configs import DreamConfig, LLaDAConfig
+    from spotref.spec.dream import DreamModel
+    from spotref.spec.llada import LLaDAModel
 
     torch.manual_seed(0)
     if family == "llada":
@@ -328,7 +330,7 @@ def canvas_checkpoint(tmp_path, family):
                 eos_token_id=38,
             )
         )
-    return model.save_pretrained(tmp_path / family), model
+    return save_pretrained(model, tmp_path / family), model
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])

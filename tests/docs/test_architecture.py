@@ -14,12 +14,12 @@ def test_no_cycle_no_import_up_no_import_inside_a_function():
 
 def test_the_check_can_fail():
     g = architecture.graph()
-    g["spotref.rules"] = (g["spotref.rules"][0] | {"spotref.bench.bench"}, set())  # the spec imports a tool
-    g["spotref.noise"] = ({"spotref.rules"}, {"spotref.api"})  # a cycle, an inner import
+    g["spotref.spec.rules"] = (g["spotref.spec.rules"][0] | {"spotref.bench.bench"}, set())  # the spec imports a tool
+    g["spotref.spec.noise"] = ({"spotref.spec.rules"}, {"spotref.api"})  # a cycle, an inner import
     found = "\n".join(architecture.violations(g))
-    assert "spotref.rules (spec core) imports spotref.bench.bench (tools)" in found
-    assert "cycle: spotref.noise -> spotref.rules -> spotref.noise" in found
-    assert "spotref.noise imports inside a function: spotref.api" in found
+    assert "spotref.spec.rules (spec core) imports spotref.bench.bench (tools)" in found
+    assert "cycle: spotref.spec.noise -> spotref.spec.rules -> spotref.spec.noise" in found
+    assert "spotref.spec.noise imports inside a function: spotref.api" in found
 
 
 IMPORTED = """

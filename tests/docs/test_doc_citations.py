@@ -2,9 +2,9 @@
 
 A doc cites code in four forms, each resolved against this checkout:
 
-* a repository path, ``spotref/decode.py``, ``tests/spec/test_core.py``, ``docs/gpu.md``,
+* a repository path, ``spotref/spec/decode.py``, ``tests/spec/test_core.py``, ``docs/gpu.md``,
   ``_ext/core.pyx``: the file or folder exists. A path may name something in the file:
-  ``spotref/decode.py: Block``, ``tests/exactness/test_conformance.py::test_x``, ``cli_models.py:102``
+  ``spotref/spec/decode.py: Block``, ``tests/exactness/test_conformance.py::test_x``, ``cli_models.py:102``
   (the name resolves; a line number is within the file);
 * a bare file name, ``decode.py``, ``grow.py: walk``: some file of the project has that name
   (``OUTSIDE`` lists the files of other projects the docs name, such as SDAR's ``generate.py``);
@@ -102,7 +102,7 @@ def citations(span: str) -> list[tuple]:
 
 @cache
 def modules() -> dict:
-    """Short module name -> full names: ``core`` -> [spotref.core], ``drafters`` -> two packages."""
+    """Short module name -> full names: ``core`` -> [spotref.spec.core], ``drafters`` -> two packages."""
     out = {}
     for p in sorted((ROOT / "spotref").rglob("*.py")):
         parts = p.relative_to(ROOT).with_suffix("").parts
@@ -244,7 +244,7 @@ def problem(cite: tuple) -> str | None:
 
 
 def shown(cite: tuple) -> str:
-    """A citation as a doc writes it: ``spotref/decode.py: Block``, ``core.py:12``, ``core.walk``."""
+    """A citation as a doc writes it: ``spotref/spec/decode.py: Block``, ``core.py:12``, ``core.walk``."""
     if cite[0] == "dotted":
         return cite[1]
     _, where, name, line = cite
@@ -272,14 +272,14 @@ def test_every_cited_code_name_exists():
 @pytest.mark.parametrize(
     "span, found",
     [
-        ("spotref/decode.py: exact_block", "spotref/decode.py has no 'exact_block'"),
-        ("decode.py: exact_block", "spotref/decode.py has no 'exact_block'"),
-        ("spotref.decode.exact_block", "spotref has no spotref.decode.exact_block"),
+        ("spotref/spec/decode.py: exact_block", "spotref/spec/decode.py has no 'exact_block'"),
+        ("decode.py: exact_block", "spotref/spec/decode.py has no 'exact_block'"),
+        ("spotref.spec.decode.exact_block", "spotref has no spotref.spec.decode.exact_block"),
         ("core.no_such_walk", "nothing in spotref defines core.no_such_walk"),
         ("Block.no_such_method()", "nothing in spotref defines Block.no_such_method"),
         ("spotref/no_such_module.py", "no file or folder spotref/no_such_module.py"),
         ("no_such_module.py", "no file named no_such_module.py"),
-        ("spotref/core.py:100000", "lines, not 100000"),
+        ("spotref/spec/core.py:100000", "lines, not 100000"),
         ("spotref/no_such_folder/NAME.json", "no folder spotref/no_such_folder"),
         ("tests/spec/test_core.py::test_no_such_test", "tests/spec/test_core.py has no 'test_no_such_test'"),
     ],
@@ -293,7 +293,7 @@ def test_a_stale_citation_is_caught(span, found):
 @pytest.mark.parametrize(
     "span",
     [
-        "spotref/decode.py: Block",
+        "spotref/spec/decode.py: Block",
         "spotref/api.py: Speculator",
         "spotref.generate(model, prompt_ids, max_new_tokens, temperature=0.0)",
         "spotref.audit.audit",

@@ -113,7 +113,7 @@ CODE = [key for key, b in BLOCKS.items() if b["lang"] in ("python", "bash")]
 def tiny_sdar(tmp_path_factory) -> Path:
     """A tiny random SDAR checkpoint in the official layout, SDAR-8B's vocabulary and MASK id."""
     from spotref.checkpoint import save_pretrained
-    from spotref.models import SDARModel
+    from spotref.spec.sdar import SDARModel
 
     cfg = tiny_config(
         151936,
@@ -341,7 +341,8 @@ def test_module_docstring_examples(module):
 def test_a_new_model_comes_back_ready_to_decode():
     """The README's ``model = SDARModel(cfg)`` is in eval mode, as ``from_pretrained`` and
     ``load_target`` models are (decoding never trains)."""
-    from spotref.models import SDARConfig, SDARModel
+    from spotref.configs import SDARConfig
+    from spotref.spec.sdar import SDARModel
 
     cfg = SDARConfig(
         vocab_size=300,

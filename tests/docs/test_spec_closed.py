@@ -12,7 +12,7 @@ HEADING = "## The spec modules, in reading order"
 
 
 def listed(text: str | None = None) -> list[str]:
-    """The module names (``spotref.noise``, ...) of the spec table, in order."""
+    """The module names (``spotref.spec.noise``, ...) of the spec table, in order."""
     text = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8") if text is None else text
     assert HEADING in text, f"docs/spec.md has no section {HEADING!r}"
     section = text.split(HEADING, 1)[1].split("\n#", 1)[0]
@@ -52,7 +52,7 @@ def test_the_spec_list_is_there_and_each_module_exists():
     assert len(spec) >= 6, spec
     assert len(set(spec)) == len(spec), f"a module listed twice: {spec}"
     assert all(module_file(m).is_file() for m in spec), [m for m in spec if not module_file(m).is_file()]
-    assert {"spotref.noise", "spotref.rules", "spotref.core", "spotref.decode"} <= set(spec)
+    assert {"spotref.spec.noise", "spotref.spec.rules", "spotref.spec.core", "spotref.spec.decode"} <= set(spec)
 
 
 def test_the_spec_modules_import_only_each_other():
@@ -66,6 +66,47 @@ def test_the_list_is_written_once():
         assert rows == [], f"{doc} repeats the spec's module list: point to docs/spec.md instead"
 
 
+SPEC_DIR = ROOT / "spotref" / "spec"
+SPEC_BUDGET = 2500  # lines: the algorithm reads in one sitting
+# What a spec module may import besides the others in the set: the algorithm needs arithmetic
+# (numpy, torch) and plain Python; reading files, paths, JSON or the environment is a tool's job.
+ALLOWED = {"__future__", "contextlib", "dataclasses", "functools", "math", "numbers", "reprlib", "time", "typing"}
+ALLOWED |= {"numpy", "torch"}
+
+
+def test_the_spec_folder_holds_exactly_the_listed_modules():
+    """Every module of spotref/spec/ is in the table and every listed module is in spotref/spec/."""
+    in_folder = {f"spotref.spec.{p.stem}" for p in SPEC_DIR.glob("*.py") if p.stem != "__init__"}
+    assert in_folder == set(listed()), (sorted(in_folder - set(listed())), sorted(set(listed()) - in_folder))
+
+
+def test_the_spec_reads_in_one_sitting():
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in SPEC_DIR.glob("*.py"))
+    assert lines <= SPEC_BUDGET, f"spotref/spec/ holds {lines} lines, over its budget of {SPEC_BUDGET}"
+
+
+def foreign_imports(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports that are neither spotref nor ``ALLOWED``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        out |= {n.split(".")[0] for n in names} - ALLOWED - {"spotref"}
+    return out
+
+
+def test_the_spec_imports_no_tool():
+    """No file, path, JSON, environment or safetensors reading in the spec: that is checkpoint's."""
+    found = {p.name: sorted(foreign_imports(p)) for p in SPEC_DIR.glob("*.py") if foreign_imports(p)}
+    assert found == {}
+
+
+def test_the_import_check_can_fail(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("import json\nfrom pathlib import Path\nimport torch\nfrom spotref.spec import noise\n")
+    assert foreign_imports(bad) == {"json", "pathlib"}
+
+
 def test_the_front_door_is_above_the_spec():
     """api.py resolves names (names.py, which imports the loaders and drafters): not in the set."""
     spec = listed()
@@ -74,16 +115,20 @@ def test_the_front_door_is_above_the_spec():
 
 
 def test_the_check_can_fail(tmp_path):
-    rows = "| module | what |\n|---|---|\n| `spotref/noise.py` | a |\n| `spotref/rules.py` | b |\n"
+    rows = "| module | what |\n|---|---|\n| `spotref/spec/noise.py` | a |\n| `spotref/spec/rules.py` | b |\n"
     doc = f"# x\n\n{HEADING}\n\n{rows}\n## 1. next\n\n| `spotref/api.py` | not in the list |\n"
-    assert listed(doc) == ["spotref.noise", "spotref.rules"]
+    assert listed(doc) == ["spotref.spec.noise", "spotref.spec.rules"]
     rules = tmp_path / "rules.py"
-    rules.write_text("import numpy\nfrom spotref.noise import gumbel\n\ndef f():\n    from spotref.names import x\n")
+    rules.write_text(
+        "import numpy\nfrom spotref.spec.noise import gumbel\n\ndef f():\n    from spotref.names import x\n"
+    )
     noise = tmp_path / "noise.py"
     noise.write_text("from spotref import api\nimport spotref.bench.bench\n")
-    found = outside(["spotref.noise", "spotref.rules"], {"spotref.noise": noise, "spotref.rules": rules})
+    found = outside(
+        ["spotref.spec.noise", "spotref.spec.rules"], {"spotref.spec.noise": noise, "spotref.spec.rules": rules}
+    )
     assert found == [
-        "spotref.noise imports spotref.api",
-        "spotref.noise imports spotref.bench.bench",
-        "spotref.rules imports spotref.names",
+        "spotref.spec.noise imports spotref.api",
+        "spotref.spec.noise imports spotref.bench.bench",
+        "spotref.spec.rules imports spotref.names",
     ]

@@ -5,10 +5,10 @@ draft, found by the conformance suite's aimed cases)."""
 import numpy as np
 
 import spotref
+from spotref.configs import DreamConfig
 from spotref.conformance import run_case
 from spotref.conformance_cases import Case
 from spotref.drafters.confidence import one_position_options, weights
-from spotref.dream import DreamConfig
 
 
 def test_weights_keep_probabilities_and_map_negative_confidences_to_their_exponential():

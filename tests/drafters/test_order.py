@@ -9,10 +9,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotref.draft import Draft, DraftBuilder
 from spotref.drafters import order
 from spotref.drafters.grow import grow, grow_levels
 from spotref.load.drafters import load_order_model, save_order_model
+from spotref.spec.draft import Draft, DraftBuilder
 
 
 def test_parameter_count_is_the_papers():

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 import spotref
 from spotref.api import Speculator
 from spotref.conformance import cases, check_case
-from spotref.draft import Draft, View
 from spotref.drafters import budget
 from spotref.drafters.budget import MIN_COUNT, RoundBudget, auto_drafter, calibration_table, reach, trim
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import CALLS, SpotDrafter
-from spotref.rules import DecisionRule
+from spotref.spec.draft import Draft, View
+from spotref.spec.rules import DecisionRule
 
 
 def spot_for(model, seed=0, calls="level", B=None):

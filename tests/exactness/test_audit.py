@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from spotref.audit import audit, batch_invariance
+from spotref.configs import SDARConfig
 from spotref.conformance import tiny_config
-from spotref.dream import DreamModel
-from spotref.models import SDARConfig, SDARModel
+from spotref.spec.dream import DreamModel
+from spotref.spec.sdar import SDARModel
 
 ROOT = Path(__file__).parents[2]
 

@@ -15,10 +15,10 @@ import torch
 from hypothesis import Phase, given, settings
 
 import spotref
-from spotref import core as pure_core
 from spotref import reference
 from spotref.conformance import Case, cases, first_divergence, run_conformance
-from spotref.decode import fill_block
+from spotref.spec import core as pure_core
+from spotref.spec.decode import fill_block
 
 CORES = ["py", "c"]
 EXAMPLES = int(os.environ.get("SPOTREF_CONFORMANCE_EXAMPLES", "200"))
@@ -124,7 +124,7 @@ def test_the_suite_catches_a_lossy_decoder():
 
 def test_first_divergence_reads_a_canvas_block_from_the_generated_tokens():
     from spotref.conformance import tiny_config
-    from spotref.llada import LLaDAModel
+    from spotref.spec.llada import LLaDAModel
 
     m = LLaDAModel(tiny_config("llada", 30, 29, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3))
     exact = spotref.generate(m, [1, 2, 3, 4, 5], 9, block_length=4)

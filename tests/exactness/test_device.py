@@ -14,7 +14,7 @@ import torch
 import spotref
 
 ROOT = Path(__file__).resolve().parents[2]
-ON_LOGITS_DEVICE = ["spotref/rules.py", "spotref/draft.py", "spotref/drafters/inputs.py"]
+ON_LOGITS_DEVICE = ["spotref/spec/rules.py", "spotref/spec/draft.py", "spotref/drafters/inputs.py"]
 MAKERS = re.compile(r"torch\.(arange|as_tensor|tensor|from_numpy|zeros|ones|full|empty)\(")
 
 

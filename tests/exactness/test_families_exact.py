@@ -1,5 +1,5 @@
 """Every family decodes as its own decoder does, and SPOT is exact on it: small random LLaDA and
-Dream models (spotref/llada.py, spotref/dream.py, float32 and bf16) against the transcriptions of
+Dream models (spotref/spec/llada.py, spotref/spec/dream.py, float32 and bf16) against the transcriptions of
 LLaDA's generate.py and Dream's sampling loop (tests/support/*_transcription.py, the same noise),
 and SPOT (the confidence drafter, a random SPOT drafter) identical to exact decoding, rows alone and
 at a fixed width, on this CPU's kernels."""
@@ -10,9 +10,10 @@ from family_oracle import assert_generate_is_transcription
 
 import spotref
 from spotref.audit import batch_invariance
+from spotref.configs import DreamConfig, LLaDAConfig
 from spotref.conformance import spot_drafter
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
 
 V, MASK = 80, 79
 

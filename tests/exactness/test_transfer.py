@@ -9,10 +9,10 @@ import functools
 import pytest
 
 import spotref
-from spotref.decode import family
 from spotref.load.drafters import list_checkpoints, load_drafter
 from spotref.load.targets import list_targets
 from spotref.record.prompts import prompts_for
+from spotref.spec.decode import family
 
 TARGETS = list_targets()
 DRAFTERS = list_checkpoints()

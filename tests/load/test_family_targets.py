@@ -9,11 +9,12 @@ import torch
 import spotref
 from spotref import names
 from spotref.checkpoint import stored_tensors
+from spotref.configs import DreamConfig, LLaDAConfig
 from spotref.conformance import spot_drafter
-from spotref.dream import DreamConfig, DreamModel
-from spotref.llada import LLaDAConfig, LLaDAModel
 from spotref.load.bpe import ByteTokenizer
 from spotref.load.targets import list_targets, load_target, save_target
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
 from spotref.train.canvas_start import DROPPED, canvas_from_sdar, counterparts
 
 pytest.importorskip("safetensors")

@@ -9,7 +9,8 @@ from helpers import tiny_model
 
 import spotref
 from spotref.api import Speculator
-from spotref.models import SDARConfig, SDARModel
+from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.configs import SDARConfig
 
 
 def spec(**kw):
@@ -213,7 +214,7 @@ def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_name(path, tmp_path)
     from spotref.checkpoint import save_pretrained
 
     with pytest.raises(ValueError, match="the checkpoint directory must be a path"):
-        SDARModel.from_pretrained(path)
+        from_pretrained(path)
     with pytest.raises(ValueError, match="save_pretrained: path must be a path"):
         save_pretrained(tiny_model(V=10, B=4), path)
 
@@ -227,7 +228,7 @@ def saved_family(family: str, path):
 
     cfg = tiny_config(family, 40, 39, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
     torch.manual_seed(0)
-    return MODELS[family](cfg).save_pretrained(path)
+    return save_pretrained(MODELS[family](cfg), path)
 
 
 def edit_config(root, **changes):
@@ -276,7 +277,7 @@ def test_a_rope_base_held_in_rope_parameters_is_stated(tmp_path):
     pytest.importorskip("safetensors")
     root = saved_family("sdar", tmp_path / "ckpt")
     edit_config(root, rope_theta=..., rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
-    assert SDARModel.from_pretrained(root).config.rope_theta == 500000.0
+    assert from_pretrained(root).config.rope_theta == 500000.0
 
 
 def test_a_target_whose_config_lacks_its_rope_base_is_refused_by_name(tmp_path):
@@ -329,7 +330,7 @@ def TrainOptionsWith(**changes):
 def test_a_serving_precision_alias_or_auto_round_trips(tmp_path, key, value, served):
     """ "bf16" was served as "auto" (it is no rules.DTYPES name) and written back as a
     decision_precision the loader refused; "auto" too. Now: read as the canonical name, served
-    as it (docs/spec.md section 2.1: "auto" is the logits' dtype), written back loadable, and a
+    as it (docs/spec.md section 2: "auto" is the logits' dtype), written back loadable, and a
     second round trip writes the same config."""
     pytest.importorskip("safetensors")
     import json
@@ -338,11 +339,11 @@ def test_a_serving_precision_alias_or_auto_round_trips(tmp_path, key, value, ser
 
     root = saved_family("sdar", tmp_path / "a")
     edit_config(root, **{"torch_dtype": ... if key == "dtype" else "float32", key: value})  # dtype: transformers 5's
-    model = SDARModel.from_pretrained(root, dtype="float32")
+    model = from_pretrained(root, dtype="float32")
     assert serving_precision(model) == served
     configs = []
     for name in ("b", "c"):
-        model = SDARModel.from_pretrained(model.save_pretrained(tmp_path / name), dtype="float32")
+        model = from_pretrained(save_pretrained(model, tmp_path / name), dtype="float32")
         assert serving_precision(model) == served
         configs.append(json.loads((tmp_path / name / "config.json").read_text()))
     assert configs[0] == configs[1] and configs[0]["torch_dtype"] == "float32"

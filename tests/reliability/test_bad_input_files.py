@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import spotref
-from spotref.checkpoint import save_pretrained
+from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.configs import SDARConfig
 from spotref.load.drafters import ORDER_DIR
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
-from spotref.models import SDARConfig, SDARModel
+from spotref.spec.sdar import SDARModel
 
 pytest.importorskip("safetensors")
 INDEX = "model.safetensors.index.json"
@@ -49,7 +50,7 @@ def edit_json(path: Path, fn):
 
 def load_error(path, **kw) -> str:
     with pytest.raises(ValueError) as e:
-        SDARModel.from_pretrained(path, **kw)
+        from_pretrained(path, **kw)
     return str(e.value)
 
 
@@ -108,7 +109,7 @@ def test_a_shard_in_a_subdirectory_still_loads(sharded):
         sharded / INDEX,
         lambda d: d["weight_map"].update({k: f"sub/{v}" for k, v in d["weight_map"].items() if v == shard}),
     )
-    m = SDARModel.from_pretrained(sharded)
+    m = from_pretrained(sharded)
     assert torch.equal(m.model.norm.weight, tiny().model.norm.weight)
 
 

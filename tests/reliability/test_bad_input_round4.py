@@ -109,7 +109,7 @@ def test_show_refuses_a_tree_it_cannot_draw_in_one_line(trace_file, tmp_path, ca
 
 
 def test_the_trace_families_are_the_decoders():
-    from spotref.decode import FAMILIES
+    from spotref.spec.decode import FAMILIES
     from spotref.trace.fmt import TRACE_FAMILIES
 
     assert TRACE_FAMILIES == FAMILIES

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from spotref.checkpoint import from_pretrained, save_pretrained
-from spotref.models import SDARConfig, SDARModel
+from spotref.configs import SDARConfig
+from spotref.spec.sdar import SDARModel
 
 pytest.importorskip("safetensors")
 INDEX = "model.safetensors.index.json"

@@ -11,6 +11,7 @@ import pytest
 
 import spotref
 from spotref import files
+from spotref.checkpoint import from_pretrained, save_pretrained
 from spotref.cli.main import main
 from spotref.files import atomic_write_text, check_writable, shipped_writes
 
@@ -178,7 +179,8 @@ def test_temporary_files_a_kill_left_are_removed_by_the_next_write(tmp_path):
 def tiny(seed: int, vocab: int = 40):
     import torch
 
-    from spotref.models import SDARConfig, SDARModel
+    from spotref.configs import SDARConfig
+    from spotref.spec.sdar import SDARModel
 
     torch.manual_seed(seed)
     return SDARModel(SDARConfig(vocab_size=vocab, mask_token_id=vocab - 1, block_size=4))
@@ -188,9 +190,6 @@ def test_a_save_over_a_sharded_save_leaves_none_of_its_files(tmp_path):
     pytest.importorskip("safetensors")
     import torch
 
-    from spotref.checkpoint import save_pretrained
-    from spotref.models import SDARModel
-
     a, b = tiny(0), tiny(1)
     save_pretrained(a, tmp_path / "ck", max_shard_bytes=20_000)
     (tmp_path / "ck" / "tokenizer.json").write_text("{}")  # not the checkpoint's: kept
@@ -198,7 +197,7 @@ def test_a_save_over_a_sharded_save_leaves_none_of_its_files(tmp_path):
     save_pretrained(b, tmp_path / "ck")
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["config.json", "model.safetensors", "tokenizer.json"]
-    loaded = SDARModel.from_pretrained(tmp_path / "ck")
+    loaded = from_pretrained(tmp_path / "ck")
     assert torch.equal(loaded.lm_head.weight, b.lm_head.weight)
     assert not list(tmp_path.glob(".ck.*"))  # nothing left beside it
 
@@ -208,7 +207,6 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_whole(tmp_path, monkeypat
     import torch
 
     from spotref import checkpoint
-    from spotref.models import SDARModel
 
     a = tiny(0)
     checkpoint.save_pretrained(a, tmp_path / "ck")
@@ -221,6 +219,6 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_whole(tmp_path, monkeypat
     monkeypatch.setattr(checkpoint, "write_files", interrupted)
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
-    loaded = SDARModel.from_pretrained(tmp_path / "ck")
+    loaded = from_pretrained(tmp_path / "ck")
     assert loaded.config.vocab_size == 40 and torch.equal(loaded.lm_head.weight, a.lm_head.weight)
     assert not list(tmp_path.glob(".ck.*")) and not list((tmp_path / "ck").glob("*.tmp"))

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import spotref
-from spotref.checks import check_config, check_probs
-from spotref.draft import Draft, DraftBuilder, View
-from spotref.models import SDARConfig
-from spotref.rules import DecisionRule
+from spotref.configs import SDARConfig, check_config
+from spotref.spec.checks import check_probs
+from spotref.spec.draft import Draft, DraftBuilder, View
+from spotref.spec.rules import DecisionRule
 
 
 @pytest.mark.parametrize(

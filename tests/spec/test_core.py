@@ -1,4 +1,4 @@
-"""The tree core in both implementations (pure ``spotref.core``, compiled ``spotref._core``):
+"""The tree core in both implementations (pure ``spotref.spec.core``, compiled ``spotref._core``):
 against a brute-force oracle, against each other, and a guard that the extension really loaded.
 
 Drafts and decisions are built valid by construction (``st.data()``); invalid ones are a valid
@@ -555,7 +555,7 @@ def test_walk_takes_only_its_own_core_s_tree(ccore):
     decide = {0: ((1, 5),)}.get
     for mod, tree, got in [
         (PY, c_tree, "spotref._core.Tree"),
-        (ccore, py_tree, "spotref.core.Tree"),
+        (ccore, py_tree, "spotref.spec.core.Tree"),
         (PY, None, "builtins.NoneType"),
         (ccore, None, "builtins.NoneType"),
     ]:
@@ -651,7 +651,7 @@ def test_compiled_core_mirrors_the_spec_names(ccore):
     spec = {
         n
         for n, v in vars(PY).items()
-        if not n.startswith("_") and (n.isupper() or getattr(v, "__module__", None) == "spotref.core")
+        if not n.startswith("_") and (n.isupper() or getattr(v, "__module__", None) == "spotref.spec.core")
     }
     assert spec - set(dir(ccore)) == set()
     public = {"states", "steps", "mask_id", "vocab_size", "max_set", "child"}
@@ -688,7 +688,7 @@ def test_without_extensions_the_pure_core_decodes_identically():
     env = {**os.environ, "SPOTREF_NO_EXTENSIONS": "1", "PYTHONPATH": os.pathsep.join([support, *sys.path])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     extension, core, tokens, passes = json.loads(out.stdout)
-    assert (extension, core) == (False, "spotref.core")
+    assert (extension, core) == (False, "spotref.spec.core")
     from helpers import tiny_model
 
     m = tiny_model(V=64, B=8, mask_id=63)

@@ -10,10 +10,10 @@ from canvas_model import CanvasModel
 from helpers import tiny_model
 
 import spotref
-from spotref import decode
 from spotref.api import Speculator, serving_precision
 from spotref.names import resolve_model
-from spotref.rules import for_family
+from spotref.spec import decode
+from spotref.spec.rules import for_family
 
 PROMPT = [3, 1, 4, 1, 5, 9]
 BL, N = 8, 20  # blocks of 8; 20 new tokens: a canvas of 24, the output cut to 20

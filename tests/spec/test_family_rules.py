@@ -23,10 +23,10 @@ from family_oracle import assert_generate_is_transcription
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from spotref.draft import View
 from spotref.drafters.inputs import ViewInputs
-from spotref.noise import uniform
-from spotref.rules import DecisionRule, DreamRule, LLaDARule, divisor, for_family
+from spotref.spec.draft import View
+from spotref.spec.noise import uniform
+from spotref.spec.rules import DecisionRule, DreamRule, LLaDARule, divisor, for_family
 
 DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 TEMPERATURES = (0.0, 0.7, 1.0, 1.5)

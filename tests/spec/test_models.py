@@ -6,7 +6,8 @@ from helpers import SDAR_FILES, tiny_model
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotref.models import SDARConfig, SDARModel
+from spotref.configs import SDARConfig
+from spotref.spec.sdar import SDARModel
 
 SHARED = SDAR_FILES
 

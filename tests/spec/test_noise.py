@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotref.noise import GOLDEN, MASK64, gumbel, mix, noise_key, uniform
+from spotref.spec.noise import GOLDEN, MASK64, gumbel, mix, noise_key, uniform
 
 
 def python_uniform(seed, block, step, j, v, V):
@@ -52,7 +52,7 @@ def test_uniform_is_open_and_gumbel_has_the_right_moments():
 def test_u_stays_below_one_at_the_top_53_bit_value():
     """(2**53 - 1 + 0.5) / 2**53 rounds to 1.0 in float64 (ties to even), where -log u is 0 and
     the Gumbel noise infinite: it is held at the largest float64 below 1; no other value moves."""
-    from spotref.noise import U_MAX, uniform_of_bits
+    from spotref.spec.noise import U_MAX, uniform_of_bits
 
     k = torch.tensor([0, 1, 2**52 - 1, 2**52, 2**53 - 2, 2**53 - 1], dtype=torch.int64)
     raw = (k.double() + 0.5) * 2.0**-53  # the formula without the hold

@@ -1,4 +1,4 @@
-"""The rule's precision (docs/spec.md section 2.1): spotref decides as SDAR's own decoder does.
+"""The rule's precision (docs/spec.md section 9): spotref decides as SDAR's own decoder does.
 
 The property: on Hypothesis-drawn *confident* models (lm_head scaled, so most probabilities
 round to 1 in bf16 / fp16 and the decision is a tie) in float64, float32, bfloat16 and float16,
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import spotref
 from spotref import reference
-from spotref.rules import DecisionRule
+from spotref.spec.rules import DecisionRule
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

@@ -6,9 +6,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotref.noise import gumbel
 from spotref.reference import naive_decision
-from spotref.rules import DecisionRule, filter_top_k_top_p
+from spotref.spec.noise import gumbel
+from spotref.spec.rules import DecisionRule, filter_top_k_top_p
 
 
 def rule(V=6, B=4, **kw):

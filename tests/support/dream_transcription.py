@@ -1,6 +1,6 @@
 """Dream's sampling (``dream/model/generation_utils.py`` as NVlabs/Fast-dLLM carries it from
 HKUNLP/Dream, read, not vendored), transcribed for the family-rule tests: what
-``spotref.rules.DreamRule`` and a whole Dream decode must reproduce token for token.
+``spotref.spec.rules.DreamRule`` and a whole Dream decode must reproduce token for token.
 
 Kept as Dream writes it, statement by statement (each comment names the line it transcribes):
 ``top_p_logits``, ``top_k_logits`` (filtered entries at ``finfo.min``), ``sample_tokens`` (``logits
@@ -17,7 +17,7 @@ its cache's artifact, not Dream's decision. Four changes make it a pure function
 and the noise, each named where it is made:
 
 1. ``dists.Categorical(probs).sample()`` becomes the Gumbel-max draw ``argmax(log p + g)`` (the
-   log in float64) with ``g = spotref.noise.gumbel(seed, k, i, block_length, V)`` at block k's
+   log in float64) with ``g = spotref.spec.noise.gumbel(seed, k, i, block_length, V)`` at block k's
    positions at its step i;
 2. MASK's logit is -inf before anything (spotref never commits MASK);
 3. ``torch.sort`` in ``top_p_logits`` is stable (the lower id first among equal logits);
@@ -27,7 +27,7 @@ and the noise, each named where it is made:
 import torch
 import torch.nn.functional as F
 
-from spotref.noise import gumbel
+from spotref.spec.noise import gumbel
 
 ALGS = ("maskgit_plus", "topk_margin", "entropy")
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import torch
 
-from spotref.models import SDARConfig, SDARModel
+from spotref.configs import SDARConfig
+from spotref.spec.sdar import SDARModel
 
 TINY = dict(
     hidden_size=32,

@@ -9,7 +9,7 @@ import torch
 from helpers import tiny_config
 
 from spotref.audit import batch_invariance
-from spotref.models import SDARModel
+from spotref.spec.sdar import SDARModel
 
 BLOCKS = (1, 3, 5, 7, 9, 16)
 INTERMEDIATE = (24, 40, 100)  # not multiples of 16 or 32

@@ -1,5 +1,5 @@
 """LLaDA's ``generate.py`` (ML-GSAI/LLaDA, read, not vendored), transcribed for the family-rule
-tests: what ``spotref.rules.LLaDARule`` and a whole LLaDA decode must reproduce token for token.
+tests: what ``spotref.spec.rules.LLaDARule`` and a whole LLaDA decode must reproduce token for token.
 
 Kept as generate.py writes it, statement by statement (each comment names the line it
 transcribes): the canvas ``x`` (prompt, then ``gen_length`` masks), the semi-autoregressive
@@ -11,7 +11,7 @@ one-position decoding), ``cfg_scale = 0``, no attention mask, ``logits_eos_inf``
 ``confidence_eos_eot_inf`` off. Three changes make it a pure function of the logits and the
 noise, each named where it is made:
 
-1. ``torch.rand_like`` becomes spotref's uniforms: ``u = spotref.noise.uniform(seed, k, i,
+1. ``torch.rand_like`` becomes spotref's uniforms: ``u = spotref.spec.noise.uniform(seed, k, i,
    block_length, V)`` at block k's positions at its step i (0.5 elsewhere: those positions are
    never chosen);
 2. MASK's logit is -inf before anything (generate.py never meets a trained model predicting it);
@@ -22,7 +22,7 @@ noise, each named where it is made:
 import torch
 import torch.nn.functional as F
 
-from spotref.noise import uniform
+from spotref.spec.noise import uniform
 
 
 def add_gumbel_noise(logits, temperature, noise):

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 import spotref
-from spotref import decode, rules
-from spotref.noise import BlockNoise
+from spotref.spec import decode, rules
+from spotref.spec.noise import BlockNoise
 
 # --- the decision rule, written out -----------------------------------------------------------
 

@@ -15,7 +15,7 @@ stable (the lowest position or token id first among equal values).
 import torch
 from torch.nn import functional as F
 
-from spotref.noise import gumbel
+from spotref.spec.noise import gumbel
 
 
 def top_k_logits(logits, k):

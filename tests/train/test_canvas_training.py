@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.dream import DreamModel
-from spotref.llada import LLaDAModel
+from spotref.configs import CONFIGS
+from spotref.spec.dream import DreamModel
+from spotref.spec.llada import LLaDAModel
 from spotref.train.train_canvas import canvas_batch
 from spotref.train.train_export import read_checkpoint
 from spotref.train.train_loop import train
@@ -40,7 +41,7 @@ def test_canvas_training_decreases_the_held_out_canvas_loss(tmp_path, family):
     assert state["step"] == 12 and len(losses) == 12
     assert losses[-1] < losses[0] - 0.5, losses
     ck = read_checkpoint(tmp_path / "runs" / "canvas" / "ckpt.pt")
-    model = MODELS[family](MODELS[family].config_class.from_dict(ck["state"]["config"]))
+    model = MODELS[family](CONFIGS[family].from_dict(ck["state"]["config"]))
     model.load_state_dict(ck["model"])  # the checkpoint is the family's model
 
 
@@ -215,7 +216,7 @@ def test_fold_norms_starts_a_canvas_run_from_the_folded_weights(tmp_path, monkey
     dropped = canvas_from_sdar(target.model, family).state_dict()
     assert all(torch.equal(started["weights"][k], want[k]) for k in want)
     assert any(not torch.equal(want[k], dropped[k]) for k in want)
-    model = MODELS[family](MODELS[family].config_class.from_dict(state["config"]))
+    model = MODELS[family](CONFIGS[family].from_dict(state["config"]))
     with pytest.raises(ValueError, match="--init .* is a run checkpoint"):
         start_from(model, str(tmp_path / "f" / "ckpt.pt"), target.tokenizer, calibration=[[1, 2]])
     with pytest.raises(ValueError, match=f"--init is a {family} target"):

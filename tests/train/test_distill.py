@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.models import SDARConfig, SDARModel
+from spotref.checkpoint import save_pretrained
+from spotref.configs import SDARConfig
+from spotref.spec.sdar import SDARModel
 from spotref.train.train_canvas import distill_term
 from spotref.train.train_export import load_teacher, read_checkpoint
 from spotref.train.train_loop import train
@@ -140,7 +142,7 @@ def teacher_dir(tmp_path_factory):
     train(TrainOptions.from_argv(run_argv(root, "llada", "bpe300", "--steps", "1", "--ckpt-every", "1")))
     tok_file = root / "runs" / "distil" / "tokenizer.json"
     tok = tokenizer_from_json(tok_file.read_text())
-    tiny_sdar(tok.vocab_size, tok.mask_id, 16, seed=3).save_pretrained(root / "teacher")
+    save_pretrained(tiny_sdar(tok.vocab_size, tok.mask_id, 16, seed=3), root / "teacher")
     return tok_file, root / "teacher", tok
 
 
@@ -218,7 +220,7 @@ def test_teachers_that_do_not_fit_are_named(tmp_path, teacher_dir):
         ("mask", tiny_sdar(tok.vocab_size, tok.mask_id + 1, 16)),
         ("block", tiny_sdar(tok.vocab_size, tok.mask_id, 128)),
     ):
-        model.save_pretrained(tmp_path / name)
+        save_pretrained(model, tmp_path / name)
         message = "must be a multiple of its block size 128" if name == "block" else "its vocabulary"
         with pytest.raises(ValueError, match=f"--distill {tmp_path / name}.*{message}"):
             load_teacher(str(tmp_path / name), tok, options)

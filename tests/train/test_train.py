@@ -14,12 +14,12 @@ from spotref.bench.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import BPETokenizer
-from spotref.models import SDARModel
+from spotref.spec.sdar import SDARModel
 from spotref.train.train_curriculum import fresh_problem, row_level
 from spotref.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
 from spotref.train.train_export import export_run, read_checkpoint
 from spotref.train.train_loop import snapshot_due, train
-from spotref.train.train_objective import bd3_loss, bd3_mask, noise_blocks
+from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks
 from spotref.train.train_options import TrainOptions, add_arguments, parse_curriculum
 
 pytest.importorskip("tokenizers")
@@ -58,7 +58,7 @@ def test_clean_input_gives_the_decoding_model_logits():
     model = tiny_model()
     x = torch.randint(0, 39, (3, 12))
     with torch.no_grad():
-        got = model.bd3_logits(x, x, bd3_mask(12, 4))
+        got = bd3_logits(model, x, x, bd3_mask(12, 4))
     torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
 
 
@@ -69,7 +69,7 @@ def test_noised_block_logits_equal_a_decoding_pass():
     x_t, _ = noise_blocks(x.numpy(), B, 39, np.random.default_rng(1))
     x_t = torch.from_numpy(x_t)
     with torch.no_grad():
-        train_logits = model.bd3_logits(x_t, x, bd3_mask(12, B))[0]  # (L, V)
+        train_logits = bd3_logits(model, x_t, x, bd3_mask(12, B))[0]  # (L, V)
     for i in range(3):
         cache = model.prefill(x[0, : i * B])
         dec = model.denoise(cache, x_t[:, i * B : (i + 1) * B])[0]  # (B, V)
@@ -105,14 +105,14 @@ def transcribed_bd3_logits(model, x_t, x, mask):
 
 @pytest.mark.parametrize("weighting", ["tokens", "elbo"])
 def test_the_models_training_forward_gives_the_transcribed_loss_and_gradients(weighting):
-    """``SDARModel.bd3_logits`` (the decoder's own layers) against the forward training used
+    """``bd3_logits`` (the decoder's own layers) against the forward training used
     before it, on a fixed batch: the same BD3 loss (float32: equal to rounding) and gradients."""
     model, B, L = tiny_model(B=4), 4, 16
     model.train()
     x = torch.from_numpy(np.random.default_rng(3).integers(0, 39, (3, L)))
     x_t, masked = (torch.from_numpy(a) for a in noise_blocks(x.numpy(), B, 39, np.random.default_rng(4)))
     losses, grads = [], []
-    for forward in (transcribed_bd3_logits, SDARModel.bd3_logits):
+    for forward in (transcribed_bd3_logits, bd3_logits):
         model.zero_grad()
         loss = bd3_loss(forward(model, x_t, x, bd3_mask(L, B)), x, masked, B, weighting)
         loss.backward()

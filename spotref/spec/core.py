@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spotref.checks import (
+from spotref.spec.checks import (
     LIMIT,
     check_build_args,
     check_decision,

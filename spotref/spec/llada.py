@@ -38,169 +38,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from spotref.checkpoint import (
-    CONFIG,
-    assign_weights,
-    build_on_meta,
-    checkpoint_dir,
-    make_config,
-    read_json,
-    resolve_device,
-    resolve_dtype,
-    save_pretrained,
-    stored_shapes,
-    weight_files,
-)
-from spotref.checks import INT_MAX, check_int, check_real
-from spotref.models import ConfigDict, RMSNorm, rope
-
-IDENTITY = {"architectures": ["LLaDAModelLM"], "model_type": "llada"}  # config.json's, as LLaDA's code writes it
-
-# The architecture switches of LLaDA's configuration: each key and the values this module
-# implements (the first is what ``LLaDAConfig.to_dict`` writes).
-ARCHITECTURE = {
-    "block_type": ("llama",),
-    "rope": (True,),
-    "alibi": (False,),
-    "layer_norm_type": ("rms",),
-    "layer_norm_with_affine": (True,),
-    "bias_for_layer_norm": (False, None),
-    "attention_layer_norm": (False,),
-    "activation_type": ("silu",),
-    "include_bias": (False,),
-    "include_qkv_bias": (False, None),
-    "block_group_size": (1,),
-    "multi_query_attention": (None,),
-    "input_emb_norm": (False,),
-    "scale_logits": (False,),
-    "rope_full_precision": (True,),
-}
-
-# LLaDA's configuration class's defaults for keys a config.json may lack, where they differ from
-# LLaDAConfig's (a config written by that class holds every key; LLaDA-8B's does).
-OFFICIAL_DEFAULTS = {
-    "block_type": "sequential",
-    "rope": False,
-    "layer_norm_type": "default",
-    "activation_type": "swiglu",
-    "embedding_size": 50304,
-    "weight_tying": True,
-}
-REQUIRED = ("vocab_size", "d_model", "n_heads", "n_layers", "mask_token_id")  # no default spotref could use
-
-
-@dataclass
-class LLaDAConfig(ConfigDict):
-    """Model hyper-parameters; field names as in LLaDA's ``config.json``. Construction checks every
-    field and the switches kept in ``extra`` (``check_llada_config``): a bad one raises
-    ``ValueError`` naming it."""
-
-    vocab_size: int = 300
-    embedding_size: int | None = None  # rows of wte and ff_out; None: vocab_size
-    d_model: int = 64
-    n_heads: int = 4
-    n_kv_heads: int | None = None  # None: n_heads
-    n_layers: int = 2
-    mlp_hidden_size: int | None = None  # None: mlp_ratio * d_model
-    mlp_ratio: int = 4
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    max_sequence_length: int = 1024
-    weight_tying: bool = False
-    mask_token_id: int | None = None
-    init_std: float = 0.02  # random init: normal(0, init_std)
-    extra: dict = field(default_factory=dict, repr=False)
-
-    # read with these present (``REQUIRED`` too): LLaDA's class has defaults, LLaDA-8B others
-    STATED = {
-        "rms_norm_eps": "LLaDA's default: 1e-05",
-        "rope_theta": "LLaDA's default: 10000.0; LLaDA-8B's config.json says 500000.0",
-    }
-
-    def __post_init__(self):
-        check_llada_config(self)
-
-    def to_dict(self) -> dict:
-        """config.json's keys: the switches (as read, else the implemented value), ``extra``, the fields."""
-        return {**{k: v[0] for k, v in ARCHITECTURE.items()}, **super().to_dict()}
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
-
-    @property
-    def intermediate_size(self) -> int:
-        return self.mlp_hidden_size if self.mlp_hidden_size is not None else self.mlp_ratio * self.d_model
-
-    @property
-    def max_position_embeddings(self) -> int:
-        """The positions a canvas may hold: LLaDA's ``max_sequence_length``."""
-        return self.max_sequence_length
-
-
-def check_llada_config(c: LLaDAConfig) -> None:
-    """Every field of its type and range, the fields consistent, the switches implemented."""
-    for name in ("vocab_size", "d_model", "n_heads", "n_layers", "mlp_ratio", "max_sequence_length"):
-        check_int(f"LLaDAConfig.{name}", getattr(c, name), 1, INT_MAX)
-    for name in ("embedding_size", "n_kv_heads", "mlp_hidden_size"):
-        if getattr(c, name) is not None:
-            check_int(f"LLaDAConfig.{name}", getattr(c, name), 1, INT_MAX)
-    check_real("LLaDAConfig.rms_norm_eps", c.rms_norm_eps, 0.0, open_lo=True)
-    check_real("LLaDAConfig.rope_theta", c.rope_theta, 1.0, open_lo=True)
-    check_real("LLaDAConfig.init_std", c.init_std, 0.0)
-    if not isinstance(c.weight_tying, bool):
-        raise ValueError(f"LLaDAConfig.weight_tying must be True or False, got {c.weight_tying!r}")
-    if c.d_model % c.n_heads or c.head_dim % 2:
-        raise ValueError(
-            f"LLaDAConfig.d_model ({c.d_model}) must be n_heads ({c.n_heads}) times an even head size (RoPE pairs)"
-        )
-    if c.n_heads % c.kv_heads:
-        raise ValueError(f"LLaDAConfig.n_heads ({c.n_heads}) must be a multiple of n_kv_heads ({c.kv_heads})")
-    if c.embedding_size not in (None, c.vocab_size):
-        raise ValueError(
-            f"LLaDAConfig.embedding_size ({c.embedding_size}) differs from vocab_size ({c.vocab_size}): "
-            "spotref decides over every logit, so they must be equal (as in LLaDA-8B)"
-        )
-    if c.mask_token_id is not None:
-        check_int("LLaDAConfig.mask_token_id", c.mask_token_id, 0, c.vocab_size - 1)
-        if c.vocab_size == 1:
-            raise ValueError("LLaDAConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
-    bad = [f"{k}={c.extra[k]!r}" for k, ok in ARCHITECTURE.items() if k in c.extra and not implemented(c.extra[k], ok)]
-    if bad:
-        raise ValueError(f"LLaDA config uses what spotref's LLaDA model does not implement: {', '.join(bad)}")
-
-
-def implemented(value, values: tuple) -> bool:
-    """``value`` is one of ``values``, of the same type (``1`` is not ``True``)."""
-    return any(type(value) is type(v) and value == v for v in values)
-
-
-def config_fields(raw: dict) -> dict:
-    """A config.json's fields for ``LLaDAConfig.from_dict``: absent keys as LLaDA's code reads them."""
-    if raw.get("model_type", "llada") != "llada":
-        raise ValueError(
-            f"config.json's model_type is {raw['model_type']!r}, not 'llada' (spotref.from_pretrained reads any family)"
-        )
-    missing = [k for k in REQUIRED if raw.get(k) is None]
-    if missing:
-        hint = " (LLaDA's is 126336)" if missing == ["mask_token_id"] else ""
-        raise ValueError(f"config.json has no {', '.join(missing)}{hint}")
-    return {**OFFICIAL_DEFAULTS, **raw}
+from spotref.spec.sdar import RMSNorm, rope
 
 
 class LLaDABlock(nn.Module):
     """One layer, LLaDA's "llama" block: x + attention(attn_norm(x)), then + SwiGLU(ff_norm(x))."""
 
-    def __init__(self, cfg: LLaDAConfig):
+    def __init__(self, cfg):
         super().__init__()
         D, d, I = cfg.d_model, cfg.head_dim, cfg.intermediate_size
         self.h, self.kvh, self.d = cfg.n_heads, cfg.kv_heads, d
@@ -259,7 +107,7 @@ class Transformer(nn.Module):
     """The ``model.transformer.`` part of the checkpoint: wte, blocks, ln_f and ff_out (the head,
     absent when weight_tying)."""
 
-    def __init__(self, cfg: LLaDAConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(LLaDABlock(cfg) for _ in range(cfg.n_layers))
@@ -271,7 +119,7 @@ class Transformer(nn.Module):
 class LMBody(nn.Module):
     """LLaDAModelLM's ``model``: the ``model.`` prefix of the checkpoint, around the transformer."""
 
-    def __init__(self, cfg: LLaDAConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.transformer = Transformer(cfg)
 
@@ -284,9 +132,8 @@ class LLaDAModel(nn.Module):
     family = "llada"
     logit_shift = 0  # the logit at i predicts the token at i
     block_size = 32  # the default block_length of LLaDA's generate.py
-    config_class = LLaDAConfig
 
-    def __init__(self, config: LLaDAConfig):
+    def __init__(self, config):
         super().__init__()
         self.config = config
         self.model = LMBody(config)
@@ -306,23 +153,6 @@ class LLaDAModel(nn.Module):
         if self.config.mask_token_id is None:
             raise ValueError("the model's config has no mask_token_id: set config.mask_token_id")
         return self.config.mask_token_id
-
-    @classmethod
-    def from_pretrained(cls, path, dtype=None, device=None) -> "LLaDAModel":
-        """Load a local LLaDA checkpoint directory (config.json + model.safetensors, or the shards of
-        model.safetensors.index.json). dtype: default the config's torch_dtype, else float32."""
-        root = checkpoint_dir(path)
-        raw = read_json(root / CONFIG, "the model config")
-        cfg = make_config(LLaDAConfig, config_fields(raw))
-        dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
-        files = weight_files(root)  # {name: shard path}
-        model = build_on_meta(cls, cfg)
-        return assign_weights(model, files, stored_shapes(files), root, dtype, device).eval()
-
-    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
-        """Write LLaDA's layout (one file, or shards and their index) that ``from_pretrained`` reads back
-        bit for bit (``spotref.checkpoint.save_pretrained``: each file whole, nothing else touched)."""
-        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
 
     def rotary(self, L: int, device):
         """cos, sin: (L, d) float32 for positions 0 .. L-1, as LLaDA computes them: a table of

@@ -37,105 +37,10 @@ Both run the same layer code; rows alone is a forward of one row, row by row.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
-
-from spotref.checkpoint import canonical_served, load_pretrained, save_pretrained, with_rope_theta
-from spotref.checks import check_config
-
-
-class ConfigDict:
-    """config.json as a dataclass: ``from_dict`` takes the fields by name and keeps every other
-    key in ``extra``; ``to_dict`` gives them back (SDARConfig, LLaDAConfig, DreamConfig).
-
-    ``STATED``: the keys a config.json must state, each with the format's own default for the
-    message (or None): each sets the model's logits, and a checkpoint in use may differ from any
-    default, so a reader refuses their absence by name (``check_stated``) instead of assuming one."""
-
-    STATED: dict = {}
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        """The config of ``d``'s fields, every other key in ``extra``; the serving precision's keys
-        (``torch_dtype``, ``dtype``, ``decision_precision``) under their canonical names, so
-        ``"bf16"`` is read, served and written back as ``"bfloat16"``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        return cls(**known, extra=canonical_served({k: v for k, v in d.items() if k not in names}))
-
-    @classmethod
-    def check_stated(cls, raw: dict) -> None:
-        """``ValueError`` naming every key of ``STATED`` that config.json ``raw`` lacks (or holds as null)."""
-        missing = [k for k in cls.STATED if raw.get(k) is None]
-        if missing:
-            named = ", ".join(k if cls.STATED[k] is None else f"{k} ({cls.STATED[k]})" for k in missing)
-            raise ValueError(
-                f"config.json has no {named}: {'each sets' if len(missing) > 1 else 'it sets'} the model's "
-                f"logits and a checkpoint may differ from any default, so spotref assumes none; add "
-                f"{'them' if len(missing) > 1 else 'it'} to config.json"
-            )
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        return {**d.pop("extra"), **d}
-
-
-@dataclass
-class SDARConfig(ConfigDict):
-    """Model hyper-parameters; field names as in SDAR's ``config.json``. Construction checks
-    every field (``spotref.checks.check_config``): a bad one raises ``ValueError`` naming it.
-
-    Defaults: the sizes are a tiny test model's; the others are transformers' ``Qwen3Config``'s
-    (``rms_norm_eps`` 1e-6, ``rope_theta`` 10000, ``max_position_embeddings`` 32768). A
-    config.json is read with every key of ``STATED`` present (``check_stated``): a missing size,
-    head size, norm epsilon or RoPE base is refused by name, never defaulted."""
-
-    STATED = {
-        "vocab_size": None,
-        "hidden_size": None,
-        "intermediate_size": None,
-        "num_hidden_layers": None,
-        "num_attention_heads": None,
-        "num_key_value_heads": None,
-        "head_dim": "Qwen3's default: 128",
-        "rms_norm_eps": "Qwen3's default: 1e-06",
-        "rope_theta": "transformers' Qwen3 default: 10000.0; SDAR-8B's config.json says 1000000.0",
-    }
-
-    vocab_size: int = 300
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 16
-    mask_token_id: int | None = None
-    block_size: int | None = None
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0  # Qwen3Config's (and transformers 5's default rope_parameters)
-    tie_word_embeddings: bool = False
-    initializer_range: float = 0.02
-    max_position_embeddings: int = 32768
-    bos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    extra: dict = field(default_factory=dict, repr=False)
-
-    def __post_init__(self):
-        check_config(self)
-
-    @classmethod
-    def from_json(cls, path) -> "SDARConfig":
-        """The config of a config.json file; ``STATED``'s keys must be in it (``rope_theta`` may be
-        in ``rope_parameters``, as transformers 5 writes it)."""
-        raw = with_rope_theta(json.loads(Path(path).read_text()))
-        cls.check_stated(raw)
-        return cls.from_dict(raw)
 
 
 class RMSNorm(nn.Module):
@@ -157,7 +62,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: SDARConfig):
+    def __init__(self, cfg):
         super().__init__()
         h, kvh, d, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
         self.h, self.kvh, self.d = h, kvh, d
@@ -216,7 +121,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: SDARConfig):
+    def __init__(self, cfg):
         super().__init__()
         H, I = cfg.hidden_size, cfg.intermediate_size
         self.gate_proj = nn.Linear(H, I, bias=False)
@@ -228,7 +133,7 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: SDARConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg)
@@ -244,7 +149,7 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """The ``model.`` part of the checkpoint: embeddings, layers, final norm."""
 
-    def __init__(self, cfg: SDARConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
@@ -271,9 +176,7 @@ class SDARModel(nn.Module):
     """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range);
     a new model is in eval mode, ready to decode (training code calls ``.train()`` itself)."""
 
-    config_class = SDARConfig  # what ``from_pretrained`` builds the config with
-
-    def __init__(self, config: SDARConfig):
+    def __init__(self, config):
         super().__init__()
         self.config = config
         self.model = Backbone(config)
@@ -290,17 +193,6 @@ class SDARModel(nn.Module):
                     p.fill_(1.0)
                 else:
                     p.normal_(0.0, self.config.initializer_range)
-
-    @classmethod
-    def from_pretrained(cls, path, block_size=None, mask_token_id=None, dtype=None, device=None):
-        """Load a local SDAR checkpoint directory (config.json + safetensors)."""
-        return load_pretrained(
-            cls, path, block_size=block_size, mask_token_id=mask_token_id, dtype=dtype, device=device
-        )
-
-    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
-        """Write a checkpoint directory that ``from_pretrained`` reads back bit for bit."""
-        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped)
 
     @property
     def block_size(self) -> int:
@@ -360,19 +252,6 @@ class SDARModel(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Full block-causal pass without cache: (N, L) -> logits (N, L, V), row by row."""
         return self._rows(input_ids, None)
-
-    def bd3_logits(self, x_t: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """BD3-LM's training pass (gradients kept): x_t, x (N, L) -> logits (N, L, V) of the noised
-        copy x_t, from one forward of ``concat(x_t, x)`` (N, 2L) through the decoder's own layers,
-        both copies at positions 0 .. L-1, under ``mask`` (2L, 2L) additive: noised block i sees
-        itself and the clean blocks < i, clean block i the clean blocks <= i, so each block of x_t
-        is denoised over its clean prefix as a decoding pass denoises it."""
-        L = x.shape[1]
-        cos, sin = (torch.cat((t, t)) for t in self._rope(0, L, x.device))  # (2L, d): positions twice
-        h = self.model.embed_tokens(torch.cat((x_t, x), 1))  # (N, 2L, H)
-        for layer in self.model.layers:
-            h, _ = layer(h, cos, sin, mask, None)
-        return self.lm_head(self.model.norm(h[:, :L]))  # (N, L, V)
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> KVCache:

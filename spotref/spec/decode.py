@@ -29,9 +29,9 @@ from functools import partial
 import numpy as np
 import torch
 
-from spotref.draft import Draft, Drafter, View, apply
-from spotref.noise import BlockNoise
-from spotref.rules import DecisionRule
+from spotref.spec.draft import Draft, Drafter, View, apply
+from spotref.spec.noise import BlockNoise
+from spotref.spec.rules import DecisionRule
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A decision is a pure function of the logits ``L[B, V]`` at the state and of the noise ``g_k``
 of the state's step, so any decoder that reaches the same state reaches the same decision. It
-is taken in a stated dtype ``D`` (docs/spec.md section 2.1), by default the logits' own
+is taken in a stated dtype ``D`` (docs/spec.md section 2), by default the logits' own
 (``precision="auto"``), as SDAR's generate.py does (``probs = softmax(logits)`` in the model's
 dtype; SDAR-8B is served in bf16). One formula for every ``D``, float64 included:
 
@@ -16,7 +16,7 @@ dtype; SDAR-8B is served in bf16). One formula for every ``D``, float64 included
 * its confidence ``c = p[x]``, a ``D`` number: the probability of the token under the filtered,
   renormalised distribution it was drawn from, as SDAR's ``x0_p``; ``confidence="unfiltered"``
   takes ``softmax(L / T)[x]`` instead, as lmdeploy's and SGLang's unmasking steps do (the two
-  agree without top-k / top-p; docs/spec.md section 2 compares the decoders);
+  agree without top-k / top-p; docs/spec.md section 9 compares the decoders);
 * one-position rule: the single most confident masked position;
   threshold rule: every masked position with ``c > tau``, else the single most confident.
 
@@ -24,7 +24,7 @@ In bf16 a confident model's probabilities mostly round to exactly 1, so the deci
 a tie: ties in confidence go to the lowest position, ties in tokens to the lowest id
 (``torch.topk``'s order among ties is implementation-defined and never used).
 
-The rule holds parameters only; the noise of a block is a ``spotref.noise.BlockNoise`` that
+The rule holds parameters only; the noise of a block is a ``spotref.spec.noise.BlockNoise`` that
 whoever decides owns and passes in. Every other place that samples a coupled token, its
 runner-up or a confidence (the view, the drafters, the recorders) calls ``scores``, ``sample``,
 ``runner_up`` and ``confidences`` here.
@@ -48,7 +48,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from spotref.noise import BlockNoise
+from spotref.spec.noise import BlockNoise
 
 Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
 CONFIDENCES = ("filtered", "unfiltered")
@@ -228,7 +228,7 @@ class LLaDARule(DecisionRule):
     """LLaDA's decision (its generate.py, ``remasking="low_confidence"``), with spotref's noise.
 
     With ``L`` the logits in D, MASK at -inf, and ``u`` the step's uniforms
-    (``spotref.noise.uniform``): the token ``argmax_v exp(L[v]) / (-log u[v]) ** T`` over float64
+    (``spotref.spec.noise.uniform``): the token ``argmax_v exp(L[v]) / (-log u[v]) ** T`` over float64
     (``argmax_v L[v]`` at T = 0); its confidence ``softmax(L)[x]`` in D, of the raw logits (T
     enters the draw only). The divisor ``(-log u) ** T`` is the block's noise (``block_noise``),
     computed on the CPU as g is. No top-k / top-p (generate.py has none)."""

@@ -14,9 +14,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from spotref.checks import check_probs
-from spotref.noise import BlockNoise
-from spotref.rules import DecisionRule
+from spotref.spec.checks import check_probs
+from spotref.spec.noise import BlockNoise
+from spotref.spec.rules import DecisionRule
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Draft:
              per-round budget (``spotref.drafters.budget.trim``); never read by verification.
 
     A Draft holds the tree as tuples (never a caller's lists) and checks only ``probs``: the tree
-    is checked once, by ``build_tree`` (``spotref/core.py``), which alone knows the block, the
+    is checked once, by ``build_tree`` (``spotref/spec/core.py``), which alone knows the block, the
     vocabulary, the budget and the depth, and refuses a bad draft naming the node.
     """
 

@@ -12,7 +12,7 @@ noise is not drawn from a stateful RNG but computed from a counter:
 Gumbel tail fine enough that low-probability tokens are drawn at their true rate; u is never 0
 or 1, so g is always finite. Another decoder reproduces spotref's samples by computing the same
 formula; ``tests/spec/test_noise.py`` pins a few values. LLaDA's rule reads another formula of
-the same u, ``(-log u) ** T`` (``BlockNoise``'s ``form``; ``spotref.rules.divisor``).
+the same u, ``(-log u) ** T`` (``BlockNoise``'s ``form``; ``spotref.spec.rules.divisor``).
 
 Where it is exact: ``u`` is integer maths, the same bits on every device. ``log`` is not: CUDA's
 float64 ``log`` differs from the CPU's in the last bit of about 0.7% of the entries (measured on
@@ -96,7 +96,7 @@ class BlockNoise:
 
     ``form`` says what a step's noise is, as a function of the step's uniforms ``u`` (B, V)
     float64, evaluated on the CPU as g is: ``gumbel_of`` (g_k, the default), or another formula
-    of u, such as LLaDA's divisor ``(-log u) ** T`` (``spotref.rules.LLaDARule``)."""
+    of u, such as LLaDA's divisor ``(-log u) ** T`` (``spotref.spec.rules.LLaDARule``)."""
 
     def __init__(self, seed: int, block: int, block_size: int, vocab_size: int, form=gumbel_of):
         self.seed, self.block, self.shape, self.form = seed, block, (block_size, vocab_size), form

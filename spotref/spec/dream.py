@@ -22,122 +22,14 @@ Dream's config options its code ignores at inference (``use_sliding_window``, ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
-from spotref.checkpoint import (
-    CONFIG,
-    check_field_types,
-    checkpoint_dir,
-    load_checkpoint,
-    read_json,
-    save_pretrained,
-    with_rope_theta,
-)
-from spotref.checks import INT_MAX, check_int, check_real
-from spotref.models import MLP, ConfigDict, RMSNorm, rope
-
-IDENTITY = {"architectures": ["DreamModel"], "model_type": "Dream"}  # what config.json names
-
-
-@dataclass
-class DreamConfig(ConfigDict):
-    """Model hyper-parameters; names and defaults as in Dream's ``configuration_dream.py``, so a
-    config.json that omits a key reads as Dream's code reads it, but for ``STATED``'s, which must
-    be there. Construction checks every field: a bad one raises ``ValueError`` naming
-    ``DreamConfig.field``."""
-
-    vocab_size: int = 151936
-    hidden_size: int = 4096
-    intermediate_size: int = 22016
-    num_hidden_layers: int = 32
-    num_attention_heads: int = 32
-    num_key_value_heads: int = 32
-    max_position_embeddings: int = 32768
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    tie_word_embeddings: bool = False
-    initializer_range: float = 0.02
-    mask_token_id: int = 151666
-    pad_token_id: int | None = 151643
-    bos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    extra: dict = field(default_factory=dict, repr=False)
-
-    # read with these present: Dream's defaults, but they set the logits and a checkpoint may differ
-    STATED = {
-        "rms_norm_eps": "Dream's default: 1e-06",
-        "rope_theta": "Dream's default: 10000.0; Dream-v0-Instruct-7B's config.json says 1000000.0",
-    }
-
-    def __post_init__(self):
-        check_dream_config(self)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-
-SIZES = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-)
-
-
-def check_dream_config(c: DreamConfig) -> None:
-    """Every field of its type and range, and the fields consistent (whole heads, RoPE's pairs,
-    grouped K/V heads, token ids inside the vocabulary)."""
-    for name in SIZES:
-        check_int(f"DreamConfig.{name}", getattr(c, name), 1, INT_MAX)
-    check_real("DreamConfig.rms_norm_eps", c.rms_norm_eps, lo=0, open_lo=True)
-    check_real("DreamConfig.initializer_range", c.initializer_range, lo=0, open_lo=True)
-    check_real("DreamConfig.rope_theta", c.rope_theta, lo=1, open_lo=True)
-    h, kvh = c.num_attention_heads, c.num_key_value_heads
-    if c.hidden_size % h or c.head_dim % 2:
-        raise ValueError(
-            f"DreamConfig.hidden_size ({c.hidden_size}) must be num_attention_heads ({h}) times an "
-            f"even head size (RoPE rotates pairs)"
-        )
-    if h % kvh:
-        raise ValueError(f"DreamConfig.num_attention_heads ({h}) must be a multiple of num_key_value_heads ({kvh})")
-    check_int("DreamConfig.mask_token_id", c.mask_token_id, 0, c.vocab_size - 1)
-    if c.vocab_size == 1:
-        raise ValueError("DreamConfig.vocab_size 1 holds only MASK: a decoder could commit nothing")
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        ids = getattr(c, name)
-        for t in ids if isinstance(ids, list) else [ids]:
-            if t is not None:
-                check_int(f"DreamConfig.{name}", t, 0, c.vocab_size - 1)
-    if not isinstance(c.tie_word_embeddings, bool):
-        raise ValueError(f"DreamConfig.tie_word_embeddings must be True or False, got {c.tie_word_embeddings!r}")
-
-
-def config_fields(raw: dict) -> dict:
-    """The checked fields of a Dream config.json for ``DreamConfig.from_dict``."""
-    if raw.get("model_type", IDENTITY["model_type"]) != IDENTITY["model_type"]:
-        raise ValueError(f"config.json's model_type is {raw['model_type']!r}, not a Dream checkpoint ('Dream')")
-    check_field_types(raw)
-    bad = []
-    if raw.get("rope_scaling"):
-        bad.append(f"rope_scaling={raw['rope_scaling']!r}")
-    if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
-        bad.append(f"rope_parameters={raw['rope_parameters']!r}")
-    if raw.get("hidden_act", "silu") != "silu":
-        bad.append(f"hidden_act={raw['hidden_act']!r}")
-    if bad:
-        raise ValueError(f"config.json uses what spotref's Dream model does not support: {', '.join(bad)}")
-    return with_rope_theta(raw)
+from spotref.spec.sdar import MLP, RMSNorm, rope
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: DreamConfig):
+    def __init__(self, cfg):
         super().__init__()
         H, h, kvh, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.h, self.kvh, self.d = h, kvh, d
@@ -163,7 +55,7 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: DreamConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg)  # SwiGLU: down(silu(gate(x)) * up(x)), no biases
@@ -178,7 +70,7 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """The ``model.`` part of the checkpoint: embeddings, layers, final norm."""
 
-    def __init__(self, cfg: DreamConfig):
+    def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
@@ -189,12 +81,11 @@ class DreamModel(nn.Module):
     """Dream diffusion LM over the whole canvas. Random init as Dream's (weights normal with std
     ``initializer_range``, biases zero, norms one); a new model is in eval mode."""
 
-    config_class = DreamConfig  # what ``from_pretrained`` builds the config with
     family = "dream"
     logit_shift = 1  # logits[:, i] predicts the token at i + 1
     block_size = 32  # the default block_length of a decode
 
-    def __init__(self, config: DreamConfig):
+    def __init__(self, config):
         super().__init__()
         self.config = config
         self.model = Backbone(config)
@@ -217,19 +108,6 @@ class DreamModel(nn.Module):
     @property
     def mask_id(self) -> int:
         return self.config.mask_token_id
-
-    @classmethod
-    def from_pretrained(cls, path, dtype=None, device=None) -> "DreamModel":
-        """Load a local Dream checkpoint directory (config.json + ``model.safetensors`` or the
-        shards of ``model.safetensors.index.json``). dtype None: the config's ``torch_dtype`` (or
-        ``dtype``, as transformers 5 writes it)."""
-        root = checkpoint_dir(path)
-        raw = read_json(root / CONFIG, "the model config")
-        return load_checkpoint(cls, root, raw, config_fields(raw), dtype, device)
-
-    def save_pretrained(self, path, dtype=None, max_shard_bytes=None, shard_of=None, update_shipped=False):
-        """Write Dream's layout (``spotref.checkpoint.save_pretrained``); ``from_pretrained`` reads it back."""
-        return save_pretrained(self, path, dtype, max_shard_bytes, shard_of, update_shipped, identity=IDENTITY)
 
     def _rope(self, L: int, device):
         """cos, sin: (L, d) for positions 0 .. L - 1 (float32 maths, then the model's dtype)."""
