@@ -17,7 +17,7 @@ own set drafter by SPOT-Sets rounds simulated along exact threshold-decoding tra
 the drafted decisions the target's next decisions reach, plus one; no target pass is run):
 commits per round ``c`` and the share of the own drafter's gain kept, (c - 1) / (c_own - 1).
 Offline rounds cost no target pass, so many more prompts fit than in ``python -m
-spotref.calib.table`` (docs/results-transfer-sets.md compares the two). Recordings are cached
+workbench.calib_table`` (docs/results-transfer-sets.md compares the two). Recordings are cached
 under ``--cache``; the results are written (atomically) after each source.
 """
 

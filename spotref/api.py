@@ -1,11 +1,14 @@
 """``spotref.generate``: argument checks, then exact or SPOT decoding (docs/spec.md section 7).
 
-Every argument is checked before the first forward; a bad one raises ``ValueError`` naming it.
+The decode parameters are one object, ``DecodeOptions``: each default is written there once, and
+``DecodeOptions.check`` checks every one against the model before the first forward; a bad one
+raises ``ValueError`` naming it (an ``OptionError``, whose ``option`` is the field).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, fields, replace
 from functools import partial
 
 import numpy as np
@@ -20,33 +23,147 @@ from spotref.checks import (  # noqa: F401  (re-exported: docs/reliability.md)
     check_stop_ids,
     check_temperature,
 )
-from spotref.names import MODEL_DRAFTERS, auto_budget, recorder, resolve_core, resolve_drafter, resolve_model
+from spotref.names import auto_budget, check_drafter, recorder, resolve_core, resolve_drafter, resolve_model
 from spotref.spec.checks import check_int, check_state
 from spotref.spec.core import LIMIT
 from spotref.spec.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
 from spotref.spec.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
 
 
+class OptionError(ValueError):
+    """A bad decode option: the ``ValueError`` whose message names it, ``option`` its field
+    (``spotref generate`` names the flag by it)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+def named(option: str, check, *args):
+    """``check(*args)``, a ``ValueError`` it raises an ``OptionError`` of ``option``."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        raise OptionError(option, str(e)) from None
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The decode parameters of one generation, each default written here once: ``generate``'s
+    keywords in its order (docs/spec.md section 7 says what each means). ``Speculator`` takes all
+    but the decode loop's (``LOOP``); ``spotref generate`` and the conformance kit build one.
+    ``check(model)`` checks every one against a model's shape."""
+
+    temperature: float = 0.0
+    seed: int = 0
+    threshold: float | None = None  # None: the one-position rule
+    drafter: object = None  # None: exact decoding; a name, a trained order model or a drafter(view) -> Draft
+    budget: int | str = 16  # the node budget N, or "auto"
+    depth: int = 8
+    top_k: int | None = None
+    top_p: float | None = None
+    stop_ids: object = None  # None, one id or a 1-D sequence of ids
+    fused_store: bool = False
+    core: object = None  # None (the active core), "py", "c" or a core module
+    confidence: str | None = None  # None: the family's own
+    precision: str | None = None  # None: the model's serving precision
+    width: int | None = None  # None: each row of a pass alone
+    block_length: int | None = None  # None: the model's own
+    trace: bool = False
+
+    @classmethod
+    def of(cls, values: dict) -> DecodeOptions:
+        """The options among ``values`` (a call's ``locals()``, a command line's options), the
+        others at their defaults."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    def kwargs(self, leave_out: tuple = ()) -> dict:
+        """The options as ``generate``'s keywords, in its order, but those in ``leave_out`` (a
+        drafter object stays itself: no copy)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in leave_out}
+
+    def check(self, model=None) -> DecodeOptions:
+        """Every option checked against the vocabulary, block size, MASK id, positions and family of
+        ``model`` (a model, a bundled target's metadata-only ``spotref.load.targets.Shape``, a
+        ``Speculator``'s ``Sizes``; None: what needs none); a bad one raises ``OptionError`` (a
+        ``ValueError``) naming it. Returns them as decoded: with a model, ``block_length`` its own
+        where None, ``stop_ids`` a list, ``precision`` the one decided in; ints as ints."""
+        checked = self if model is None else self.against(model)
+        for flag in ("fused_store", "trace"):  # True or False (a numpy bool too)
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise OptionError(flag, f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if model is not None and self.fused_store and family(model) != "sdar":
+            why = f"fused_store: a {family(model)} model has no cache to store a block into (SDAR only)"
+            raise OptionError("fused_store", why)
+        checked.rule(model)  # temperature, seed, threshold, top_k, top_p, precision, confidence
+        budget = named("budget", check_budget, self.budget)
+        depth = named("depth", check_int, "depth", self.depth, 0, LIMIT - 1)
+        width = named("width", check_width, self.width, 1 if self.drafter is None else budget)
+        named("core", resolve_core, self.core)
+        if self.drafter is not None:
+            named("drafter", check_drafter, self.drafter)
+        return replace(checked, budget=budget, depth=depth, width=width)
+
+    def against(self, model) -> DecodeOptions:
+        """What ``check`` reads of ``model`` first: the block length (``check_block_length``), the
+        stop ids (in its vocabulary, never MASK) and the precision None stands for."""
+        bl = named("block_length", check_block_length, model, self.block_length)
+        stops = named("stop_ids", check_stop_ids, self.stop_ids, model.config.vocab_size, model.mask_id)
+        precision = serving_precision(model) if self.precision is None else self.precision
+        return replace(self, block_length=bl, stop_ids=stops, precision=precision)
+
+    def rule(self, model=None) -> DecisionRule | None:
+        """The decision rule these options give for ``model`` (its family's, ``rules.for_family``,
+        in blocks of ``block_length``, else its own), each parameter checked; the family's own
+        limits (LLaDA's T and filters, the confidences) by its rule. None without a model."""
+        T = named("temperature", check_temperature, self.temperature)
+        given = dict(temperature=T, seed=named("seed", check_int, "seed", self.seed, 0, 2**64 - 1))
+        if self.threshold is not None:
+            given["threshold"] = named("threshold", check_real, "threshold", self.threshold, 0.0, 1.0, True, True)
+        if self.top_k is not None:
+            given["top_k"] = named("top_k", check_int, "top_k", self.top_k, 1)
+        if self.top_p is not None:
+            given["top_p"] = named("top_p", check_real, "top_p", self.top_p, 0.0, 1.0, True)
+        precision = serving_precision(model) if self.precision is None else self.precision
+        if not isinstance(precision, str) or precision not in PRECISIONS:
+            why = f"precision must be None or one of {', '.join(PRECISIONS)}, got {precision!r}"
+            raise OptionError("precision", why)
+        if model is None:
+            return None
+        name = family(model)
+        if name not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {name!r}")
+        sizes = dict(mask_id=model.mask_id, vocab_size=model.config.vocab_size, precision=precision)
+        sizes["block_size"], given["confidence"] = self.block_length or model.block_size, self.confidence
+        for option in ("confidence", "top_k", "top_p", "temperature"):  # each refused by the family's rule, named
+            named(option, partial(for_family, name, **sizes, **{option: given.get(option)}))
+        return for_family(name, **sizes, **given)  # a confidence of None: the family's default
+
+
+DEFAULTS = DecodeOptions()  # every signature below takes its defaults from here
+LOOP = ("stop_ids", "fused_store", "trace")  # generate's options that its decode loop reads, not a Speculator
+
+
 def generate(
     model,
     prompt_ids,
     max_new_tokens: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-    threshold: float | None = None,
-    drafter=None,
-    budget: int = 16,
-    depth: int = 8,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    stop_ids=None,
-    fused_store: bool = False,
-    core=None,
-    confidence: str | None = None,
-    precision: str | None = None,
-    width: int | None = None,
-    block_length: int | None = None,
-    trace: bool = False,
+    temperature: float = DEFAULTS.temperature,
+    seed: int = DEFAULTS.seed,
+    threshold: float | None = DEFAULTS.threshold,
+    drafter=DEFAULTS.drafter,
+    budget: int = DEFAULTS.budget,
+    depth: int = DEFAULTS.depth,
+    top_k: int | None = DEFAULTS.top_k,
+    top_p: float | None = DEFAULTS.top_p,
+    stop_ids=DEFAULTS.stop_ids,
+    fused_store: bool = DEFAULTS.fused_store,
+    core=DEFAULTS.core,
+    confidence: str | None = DEFAULTS.confidence,
+    precision: str | None = DEFAULTS.precision,
+    width: int | None = DEFAULTS.width,
+    block_length: int | None = DEFAULTS.block_length,
+    trace: bool = DEFAULTS.trace,
 ) -> Result:
     """Decode ``max_new_tokens`` after ``prompt_ids``; identical tokens whatever the drafter.
 
@@ -58,48 +175,29 @@ def generate(
     precision); width: None (each row of a pass alone) or W >= budget (every pass one forward of W
     rows: exact decoding at width W); confidence: None, the family's own; block_length: None, the
     model's own (``check_canvas``); trace: True records every round into ``Result.trace`` (docs/spec.md
-    8). Each argument (docs/spec.md 7) is checked before the first forward (``ValueError`` naming it).
+    8). The keywords are a ``DecodeOptions``, checked before the first forward (``ValueError`` naming one).
     """
-    model = resolve_model(model, lambda m: check_decode(m, prompt_ids, max_new_tokens, block_length))
-    prompt, block_length = check_decode(model, prompt_ids, max_new_tokens, block_length)
-    stops = check_stop_ids(stop_ids, model.config.vocab_size, model.mask_id)
-    check_flags(fused_store=fused_store, trace=trace)
-    spec = Speculator.for_model(
-        model,
-        temperature=temperature,
-        seed=seed,
-        threshold=threshold,
-        top_k=top_k,
-        top_p=top_p,
-        drafter=drafter,
-        budget=budget,
-        depth=depth,
-        confidence=confidence,
-        core=core,
-        precision=precision,
-        width=width,
-        block_length=block_length,
-    )
-    rec, stats, t = recorder() if trace else None, Stats(), time.perf_counter()
+    options = DecodeOptions.of(locals())
+    model = resolve_model(model, lambda m: check_decode(m, prompt_ids, max_new_tokens, options))
+    prompt, options = check_decode(model, prompt_ids, max_new_tokens, options)
+    spec = Speculator.for_model(model, **options.kwargs(leave_out=LOOP))
+    rec, stats, t = recorder() if options.trace else None, Stats(), time.perf_counter()
     fill = partial(fill_block, partial(spec.block, recorder=rec))
-    tokens = decode(model, prompt, int(max_new_tokens), stops, fill, stats, bool(fused_store), block_length)
+    n, stops = int(max_new_tokens), options.stop_ids
+    tokens = decode(model, prompt, n, stops, fill, stats, bool(options.fused_store), options.block_length)
     stats = {**vars(stats), "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
     return Result(tokens, stats["passes"], stats, traced(rec, spec, tokens, stats, len(prompt), max_new_tokens, stops))
 
 
-def check_decode(model, prompt_ids, max_new_tokens, block_length) -> tuple:
-    """(prompt ids, block length), checked against ``model``'s vocabulary and positions
+def check_decode(model, prompt_ids, max_new_tokens, options: DecodeOptions) -> tuple:
+    """(prompt ids, ``options`` checked against ``model``: ``DecodeOptions.check``): the prompt
+    and ``max_new_tokens`` against its vocabulary and positions, a canvas family's canvas too
     (``check_canvas``); ``model``: a model, or a target's ``Shape`` (``resolve_model``)."""
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
     check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
-    return prompt, check_canvas(model, len(prompt), max_new_tokens, block_length)
-
-
-def check_flags(**flags) -> None:
-    """Each flag True or False (a numpy bool too), else ``ValueError`` naming it."""
-    for name, value in flags.items():
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+    options = options.check(model)
+    check_canvas(model, len(prompt), max_new_tokens, options.block_length)
+    return prompt, options
 
 
 def traced(rec, spec, tokens, stats: dict, prompt_length: int, max_new_tokens: int, stops) -> object:
@@ -108,6 +206,28 @@ def traced(rec, spec, tokens, stats: dict, prompt_length: int, max_new_tokens: i
         return None
     meta = dict(prompt_length=prompt_length, max_new_tokens=int(max_new_tokens), stop_ids=sorted(stops))
     return rec.trace(spec, tokens=tokens, passes=stats["passes"], **meta)
+
+
+@dataclass
+class Sizes:
+    """A model as a ``Speculator`` is told it (``vocab_size``, ``block_size``, ``mask_id``,
+    ``family``), each checked: what ``DecodeOptions.check`` reads of a model, as a bundled
+    target's ``Shape`` gives it, but the positions (its blocks are ``block_size`` long)."""
+
+    vocab_size: int
+    block_size: int
+    mask_id: int
+    family: str = "sdar"
+
+    def __post_init__(self):
+        self.vocab_size = check_int("vocab_size", self.vocab_size, 2)  # 1 would hold only MASK: nothing to commit
+        self.block_size = check_int("block_size", self.block_size, 1)
+        self.mask_id = check_int("mask_id", self.mask_id, 0, self.vocab_size - 1)
+
+    @property
+    def config(self) -> Sizes:
+        """Itself, read as a model's config (``config.vocab_size``; no ``extra``, no served precision)."""
+        return self
 
 
 class Speculator:
@@ -121,14 +241,20 @@ class Speculator:
             rows = blk.propose()                # int64 (R, B): run them through your model
             blk.accept(logits)                  # float (R, B, V) for those rows, same order
 
-    Arguments as ``spotref.generate``'s, each checked here (``precision=None``: the model's
-    serving precision with ``for_model``, else "auto", the logits' dtype). ``drafter=None`` is exact decoding
+    Arguments as ``spotref.generate``'s (a ``DecodeOptions``: ``options``, as checked), but the
+    drafter, "confidence" by default (``precision=None``: the model's serving precision with
+    ``for_model``, else "auto", the logits' dtype). ``drafter=None`` is exact decoding
     (one row per pass). A model's own drafters (``"spot"``, ``"calibrated"``) and
     ``budget="auto"`` need the model: ``Speculator.for_model(model, ...)``. With ``width=W`` every
     ``propose`` returns W rows and ``blk.one_forward`` is True: run them as one forward
     (``model.denoise(cache, rows, one_forward=blk.one_forward)``; a canvas family: one call of the
     rows' canvases). ``family``: the decision rule's (``rules.for_family``; ``for_model`` takes
     the model's).
+
+    ``drafter``: the drafter asked for, resolved; ``round_drafter``: the one each round calls (the
+    blocks'): ``drafter`` for an int budget; for ``budget="auto"`` the choice this Speculator measured
+    (``resolve_budget``), N = ``budget``. To reuse that measurement, decode with
+    ``drafter=spec.round_drafter, budget=spec.budget``.
     """
 
     def __init__(
@@ -136,49 +262,36 @@ class Speculator:
         vocab_size: int,
         block_size: int,
         mask_id: int,
-        temperature: float = 0.0,
-        seed: int = 0,
-        threshold: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        drafter="confidence",
-        budget=16,
-        depth: int = 8,
-        confidence: str | None = None,
-        core=None,
+        temperature: float = DEFAULTS.temperature,
+        seed: int = DEFAULTS.seed,
+        threshold: float | None = DEFAULTS.threshold,
+        top_k: int | None = DEFAULTS.top_k,
+        top_p: float | None = DEFAULTS.top_p,
+        drafter="confidence",  # the step API speculates by default; generate decodes exactly
+        budget=DEFAULTS.budget,
+        depth: int = DEFAULTS.depth,
+        confidence: str | None = DEFAULTS.confidence,
+        core=DEFAULTS.core,
         model=None,
-        precision: str | None = None,
-        width: int | None = None,
+        precision: str | None = DEFAULTS.precision,
+        width: int | None = DEFAULTS.width,
         family: str = "sdar",
     ):
-        check_int("vocab_size", vocab_size, 2)  # 1 would hold only MASK: nothing to commit
-        check_int("block_size", block_size, 1)
-        check_int("mask_id", mask_id, 0, vocab_size - 1)
-        self.family = family
-        self.rule = decision_rule(
-            int(vocab_size),
-            int(block_size),
-            int(mask_id),
-            temperature,
-            seed,
-            threshold,
-            top_k,
-            top_p,
-            confidence,
-            serving_precision(model) if precision is None else precision,
-            family,
-        )
-        check_budget(budget)
-        self.depth = check_int("depth", depth, 0, LIMIT - 1)
-        self.width = check_width(width, 1 if drafter is None else budget)
-        self.core = resolve_core(core)
-        self.drafter = None if drafter is None else speculator_drafter(drafter, model, self.rule.block_size)
-        self.drafter, self.budget = self.resolve_budget(budget, model)
+        options = DecodeOptions.of(locals())
+        sizes = Sizes(vocab_size, block_size, mask_id, family)
+        if precision is None:
+            options = replace(options, precision=serving_precision(model))
+        self.options = options.check(sizes)
+        self.family, self.rule = family, self.options.rule(sizes)
+        self.depth, self.width, self.core = self.options.depth, self.options.width, resolve_core(core)
+        self.drafter = None if drafter is None else resolve_drafter(drafter, model, self.rule.block_size)
+        self.round_drafter, self.budget = self.resolve_budget(self.options.budget, model)
 
     def resolve_budget(self, budget, model) -> tuple:
-        """(drafter, N): an int budget as given; ``"auto"``: the cost model's N (<= width) for the
-        model and this rule on this machine, each round's tree cut to the nodes worth their
-        verify time."""
+        """(round drafter, N): an int budget: ``drafter`` at N; ``"auto"``: the cost model's choice
+        (N <= width) for the model and this rule on this machine, measured now and kept by no one
+        else (``names.auto_budget``): the drafter or its variant, each round's tree cut to the nodes
+        worth their verify time (``drafters.budget.RoundBudget``)."""
         if budget != "auto":
             return self.drafter, int(budget)
         if self.drafter is None:
@@ -191,9 +304,9 @@ class Speculator:
     def for_model(cls, model, block_length: int | None = None, **kwargs) -> "Speculator":
         """A speculator for ``model`` (an SDARModel, a whole-canvas model, a bundled Target or a
         target name), its family's rule, in blocks of ``block_length`` (``check_block_length``;
-        a target's name: checked from its metadata before its weights load)."""
-        model = resolve_model(model, lambda m: check_block_length(m, block_length))
-        B = check_block_length(model, block_length)
+        a target's name: the options checked from its metadata before its weights load)."""
+        model = resolve_model(model, lambda m: DecodeOptions.of({**kwargs, "block_length": block_length}).check(m))
+        B = named("block_length", check_block_length, model, block_length)
         return cls(model.config.vocab_size, B, model.mask_id, model=model, family=family(model), **kwargs)
 
     def block(self, index: int, state, stats: Stats | None = None, recorder=None) -> Block:
@@ -206,68 +319,14 @@ class Speculator:
         state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
         if recorder is not None and not all(callable(getattr(recorder, m, None)) for m in RECORDER):
             raise TypeError(f"recorder must have the methods {', '.join(RECORDER)} (spotref.trace.record.Recorder)")
-        block = Block(
-            rule,
-            self.drafter,
-            self.core,
-            self.budget,
-            self.depth,
-            int(index),
-            np.asarray(state, np.int64),
-            stats,
-            self.width,
-            recorder,
-        )
+        tree = (self.round_drafter, self.core, self.budget, self.depth)  # what each round drafts and builds
+        block = Block(rule, *tree, int(index), np.asarray(state, np.int64), stats, self.width, recorder)
         if recorder is not None:
             recorder.opened(block)
         return block
 
 
 RECORDER = ("opened", "proposed", "accepted")  # what a Block's recorder is told
-
-
-def speculator_drafter(drafter, model, block_size: int):
-    """The resolved drafter for blocks of ``block_size`` (one trained for another is refused);
-    a model's own drafter asked for without the model is named."""
-    if model is None and isinstance(drafter, str) and drafter in MODEL_DRAFTERS:
-        raise ValueError(
-            f"drafter {drafter!r} is the target's own trained drafter: use "
-            f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)"
-        )
-    return resolve_drafter(drafter, model, block_size)
-
-
-def decision_rule(
-    V: int,
-    B: int,
-    mask_id: int,
-    temperature,
-    seed,
-    threshold,
-    top_k,
-    top_p,
-    confidence,
-    precision="auto",
-    family="sdar",
-) -> DecisionRule:
-    """The checked decision parameters of one generation (each bad one named), as the family's
-    rule (``rules.for_family``; a confidence of None: the family's own)."""
-    check_temperature(temperature)
-    check_int("seed", seed, 0, 2**64 - 1)
-    if threshold is not None:
-        check_real("threshold", threshold, lo=0.0, hi=1.0, open_lo=True, open_hi=True)
-    if top_k is not None:
-        check_int("top_k", top_k, 1)
-    if top_p is not None:
-        check_real("top_p", top_p, lo=0.0, hi=1.0, open_lo=True)
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ValueError(f"precision must be None or one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    params = dict(mask_id=mask_id, vocab_size=V, block_size=B, temperature=float(temperature), seed=int(seed))
-    params.update(top_k=top_k, top_p=top_p, threshold=None if threshold is None else float(threshold))
-    params.update(precision=precision, **({} if confidence is None else {"confidence": confidence}))
-    return for_family(family, **params)  # a confidence of None: the family's default
 
 
 def check_block_length(model, block_length) -> int:
@@ -285,11 +344,10 @@ def check_block_length(model, block_length) -> int:
     return bl
 
 
-def check_canvas(model, prompt_len: int, max_new_tokens: int, block_length) -> int:
-    """The checked block length (``check_block_length``), for which a canvas family's canvas, the
-    prompt then max_new_tokens rounded up to whole blocks, fits the model's positions (SDAR's
-    blocks: ``check_length``)."""
-    bl = check_block_length(model, block_length)
+def check_canvas(model, prompt_len: int, max_new_tokens: int, bl: int) -> None:
+    """A canvas family's canvas, the prompt then max_new_tokens rounded up to whole blocks of
+    ``bl`` (checked: ``check_block_length``), fits the model's positions (SDAR's blocks:
+    ``check_length``)."""
     G = -(-max_new_tokens // bl) * bl
     if family(model) != "sdar" and prompt_len + G > model.config.max_position_embeddings:
         raise ValueError(
@@ -297,7 +355,6 @@ def check_canvas(model, prompt_len: int, max_new_tokens: int, block_length) -> i
             f"blocks of {bl} ({G}), exceeds the model's max_position_embeddings "
             f"({model.config.max_position_embeddings})"
         )
-    return bl
 
 
 MAX_ROWS = 4096  # the most states one verify pass holds: 4,096 x B tokens (131,072 at B = 32)

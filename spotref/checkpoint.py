@@ -2,7 +2,7 @@
 reader and ``save_pretrained``, its writer; the steps every family's reader and writer share
 (``assign_weights``, ``stored_tensors``, ``save_pretrained`` with the family's ``identity``);
 and ``from_pretrained``, which reads any family's checkpoint directory by its config.json's
-``model_type`` (``FAMILIES``).
+``model_type`` (``READERS``).
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
@@ -120,24 +120,24 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
 
 
 # config.json's model_type -> the reader of that family's layout
-FAMILIES = {"sdar": read_sdar, "llada": read_llada, "Dream": read_dream}
+READERS = {"sdar": read_sdar, "llada": read_llada, "Dream": read_dream}
 IDENTITIES = {"sdar": SDAR_IDENTITY, "llada": LLADA_IDENTITY, "dream": DREAM_IDENTITY}  # model.family -> config.json's
 
 
 def from_pretrained(path, dtype=None, device=None, model_type=None, **options):
     """The model of the checkpoint directory ``path``, of any family: config.json's
-    ``model_type`` picks the reader (``FAMILIES``); ``model_type="sdar"`` reads a Qwen3-layout
+    ``model_type`` picks the reader (``READERS``); ``model_type="sdar"`` reads a Qwen3-layout
     directory whose config names another as SDAR. ``options``: that reader's own arguments
     (SDAR's ``block_size``, ``mask_token_id``)."""
     root = checkpoint_dir(path)
     raw = read_json(root / CONFIG, "the model config")
     model_type = raw.get("model_type") if model_type is None else model_type
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in READERS:
         raise ValueError(
             f"config.json in {str(root)!r} has model_type {model_type!r:.80}: spotref reads "
-            f"{', '.join(map(repr, FAMILIES))} (a Qwen3-layout directory: from_pretrained(path, model_type='sdar'))"
+            f"{', '.join(map(repr, READERS))} (a Qwen3-layout directory: from_pretrained(path, model_type='sdar'))"
         )
-    reader = FAMILIES[model_type]
+    reader = READERS[model_type]
     unknown = sorted(set(options) - set(inspect.signature(reader).parameters))
     if unknown:
         raise ValueError(f"from_pretrained: a {model_type} checkpoint takes no {', '.join(unknown)}")

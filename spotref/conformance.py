@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spotref.api import Speculator, generate
+from spotref.api import LOOP, DecodeOptions, Speculator, generate
 from spotref.checks import is_array
 from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as before the split)
     AIMS,
@@ -53,6 +53,7 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     MAX_BUDGET,
     MAX_TEMPERATURE,
     MODELS,
+    NOT_CASE,
     Case,
     aimed,
     case_from_dict,
@@ -272,8 +273,6 @@ def make_drafter(kind: str, exact, case: Case):
 
 # --- the suite's drafters for an outside decoder ----------------------------------------------
 
-GENERATION_ONLY = ("stop_ids", "fused_store")  # generate's arguments a drafter never reads
-
 
 def drafter_adapter(model, drafter, **generate_kwargs):
     """The drafter ``run_conformance`` hands ``generate_fn`` (a name such as "confidence", a
@@ -291,17 +290,17 @@ def drafter_adapter(model, drafter, **generate_kwargs):
     the positions committed after that pass (the last round's bonus decision). At a block's first
     state nothing is stale: propose the root alone (``Draft.root()``). The draft never changes
     what is exact: verify its states and accept by state equality (section 3). generate_kwargs:
-    ``spotref.generate``'s (temperature, seed, threshold, top_k, top_p, confidence, precision,
-    budget, depth, width, block_length; stop_ids ignored), checked as it checks them."""
-    kw = {k: v for k, v in generate_kwargs.items() if k not in GENERATION_ONLY}
-    spec = Speculator.for_model(model, drafter=drafter, **kw)
+    ``spotref.generate``'s (a ``DecodeOptions``; those of its decode loop, ``api.LOOP``: stop_ids,
+    fused_store, trace, ignored), checked as it checks them."""
+    options = DecodeOptions(**generate_kwargs, drafter=drafter)
+    spec = Speculator.for_model(model, **options.kwargs(leave_out=LOOP))
 
     def propose(state, step: int, block: int, stale_logits, unseen=()) -> Draft:
         state = np.asarray(state, dtype=np.int64)
         stale = torch.as_tensor(stale_logits)
         rule = dataclasses.replace(spec.rule)  # the drafter's own copy: nothing it does reaches a decision
         view = View.of(state, step, block, stale, rule, spec.budget, spec.depth, list(unseen))
-        return spec.drafter(view)
+        return spec.round_drafter(view)  # budget="auto": the drafter its measurement cut, as generate's
 
     return propose
 
@@ -376,20 +375,7 @@ def probe_case() -> Case:
     """The one small case ``run_conformance`` runs first: SDAR, 8 tokens, blocks of 2, the
     confidence drafter, every option at its plainest."""
     config = tiny_config("sdar", 8, 7, 2, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
-    kwargs = dict(
-        temperature=0.0,
-        seed=0,
-        threshold=None,
-        top_k=None,
-        top_p=None,
-        confidence="filtered",
-        precision="auto",
-        budget=4,
-        depth=2,
-        stop_ids=None,
-        width=None,
-        fused_store=False,
-    )
+    kwargs = DecodeOptions(confidence="filtered", precision="auto", budget=4, depth=2).kwargs(leave_out=NOT_CASE)
     return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, "sdar")
 
 

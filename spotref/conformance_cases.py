@@ -16,7 +16,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from spotref.api import generate, serving_precision
+from spotref.api import DecodeOptions, generate, serving_precision
 from spotref.checkpoint import from_pretrained
 from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig
 from spotref.spec.checks import check_int
@@ -49,8 +49,8 @@ class Case:
     prompt: list
     max_new_tokens: int
     drafter: str
-    kwargs: dict = field(default_factory=dict)  # temperature, seed, threshold, top_k, top_p, confidence,
-    # precision, budget, depth, stop_ids, width; block_length (canvas families)
+    kwargs: dict = field(default_factory=dict)  # generate's options (``DecodeOptions``) but ``NOT_CASE``: the
+    # ``OPTIONS`` and some of ``OPTIONS_MAY`` (stop_ids, width, fused_store; block_length: a canvas family's)
     family: str = "sdar"
     batch_sensitive: bool = False  # the model's logits depend on a forward's row count (``BatchSensitive``)
     dtype: str | None = None  # the model's dtype (``MODEL_DTYPES``); None: float32, a checkpoint's its own
@@ -607,7 +607,8 @@ def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads
 # --- a case as JSON (the replay file) ---------------------------------------------------------
 
 OPTIONS = ("temperature", "seed", "threshold", "top_k", "top_p", "confidence", "precision", "budget", "depth")
-OPTIONS_MAY = ("stop_ids", "width", "fused_store", "block_length")  # a case's other keywords
+NOT_CASE = ("drafter", "core", "trace")  # generate's options no case holds (its drafter: ``Case.drafter``)
+OPTIONS_MAY = tuple(DecodeOptions().kwargs(leave_out=OPTIONS + NOT_CASE))  # a case's other keywords
 
 
 def case_to_dict(case: Case) -> dict:

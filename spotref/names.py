@@ -1,21 +1,20 @@
 """Names into objects: the one place where a target's name becomes its model, a drafter's name
 its drafter and a core's name its module.
 
-Its three process-wide caches, each keyed by value: ``_TARGETS`` by a target's file and the
+Its two process-wide caches, each keyed by value: ``_TARGETS`` by a target's file and the
 modification times of its files, ``_DRAFTERS`` by a drafter's name or checkpoint path and its
-modification time (so the same name finds the same object and a rewritten file is loaded again),
-``_MEASURED`` (``budget="auto"``'s timings on this machine) by the model, held weakly, and the
-value of everything the measurement depends on. The targets' loader is imported when a target is
-first named and a drafter's module when a drafter is first named: exact decoding with a model
-object loads neither, and the cost model behind ``budget="auto"`` loads when that budget is
-asked for, and the trace recorder when a trace is asked for (docs/architecture.md lists the few
-places that import on demand).
+modification time (so the same name finds the same object and a rewritten file is loaded again).
+What loads is kept, never what is measured: ``budget="auto"`` times the machine for each decode
+that asks for it (``auto_budget``), so no decode's choice depends on an earlier one's timing.
+The targets' loader is imported when a target is first named and a drafter's module when a
+drafter is first named: exact decoding with a model object loads neither, and the cost model
+behind ``budget="auto"`` loads when that budget is asked for, and the trace recorder when a
+trace is asked for (docs/architecture.md lists the few places that import on demand).
 """
 
 from __future__ import annotations
 
 import os
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,8 +97,7 @@ _DRAFTERS: dict = {}  # ("confidence", chain) or (kind, checkpoint path, mtime) 
 
 
 def _shared(key, make):
-    """One object per key: a stateless drafter is shared, so budget="auto"'s measurement of it
-    (cached per drafter) is reused."""
+    """One object per key: a stateless drafter (or a checkpoint's, loaded once) is shared."""
     if key not in _DRAFTERS:
         _DRAFTERS[key] = make()
     return _DRAFTERS[key]
@@ -145,18 +143,31 @@ def resolve_drafter(drafter, model, block_size: int | None = None):
 
 def named_drafter(drafter, model):
     """``resolve_drafter``'s lookup: the drafter a name or path gives, or the callable as it is."""
+    check_drafter(drafter)
+    if not isinstance(drafter, (str, os.PathLike)):
+        return drafter
+    name = os.fspath(drafter)
+    if model is None and name in MODEL_DRAFTERS:
+        raise ValueError(
+            f"drafter {name!r} is the target's own trained drafter: use "
+            f"Speculator.for_model(model, ...) or pass spotref.load_drafter(...)"
+        )
+    if name in DRAFTERS:
+        return DRAFTERS[name](model)
+    from spotref.load.drafters import load_drafter
+
+    return load_drafter(name)
+
+
+def check_drafter(drafter) -> None:
+    """A drafter ``named_drafter`` takes: a registered name, a bundled drafter's name or a ``.pt``
+    path (``is_checkpoint_name``), or a callable; else ``ValueError`` naming it. Nothing loads."""
     if isinstance(drafter, (str, os.PathLike)):
         name = os.fspath(drafter)
-        if name in DRAFTERS:
-            return DRAFTERS[name](model)
-        if is_checkpoint_name(name):
-            from spotref.load.drafters import load_drafter
-
-            return load_drafter(name)
-        raise ValueError(f"drafter {name!r} is unknown; known: {known_names()}")
-    if not callable(drafter):
+        if name not in DRAFTERS and not is_checkpoint_name(name):
+            raise ValueError(f"drafter {name!r} is unknown; known: {known_names()}")
+    elif not callable(drafter):
         raise ValueError(f"drafter must be None, a name or a callable, got {type(drafter).__name__}")
-    return drafter
 
 
 def is_checkpoint_name(name: str) -> bool:
@@ -172,45 +183,19 @@ def known_names() -> str:
     return f"{', '.join(DRAFTERS)}, a bundled drafter ({', '.join(list_checkpoints()) or 'none'}) or a drafter .pt path"
 
 
-# --- budget="auto": measurements on this machine ----------------------------------------------
-
-_MEASURED = weakref.WeakKeyDictionary()  # model -> {key: a measurement}; dropped with the model
-# A DecisionRule's parameters that change a round's cost: all but the seed (the noise's values, not the work)
-RULE_COST = "mask_id vocab_size block_size temperature top_k top_p threshold confidence precision".split()
-
-
-def measured(model, key: tuple, measure):
-    """``measure()``, taken once per process for ``model`` (held weakly, by identity: a model is
-    not a value) and ``key`` (by value: everything else the measurement depends on)."""
-    known = _MEASURED.setdefault(model, {})
-    if key not in known:
-        known[key] = measure()
-    return known[key]
-
-
-def verify_times(model, width: int | None = None, block_length: int | None = None) -> dict:
-    """``spotref.drafters.budget.verify_times(model, width=width)``, measured once per process
-    for each width and block size."""
-    from spotref.drafters import budget  # the cost model loads when asked for
-
-    B = block_length or model.block_size
-    return measured(model, ("verify", width, B), lambda: budget.verify_times(model, width=width, block_length=B))
+# --- budget="auto": a measurement on this machine --------------------------------------------
 
 
 def auto_budget(model, drafter, depth: int, rule, width: int | None = None) -> tuple:
     """budget="auto": (the drafter cut per round, the cost model's N) for this model, drafter,
     depth, decision rule and width on this machine (``spotref.drafters.budget.auto_drafter``);
-    with a width, N <= width and the pass is measured at that width. Measured once per process
-    for each value of everything that changes the cost: the drafter, the depth, the width and
-    every parameter of the rule but the seed (which changes the noise's values, not the work)."""
-    from spotref.drafters.budget import auto_drafter  # the cost model loads when asked for
+    with a width, N <= width and the pass is measured at that width. Measured at each call, kept
+    nowhere: a ``Speculator`` measures for itself, and a caller reuses its choice only by passing
+    it on (``Speculator.round_drafter`` and ``budget``)."""
+    from spotref.drafters import budget  # the cost model loads when asked for
 
-    cost = tuple(getattr(rule, name) for name in RULE_COST)
-    return measured(
-        model,
-        ("auto", drafter, depth, width, cost),
-        lambda: auto_drafter(model, drafter, depth, rule, verify_times(model, width, rule.block_size)),
-    )
+    verify = budget.verify_times(model, width=width, block_length=rule.block_size)
+    return budget.auto_drafter(model, drafter, depth, rule, verify)
 
 
 # --- cores ------------------------------------------------------------------------------------

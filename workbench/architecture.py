@@ -1,6 +1,6 @@
 """The layers of spotref and the imports between them, checked and drawn.
 
-``python -m spotref.cli.architecture`` prints every module by layer with what it imports, and
+``python -m workbench.architecture`` prints every module by layer with what it imports, and
 any import that breaks the layering (a cycle, an import of a higher layer, a ``spotref`` import
 inside a function); ``--png`` draws the picture of docs/architecture.md. The layers, bottom up:
 
@@ -26,9 +26,11 @@ from pathlib import Path
 from spotref.cli.argtypes import guarded
 from spotref.files import atomic_path, run_dir, shipped_writes
 
-ROOT = Path(__file__).resolve().parents[1]  # the spotref package
-SHIPPED_PNG = ROOT.parent / "docs" / "architecture.png"
-LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools")
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / "spotref"  # the spotref package
+PACKAGES = (ROOT, REPO / "workbench")  # the installed package, and the repository's workbench above it
+SHIPPED_PNG = REPO / "docs" / "architecture.png"
+LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools", "workbench")  # the last: not installed
 ENTRY = {
     "spotref.api",
     "spotref.names",
@@ -48,7 +50,7 @@ LAZY = {  # the modules that import on demand, and why
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    parts = path.relative_to(REPO).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -64,7 +66,7 @@ def layer(module: str) -> int:
         (5, "spotref.cli"),
         (5, "spotref.train"),
         (5, "spotref.record"),
-        (5, "spotref.bench"),
+        (6, "workbench"),  # the repository's workbench: above everything installed
         (5, "spotref.calib"),
         (5, "spotref.__main__"),  # python -m spotref: the command
     ):
@@ -84,14 +86,14 @@ def imports(path: Path) -> tuple[set, set]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            if name.startswith("spotref"):
+            if name.split(".")[0] in ("spotref", "workbench"):
                 (top if node.col_offset == 0 else inner).add(name)
     return top, inner
 
 
 def graph() -> dict:
     """{module: (imported modules at module level, inside functions)}, submodules resolved."""
-    files = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    files = {module_name(p): p for package in PACKAGES for p in sorted(package.rglob("*.py"))}
     known = lambda names: {n for n in names if n in files}
     out = {}
     for module, path in files.items():
@@ -144,11 +146,11 @@ def draw(g: dict, path: Path) -> None:
         "spotref.cli",
         "spotref.train",
         "spotref.record",
-        "spotref.bench",
+        "workbench.bench",
         "spotref.calib",
     }  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]
-    fig, ax = plt.subplots(figsize=(16, 8))
+    fig, ax = plt.subplots(figsize=(16, 9))
     where = {}
     for i, mods in enumerate(rows):
         ax.text(-0.02, i, LAYERS[i], ha="right", va="center", fontsize=11, weight="bold")
@@ -159,6 +161,7 @@ def draw(g: dict, path: Path) -> None:
                 x,
                 where[m][1],
                 m.removeprefix("spotref.")
+                .removeprefix("workbench.")
                 .removeprefix("drafters.")
                 .removeprefix("data.")
                 .removeprefix("load.")
@@ -186,7 +189,7 @@ def draw(g: dict, path: Path) -> None:
     plt.close(fig)
 
 
-PROG = "python -m spotref.cli.architecture"
+PROG = "python -m workbench.architecture"
 
 
 def main(argv=None) -> int:

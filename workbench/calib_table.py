@@ -4,11 +4,11 @@ target's set drafter transferred as is, the same drafter calibrated (``spotref c
 set drafter; ``full`` (``--full``, every weight fine-tuned on the same data: no longer light) where
 ``--fits`` names it.
 
-``python -m spotref.calib.table --targets stdlib-b32,stdlib-b16,stdlib-b32-d192 --out
+``python -m workbench.calib_table --targets stdlib-b32,stdlib-b16,stdlib-b32-d192 --out
 runs/calib/transfer-sets.md`` calibrates each target's source drafter (``--sources``, default
 ``SOURCES``: each from a target of another block size) on the target's training prompts, writes
 the calibrated checkpoints beside the report, then decodes the target's held-out test prompts
-with each drafter at every T and ``tau`` (``spotref.bench.bench_run``: every row's tokens
+with each drafter at every T and ``tau`` (``workbench.bench.bench_run``: every row's tokens
 asserted identical to threshold decoding alone). ``fewer passes`` = threshold-alone passes /
 passes; ``kept`` = (R - 1) / (R_own - 1), the share of the own set drafter's gain over threshold
 decoding a drafter keeps; the goal is ``GOAL`` (90%) for the calibrated ones.
@@ -24,8 +24,6 @@ from pathlib import Path
 import torch
 
 from spotref import names
-from spotref.bench import bench_options
-from spotref.bench.bench_run import metrics, run_drafter, run_exact, target_setup
 from spotref.calib import calibrate as cal
 from spotref.cli.argtypes import add_threads, int_range, list_of, positive_int, real_list, seed_int, tool_main
 from spotref.cli.options import Options
@@ -33,6 +31,8 @@ from spotref.cli.report import table
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.drafters import load_drafter, save_order_model
+from workbench.bench import bench_options
+from workbench.bench.bench_run import metrics, run_drafter, run_exact, target_setup
 
 SOURCES = {"stdlib-b32": "stdlib-b16", "stdlib-b16": "stdlib-b32", "stdlib-b32-d192": "stdlib-b16"}
 GOAL = 0.9  # the calibrated drafter keeps >= 90% of the own set drafter's gain
@@ -198,7 +198,7 @@ def report(options: TableOptions, rows: list, infos: dict, seconds: float) -> st
         [
             "# SPOT-Sets with a light calibration",
             "",
-            f"Command: `python -m spotref.calib.table {' '.join(options.argv)}` ({seconds / 60:.1f} min)",
+            f"Command: `python -m workbench.calib_table {' '.join(options.argv)}` ({seconds / 60:.1f} min)",
             "",
             f"Calibrated parameters: {', '.join(cal.calib_fit.CALIBRATED)}; set head only: "
             f"{', '.join(cal.calib_fit.SET_HEAD_ONLY)} (everything else is the source drafter's); "
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    return tool_main("python -m spotref.calib.table", __doc__, add_arguments, run, argv)
+    return tool_main("python -m workbench.calib_table", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

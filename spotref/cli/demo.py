@@ -23,17 +23,18 @@ import torch
 
 import spotref
 from spotref import names
-from spotref.api import check_width
+from spotref.api import DecodeOptions
 from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg, tool_main
-from spotref.cli.generate import check_family_temperature
+from spotref.cli.generate import check_options
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.configs import SDARConfig
 from spotref.data.gsm import final_answer
+from spotref.drafters.budget import verify_times
 from spotref.files import check_writable
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
-from spotref.names import resolve_drafter, verify_times
+from spotref.names import resolve_drafter
 from spotref.spec.sdar import SDARModel
 
 MATH_LENGTH, TEXT_LENGTH = SOLUTION_ROOM, 64  # --gen-length's defaults: room for a whole solution
@@ -228,8 +229,7 @@ def run(args) -> int:
 def demo(o: DemoOptions) -> int:
     """Exact decoding and every SPOT budget on each prompt, checked identical; then the table."""
     torch.set_num_threads(o.threads)
-    check_width(o.width, max(o.budgets))  # before the model loads: every budget fits the width
-    check_family_temperature(o.model, o.temperature)
+    check_options(o.model, decode_options(o), flags={"budget": "--budgets"})  # before the model loads
     check_trace_dir(o.trace)
     env = setup(o)
     name, model, prompts, stops = env.name, env.model, env.prompts, env.stops
@@ -242,7 +242,7 @@ def demo(o: DemoOptions) -> int:
         auto = spotref.Speculator.for_model(
             model, drafter=drafter, budget="auto", depth=o.depth, temperature=o.temperature, seed=o.seed, width=o.width
         )
-        budgets[f"{name_of} auto (N={auto.budget})"] = (auto.drafter, auto.budget)
+        budgets[f"{name_of} auto (N={auto.budget})"] = (auto.round_drafter, auto.budget)  # its measurement, reused
     runs = {"exact": [], **{key: [] for key in budgets}}
     kw["trace"] = o.trace is not None
     for prompt in progress(prompts, "prompts"):
@@ -267,6 +267,15 @@ def demo(o: DemoOptions) -> int:
     print(f"\n{LEGEND}")
     print("\n" + textwrap.fill(why(model, o).strip(), 100))
     return 0
+
+
+def decode_options(o: DemoOptions) -> DecodeOptions:
+    """The decode options every run of the demo shares, its largest budget (each fits the width)
+    and a drafter (its own default stands for None: every SPOT row drafts)."""
+    drafter, budget = o.drafter or "confidence", max(o.budgets)
+    return DecodeOptions(
+        o.temperature, o.seed, drafter=drafter, budget=budget, depth=o.depth, width=o.width, fused_store=o.fused_store
+    )
 
 
 def check_trace_dir(directory: str | None) -> None:

@@ -14,13 +14,13 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
 
 import spotref
-from spotref.api import check_budget, check_canvas, check_width
+from spotref.api import DecodeOptions, OptionError, check_canvas
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
 from spotref.checkpoint import CONFIG, checkpoint_dir, read_json, read_sdar, resolve_device, resolve_dtype
 from spotref.checks import check_length
@@ -41,18 +41,13 @@ from spotref.configs import CONFIGS, with_rope_theta
 from spotref.files import check_writable
 from spotref.load.targets import FAMILIES as TARGET_FAMILIES
 from spotref.load.targets import (
-    TARGETS_DIR,
     Shape,
-    family_of,
-    list_targets,
     load_target,
-    read_meta,
     target_shape,
 )
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.names import DRAFTERS, resolve_drafter
 from spotref.spec.decode import CANVAS_FAMILIES, family
-from spotref.spec.rules import LLaDARule
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
@@ -282,53 +277,35 @@ def directory_model(path: Path, block_size, mask_token_id, dtype, device):
     return read_sdar(root, raw, dtype=dtype, device=device, block_size=block_size, mask_token_id=mask_token_id)
 
 
-def model_family(spec: str) -> str | None:
-    """``--model``'s family read from its metadata alone (config.json's ``model_type``, or a bundled
-    target's ``NAME.json``), before any weight is read; None where it cannot be told (the loader
-    then names why)."""
-    path = Path(spec)
-    if path.is_dir():
-        return CANVAS_TYPES.get(read_config_type(path), "sdar")
-    meta = TARGETS_DIR / f"{spec}.json"
+def check_options(spec: str, decode: DecodeOptions, flags: dict | None = None) -> tuple:
+    """(--model's ``Shape`` or None, the decode options checked): every option checked
+    (``DecodeOptions.check``) before any weight loads, against --model ``spec``'s metadata
+    (``model_shape``: a bundled target's ``NAME.json``, a directory's config.json) where it can
+    be read, else alone. A bad one is a ``ValueError`` naming its flag (``flags``: option -> flag
+    where it is not --OPTION): ``--block-length 100000 (--model gsm-llada): block_length must be ...``
+    (it was refused after an 8B model had loaded)."""
+    shape = model_shape(spec, decode.block_length)
     try:
-        return family_of(read_meta(meta)) if spec in list_targets() else None
-    except ValueError:
-        return None
+        return shape, decode.check(shape)
+    except OptionError as e:
+        flag = (flags or {}).get(e.option, "--" + e.option.replace("_", "-"))
+        value, where = getattr(decode, e.option), "" if shape is None else f" (--model {spec})"
+        shown = f"{value:g}" if isinstance(value, float) else value  # as typed: --temperature 25
+        raise ValueError(f"{flag} {shown}{where}: {e}") from None
 
 
-def check_family_temperature(spec: str, temperature: float, top_k=None, top_p=None) -> None:
-    """What LLaDA's rule refuses, checked before the model loads: T above its cap
-    (``LLaDARule.MAX_TEMPERATURE``), and ``--top-k`` / ``--top-p`` (it draws from the whole
-    vocabulary; they were refused after an 8B model had loaded)."""
-    cap = LLaDARule.MAX_TEMPERATURE
-    if (temperature > cap or top_k is not None or top_p is not None) and model_family(spec) == "llada":
-        if temperature > cap:
-            raise ValueError(
-                f"--temperature {temperature:g} is above {cap:g}, the most LLaDA's draw takes "
-                f"(its divisor (-log u) ** T underflows float64 to 0 above it): --model {spec} is a LLaDA model"
-            )
-        option = "--top-k" if top_k is not None else "--top-p"
-        raise ValueError(
-            f"{option}: LLaDA's rule draws from the whole vocabulary, so --model {spec} (a LLaDA model) "
-            f"takes neither --top-k nor --top-p"
-        )
-
-
-def check_positions(options: ModelOptions) -> None:
-    """--block-length and --max-new-tokens against the model's positions (a canvas family's
-    whole canvas), read from its metadata before any weight loads: a bundled target's ``NAME.json``
-    or a directory's config.json (``--block-length 100000`` was refused after the model loaded).
-    The prompt's length counts where --prompt-ids give it; --prompt text counts as none here."""
+def check_positions(options: ModelOptions, shape, block_length: int) -> None:
+    """--max-new-tokens against the model's positions, and a canvas family's whole canvas in
+    blocks of ``block_length`` (checked: ``check_options``), read from its metadata ``shape``
+    before any weight loads. The prompt's length counts where --prompt-ids give it; --prompt text
+    counts as none here."""
     o = options
-    shape = model_shape(o.model, o.block_length)
-    if shape is None:
-        return  # nothing to read before loading: the loader names what is wrong
     P = 0 if o.prompt_ids is None else len(o.prompt_ids)
     try:
         check_length(P, o.max_new_tokens, shape.config.max_position_embeddings)
-        check_canvas(shape, P, o.max_new_tokens, o.block_length)
+        check_canvas(shape, P, o.max_new_tokens, block_length)
     except ValueError as e:
-        canvas = str(e).startswith(("block_length", "the canvas"))
+        canvas = str(e).startswith("the canvas") and o.block_length is not None
         flag = f"--block-length {o.block_length}" if canvas else f"--max-new-tokens {o.max_new_tokens}"
         text = "" if o.prompt_ids is not None else " (--prompt text counted as 0 tokens until it is encoded)"
         raise ValueError(f"{flag} (--model {o.model}): {e}{text}") from None
@@ -469,36 +446,32 @@ def refuse_chat_options(options: ModelOptions, why: str) -> None:
             raise ValueError(f"{flag} {why}")
 
 
+def decode_options(options: ModelOptions) -> DecodeOptions:
+    """The API's decode options from the command line's: each option of the same name as
+    parsed (--temperature ... --block-length), the drafter as ``drafter_arg`` gives it, a trace
+    with generate's --trace FILE; the stop ids come with the tokenizer (``setup``)."""
+    values = {f.name: getattr(options, f.name) for f in fields(options)}
+    trace = getattr(options, "trace", None) is not None
+    return DecodeOptions.of({**values, "drafter": drafter_arg(options.drafter), "trace": trace})
+
+
 def setup(options: ModelOptions):
-    """(model, tokenizer, prompt ids, drafter, generate kwargs) from the options."""
+    """(model, tokenizer, prompt ids, decode options) from the options, each decode option
+    checked before the model loads (``check_options``)."""
     o = options
     check_chat_args(o)
     torch.set_num_threads(o.threads)
-    drafter = drafter_arg(o.drafter)
-    check_width(o.width, check_budget(o.budget) if drafter is not None else 1)  # before the model loads
-    check_family_temperature(o.model, o.temperature, o.top_k, o.top_p)
-    check_positions(o)
+    decode = decode_options(o)
+    shape, checked = check_options(o.model, decode)
+    if shape is not None:
+        check_positions(o, shape, checked.block_length)
     if getattr(o, "trace", None) is not None:
         check_writable(o.trace)  # --trace FILE: before the model loads, not after the decode
     model, tok = load_model_and_tokenizer(o.model, o.block_length, o.mask_id, o.dtype, o.device)
     check_pair(model, tok)
     ids = prompt_ids(o, tok)
     stops = [] if o.no_stop or tok is None else [s for s in getattr(tok, "stop_ids", [tok.eos_id])]
-    kw = dict(
-        temperature=o.temperature,
-        seed=o.seed,
-        threshold=o.threshold,
-        top_k=o.top_k,
-        top_p=o.top_p,
-        budget=o.budget,
-        depth=o.depth,
-        stop_ids=stops,
-        confidence=o.confidence,
-        precision=o.precision,
-        width=o.width,
-        block_length=o.block_length,
-    )
-    return model, tok, ids, drafter, kw
+    return model, tok, ids, replace(decode, stop_ids=stops)
 
 
 def show(tok, tokens, stops) -> str:
@@ -514,11 +487,11 @@ def show(tok, tokens, stops) -> str:
 
 def run_generate(args) -> int:
     options = GenerateOptions.from_namespace(args)
-    model, tok, ids, drafter, kw = setup(options)
+    model, tok, ids, decode = setup(options)
     t = time.perf_counter()
-    res = spotref.generate(model, ids, options.max_new_tokens, drafter=drafter, trace=options.trace is not None, **kw)
+    res = spotref.generate(model, ids, options.max_new_tokens, **decode.kwargs())
     wall = time.perf_counter() - t
-    print(show(tok, res.tokens, kw["stop_ids"]))
+    print(show(tok, res.tokens, decode.stop_ids))
     if options.trace is not None:
         trace = res.trace if tok is None else res.trace.with_pieces(tok.decode)
         print(f"trace: {trace.save(options.trace)}", file=sys.stderr)
@@ -533,11 +506,11 @@ def run_generate(args) -> int:
 def run_audit(args) -> int:
     """Exact vs speculative decoding; exit 0 when identical, 1 at the first divergence."""
     options = AuditOptions.from_namespace(args)
-    model, tok, ids, drafter, kw = setup(options)
+    model, tok, ids, decode = setup(options)
     print(f"kernels: {kernel_path(device_of(model))}")
-    if drafter is None:
+    if decode.drafter is None:
         raise ValueError("--drafter none: the audit compares a drafter with exact decoding")
-    report = audit(model, ids, options.max_new_tokens, drafter=drafter, **kw)  # every argument checked first
+    report = audit(model, ids, options.max_new_tokens, **decode.kwargs())  # every argument checked first
     if options.batch_rows:
         print_batch_invariance(model, ids, options)
     print(f"audit: {report}")

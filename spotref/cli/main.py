@@ -48,25 +48,6 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
         "add_arguments",
         "run",
     ),
-    "train-target": (
-        "train a bundled SDAR target (BD3-LM objective) in runs/NAME/",
-        "spotref.train.train_target",
-        "add_arguments",
-        "run",
-    ),
-    "bench": (
-        "every drafter side by side on every bundled target; writes a report into "
-        "runs/bench-TIME/ (docs/results.md with --update-shipped)",
-        "spotref.bench.bench",
-        "add_arguments",
-        "run",
-    ),
-    "quality": (
-        "quality report of a target at T = 0 on held-out prompts (exit status 1 below the bar)",
-        "spotref.bench.quality",
-        "add_arguments",
-        "run",
-    ),
     "train-drafter": (
         "record trajectories and train a SPOT order model (into runs/drafter-TIME/ unless --out or --update-shipped)",
         "spotref.train.train_drafter",
@@ -82,21 +63,24 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
 }
 
 
-def entry(name: str, which: int):
+def entry(name: str, which: int, commands: dict | None = None):
     """The chosen command's add-options (which=2) or run (which=3) function, its module imported now."""
-    module = importlib.import_module(COMMANDS[name][1])
-    return getattr(module, COMMANDS[name][which])
+    commands = COMMANDS if commands is None else commands
+    module = importlib.import_module(commands[name][1])
+    return getattr(module, commands[name][which])
 
 
-def parser_for(command: str | None) -> argparse.ArgumentParser:
-    """The ``spotref`` parser; only ``command``'s options are built (the others' imports cost)."""
-    parser = argparse.ArgumentParser(prog="spotref", description=__doc__.splitlines()[0])
+def parser_for(command: str | None, commands: dict | None = None, prog: str = "spotref", about=None):
+    """``prog``'s parser over ``commands`` (default: spotref's; ``about``: its description); only
+    ``command``'s options are built (the others' imports cost)."""
+    commands = COMMANDS if commands is None else commands
+    parser = argparse.ArgumentParser(prog=prog, description=about or __doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"spotref {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (help, *_) in COMMANDS.items():
+    for name, (help, *_) in commands.items():
         p = sub.add_parser(name, help=help, description=help)
         if name == command:
-            entry(name, 2)(p)
+            entry(name, 2, commands)(p)
     return parser
 
 
@@ -108,21 +92,24 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def chosen(argv: list) -> str | None:
+def chosen(argv: list, commands: dict | None = None) -> str | None:
     """The sub-command named on the command line (the first word that is one), or None."""
-    return next((a for a in argv if a in COMMANDS), None)
+    return next((a for a in argv if a in (COMMANDS if commands is None else commands)), None)
 
 
-def main(argv=None) -> int:
+def main(argv=None, commands: dict | None = None, prog: str = "spotref", about: str | None = None) -> int:
+    """Run the command ``argv`` names from ``commands`` (default: spotref's; the repository's
+    workbench passes its own, ``python -m workbench``, and its ``about``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = chosen(argv)
+    commands = COMMANDS if commands is None else commands
+    command = chosen(argv, commands)
 
     def run() -> int:
-        args = parser_for(command).parse_args(argv)
+        args = parser_for(command, commands, prog, about).parse_args(argv)
         args.argv = argv[argv.index(args.command) + 1 :]  # after the command name (for reports)
-        return run_allowed(entry(args.command, 3), args) or 0
+        return run_allowed(entry(args.command, 3, commands), args) or 0
 
-    return guarded(f"spotref {command}" if command else "spotref", run)
+    return guarded(f"{prog} {command}" if command else prog, run)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ first byte of SHA-256 of its name is below ``256 * heldout_frac``.
 
 It lives in ``spotref.data`` because a bundled target's held-out prompts
 (``Target.heldout``, through ``spotref.data.corpora``) are drawn from it; the training tools
-reach it through ``spotref.bench.corpus``.
+reach it through ``workbench.bench.corpus``.
 """
 
 from __future__ import annotations

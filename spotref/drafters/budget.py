@@ -7,7 +7,7 @@ average: the drafter's offline acceptance curve, measured on held-out trajectori
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
 almost linearly past a few rows, so the answer is a small tree; on a GPU with an 8B target,
-t(N) is nearly flat and the answer is large. ``python -m spotref.bench.costmodel`` prints the
+t(N) is nearly flat and the answer is large. ``python -m workbench.bench.costmodel`` prints the
 table behind the choice.
 
 Per round (``RoundBudget``): the drafter drafts at that N, and each round's tree is then cut to
@@ -17,8 +17,8 @@ rate at which such nodes were reached on held-out trajectories (``calibration_ta
 the drafter's checkpoint), and costs the curve's mean seconds per state up to the tree's size; it is kept while it
 commits at least at the run's expected rate ``E(N) / t(N)`` (commits per second). A draft
 without probs is kept whole. ``spotref.generate`` calls ``auto_drafter`` for ``budget="auto"``,
-through ``spotref.names.auto_budget``, which keeps each measurement for the process: this module
-holds no state.
+through ``spotref.names.auto_budget``, which measures for each ``Speculator`` and keeps nothing:
+this module holds no state either.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ FIELDS = (
 )
 
 
-class Recorder:
+class TrajectoryRecorder:
     """A drafter that drafts nothing and records the drafter's inputs at every round."""
 
     def __init__(self):
@@ -92,7 +92,7 @@ def record_run(
     model, prompt, new_tokens: int, temperature: float, seed: int, stop_ids=None, threshold: float | None = None
 ) -> tuple[list[dict], object]:
     """(``record_one``'s rows, the generation's ``Result``)."""
-    rec = Recorder()
+    rec = TrajectoryRecorder()
     res = spotref.generate(
         model,
         prompt,

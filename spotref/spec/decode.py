@@ -3,10 +3,10 @@
 Both run the same outer loop (``decode``): bind the model to a *target* by its family (docs/spec.md
 section 1.1), then per block start from MASK, fill it, and store it. A target is all a decoder
 sees of the model: its blocks, ``verify`` (the logits of R states of the current block: one
-pass) and ``store`` (a finished block into the context). ``PrefixTarget`` is SDAR's: a prefix
+pass) and ``store`` (a finished block into the context). ``PrefixBinding`` is SDAR's: a prefix
 KV cache, blocks at absolute multiples of B, a prompt tail that ends mid-block stays fixed, and
 the store is one more pass (B + 1 passes per block under the one-position rule, as SDAR's
-generate.py, JetEngine, lmdeploy and sglang count them). ``CanvasTarget`` is LLaDA's and
+generate.py, JetEngine, lmdeploy and sglang count them). ``CanvasBinding`` is LLaDA's and
 Dream's: the whole canvas (prompt, then masks), bidirectional, no cache; the store writes the
 block into the canvas.
 
@@ -75,8 +75,8 @@ class Stats:
         self.draft_nodes.append(rows)
 
 
-CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasTarget``
-FAMILIES = ("sdar", *CANVAS_FAMILIES)  # SDAR: a prefix cache, ``PrefixTarget``
+CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasBinding``
+FAMILIES = ("sdar", *CANVAS_FAMILIES)  # SDAR: a prefix cache, ``PrefixBinding``
 
 
 def family(model) -> str:
@@ -84,7 +84,7 @@ def family(model) -> str:
     return getattr(model, "family", "sdar")
 
 
-class Target:
+class Binding:
     """What a decoder sees of the model bound to one generation (docs/spec.md section 1.1):
     ``blocks``, the (block index, fixed prompt tokens it starts with) of each block to decode;
     ``verify(states (R, bl), one_forward) -> logits (R, bl, V)``, one pass over R states of the
@@ -101,7 +101,7 @@ class Target:
         return out
 
 
-class PrefixTarget(Target):
+class PrefixBinding(Binding):
     """SDAR: the model bound to one generation's prefix KV cache. Blocks of B = ``model.block_size``
     sit at absolute multiples of B (the block index: absolute, from position 0): the prompt's
     full blocks are prefilled (one pass), the first decoded block holds the prompt tail, fixed,
@@ -134,7 +134,7 @@ class PrefixTarget(Target):
             self._pass(self.model.store, self.cache, torch.from_numpy(block))
 
 
-class CanvasTarget(Target):
+class CanvasBinding(Binding):
     """LLaDA, Dream: the whole canvas, bidirectional, no cache. The canvas is the prompt (P
     tokens), then G = ceil(max_new_tokens / bl) * bl masks; generated block k (the block index,
     from 0) covers canvas positions [P + k * bl, P + (k + 1) * bl): LLaDA's generate.py geometry
@@ -170,17 +170,17 @@ class CanvasTarget(Target):
         self.start += self.block_length
 
 
-def bind(model, prompt: list, max_new_tokens: int, stats: Stats, fused_store=False, block_length=None) -> Target:
+def bind(model, prompt: list, max_new_tokens: int, stats: Stats, fused_store=False, block_length=None) -> Binding:
     """The model's target, chosen by its family; ``block_length``: the canvas families' (None:
     ``model.block_size``; SDAR decodes in its own)."""
     name = family(model)
     if name not in FAMILIES:
         raise ValueError(f"model.family must be one of {', '.join(FAMILIES)}, got {name!r}")
     if name == "sdar":
-        return PrefixTarget(model, prompt, max_new_tokens, stats, fused_store)
+        return PrefixBinding(model, prompt, max_new_tokens, stats, fused_store)
     if fused_store:
         raise ValueError(f"fused_store: a {name} model has no cache to store a block into (SDAR only)")
-    return CanvasTarget(model, prompt, max_new_tokens, block_length or model.block_size, stats)
+    return CanvasBinding(model, prompt, max_new_tokens, block_length or model.block_size, stats)
 
 
 class Block:
@@ -373,7 +373,7 @@ def checked_array(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
-def fill_block(new_block, target: Target, index: int, state: np.ndarray) -> np.ndarray:
+def fill_block(new_block, target: Binding, index: int, state: np.ndarray) -> np.ndarray:
     """Fill one block through the step API: propose, one pass, accept, until done."""
     block = new_block(index, state, target.stats)
     while not block.done:

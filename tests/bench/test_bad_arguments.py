@@ -79,6 +79,7 @@ def test_a_bad_argument_is_one_line_and_a_nonzero_status(tmp_path, monkeypatch, 
     assert list(tmp_path.iterdir()) == [tmp_path / "a-file"]  # nothing written
 
 
+@pytest.mark.slow
 def test_a_script_run_as_a_program_refuses_the_same_way(tmp_path):
     r = subprocess.run(
         [sys.executable, str(BENCHMARKS / "rule_cost.py"), "--bogus"],

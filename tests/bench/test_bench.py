@@ -1,4 +1,4 @@
-"""``spotref bench --quick``: the CI smoke test of the benchmark (random model, tiny grid)."""
+"""``python -m workbench bench --quick``: the CI smoke test of the benchmark (random model, tiny grid)."""
 
 import math
 from types import SimpleNamespace as NS
@@ -7,16 +7,17 @@ import pytest
 from helpers import tiny_model
 
 import spotref
-from spotref.bench import bench, bench_report, bench_run, bench_sets
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
+from workbench.bench import bench, bench_report, bench_run, bench_sets
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_the_report(tmp_path):
     out = tmp_path / "results.md"
     assert bench.main(["--quick", "--targets", "random", "--out", str(out), "--plot", str(tmp_path / "r.png")]) == 0
     text = out.read_text()
-    assert "python -m spotref.bench.bench --quick" in text and "## Goals" in text
+    assert "python -m workbench.bench.bench --quick" in text and "## Goals" in text
     for name in ("exact", "confidence", "calibrated", "spot", "oracle-order", "oracle", "auto="):
         assert f" {name}" in text
     assert "asserted identical to exact decoding" in text
@@ -36,6 +37,7 @@ def test_quick_bench_writes_the_report(tmp_path):
     assert oracle and all(r.fewer_passes > 1 for r in oracle)  # the true sets are accepted
 
 
+@pytest.mark.slow
 def test_threshold_rows_alone(tmp_path, capsys):
     out = tmp_path / "results.md"
     assert (
@@ -66,6 +68,7 @@ def test_threshold_rows_alone(tmp_path, capsys):
     assert "argument --thresholds: must be in (0.0, 1.0), got 1.5" in capsys.readouterr().err  # at parse time
 
 
+@pytest.mark.slow
 def test_bench_stops_on_a_divergence(tmp_path, monkeypatch):
     """A decoder whose output differs from exact decoding stops the benchmark loudly."""
     real = bench_run.gen
@@ -202,6 +205,7 @@ def test_an_older_report_without_answer_columns_still_parses():
     assert math.isnan(r.answer_fewer_passes) and bench.stability_from_report(text) == {}
 
 
+@pytest.mark.slow
 def test_gain_figure_is_redrawn_from_the_report(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [
@@ -256,18 +260,20 @@ def test_replot_reads_every_sets_table_and_names_a_report_without_one(tmp_path, 
     assert "empty.md" in err and "no benchmark table" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_costmodel_table(capsys):
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     assert costmodel.main(["stdlib-b32", "--drafter", "calibrated", "--temperature", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n|") == len(costmodel.BUDGETS) + 1 and "budget='auto' picks N = " in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("calls,budgets", [("level", "2,16"), ("root", "4")])
 def test_costmodel_profile(capsys, calls, budgets):
     """Where a round's time goes: one row per N, each part measured."""
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     argv = ["stdlib-b32", "--profile", "--prompts", "1", "--new-tokens", "8", "--calls", calls, "--budgets", budgets]
     assert costmodel.main(argv) == 0
@@ -280,16 +286,17 @@ def test_costmodel_profile(capsys, calls, budgets):
 
 @pytest.mark.parametrize("budgets", ["0", "2,x", ""])
 def test_costmodel_bad_budgets_name_the_option(capsys, budgets):
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     with pytest.raises(SystemExit):
         costmodel.main(["stdlib-b32", "--profile", "--budgets", budgets])
     assert "argument --budgets: " in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_gpu_projection_roofline(capsys):
     """SDAR-8B on one H200: memory-bound (flat) up to about 165 tokens per forward, then linear."""
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     t = {N: costmodel.roofline_ms(N) for N in (1, 2, 4, 5, 8, 64)}
     assert 3.0 < t[1] < 3.4 and t[1] == t[2] == t[4] == t[5] and t[8] > t[5]
@@ -302,7 +309,7 @@ def test_gpu_projection_roofline(capsys):
 
 
 def test_fused_store_rows():
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     model = tiny_model(V=61, B=4, init=1.0, seed=3)
     rows = costmodel.fused_store_rows(model, [[1, 2, 3, 4, 5]], 12, None, 1, repeats=1)
@@ -311,7 +318,7 @@ def test_fused_store_rows():
 
 
 def test_drafter_split_adds_up():
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     d = SpotDrafter(OrderModel(8))
@@ -325,8 +332,8 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
     import warnings
 
     import spotref
-    from spotref.bench.corpus import heldout_code
     from spotref.record.prompts import prompts_for
+    from workbench.bench.corpus import heldout_code
 
     t = spotref.load_target("stdlib-b32")
     with warnings.catch_warnings():

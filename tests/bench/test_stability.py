@@ -1,4 +1,4 @@
-"""Token stability rates (``spotref.bench.stability``) agree with reading the recorded rows one by one."""
+"""Token stability rates (``workbench.bench.stability``) agree with reading the recorded rows one by one."""
 
 import re
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from helpers import tiny_model
 
-from spotref.bench import stability
 from spotref.record.trajectories import record
+from workbench.bench import stability
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])

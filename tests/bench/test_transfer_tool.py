@@ -1,4 +1,4 @@
-"""``python -m spotref.bench.transfer`` on tiny settings: one prompt, a few tokens, two targets
+"""``python -m workbench.bench.transfer`` on tiny settings: one prompt, a few tokens, two targets
 of two block sizes, two drafters and the baselines; its files, its tables, its refusals, and
 that a decode differing from exact decoding stops it."""
 
@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from spotref.bench import bench_run, transfer
+from workbench.bench import bench_run, transfer
 
 TINY = "--targets gsm-b16,stdlib-b32 --drafters gsm-b32,stdlib-b16,confidence,calibrated --prompts 1"
 TINY += " --new-tokens 8 --budgets 4 --temperatures 0,1 --depth 2"
 
 
+@pytest.mark.slow
 def test_a_tiny_transfer_run_writes_its_table_and_figure(tmp_path, capsys):
     assert transfer.main([*TINY.split(), "--out", str(tmp_path)]) == 0
     text = (tmp_path / "results-transfer.md").read_text()
@@ -29,6 +30,7 @@ def test_a_tiny_transfer_run_writes_its_table_and_figure(tmp_path, capsys):
         assert (tmp_path / "results-transfer.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_decode_differing_from_exact_decoding_stops_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_run, "first_divergence", lambda *a: "token 3")
     with pytest.raises(SystemExit, match="OUTPUT DIFFERS from exact decoding at token 3"):

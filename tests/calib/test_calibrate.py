@@ -70,6 +70,7 @@ def calibrated(source, target):
 TENSORS = ("set_scale", "set_head.2.weight", "set_head.2.bias", "head.weight", "skip.weight")  # CALIBRATED's
 
 
+@pytest.mark.slow
 def test_only_the_named_parameters_change(calibrated, source, tmp_path):
     model, header = calibrated
     out = tmp_path / "cal.pt"
@@ -121,6 +122,7 @@ def full(source, target):
     return cal.calibrate_sets(source, target, **{**SMALL, "steps": 40}, full=True)
 
 
+@pytest.mark.slow
 def test_full_fine_tunes_every_weight_and_lowers_the_loss(full, source):
     """``--full``: the encoder moves too (every tensor but ``head.bias``' unused token row may
     change); the header says so and counts every number; the loss is not worse than the source's."""
@@ -159,6 +161,7 @@ def test_a_fine_tune_of_some_weights_moves_only_those(source, recording):
     assert moved and all(k.startswith("embed.") for k in moved)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fit", ["calibrated", "full"])
 @pytest.mark.parametrize("T", [0.0, 1.0])
 @pytest.mark.parametrize("tau", [0.9, 0.7])
@@ -205,6 +208,7 @@ def test_the_command_refuses_before_making_a_run_directory(source, tmp_path, mon
     assert not (tmp_path / "runs").exists() and not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.slow
 def test_auto_chooses_the_bundled_set_drafter_with_the_lowest_loss(target, recording, monkeypatch):
     """``auto`` scores every bundled set drafter on the recording and takes the lowest loss; the
     target's own (by name, or by the fingerprint in its header) is never a candidate."""
@@ -224,6 +228,7 @@ def test_auto_chooses_the_bundled_set_drafter_with_the_lowest_loss(target, recor
         cal.chosen_source(target, recording)
 
 
+@pytest.mark.slow
 def test_auto_calibrates_the_chosen_drafter_and_records_the_choice(target, recording):
     model, header = cal.calibrate_sets("auto", target, recorded=(recording, 3), **SMALL)
     info = header["calibration"]
@@ -231,6 +236,7 @@ def test_auto_calibrates_the_chosen_drafter_and_records_the_choice(target, recor
     assert header["target"]["name"] == "tiny" and model.has_sets and model.block_size == B
 
 
+@pytest.mark.slow
 def test_the_command_calibrates_from_auto_and_says_what_it_chose(target, recording, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cal.names, "target", lambda name, directory=None: target)
     monkeypatch.setattr(cal, "record_calibration", lambda t, o: (recording, 3))

@@ -1,8 +1,8 @@
-"""python -m spotref.calib.table: which sources each target is measured from, and which fits."""
+"""python -m workbench.calib_table: which sources each target is measured from, and which fits."""
 
 import pytest
 
-from spotref.calib import table
+from workbench import calib_table as table
 
 
 def options(*argv):

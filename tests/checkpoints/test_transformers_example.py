@@ -85,6 +85,7 @@ def test_the_example_stops_as_generate_does(example, models, drafter):
         assert got == want and got[-1] == stop[0] and len(got) <= 6, (prompt, want, got)
 
 
+@pytest.mark.slow
 def test_the_example_runs_as_a_script(models, checkpoint):
     ours, *_ = models
     argv = [

@@ -36,6 +36,7 @@ def decoders(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_correct_decoder_passes_with_a_summary_of_what_was_covered(decoders, capsys):
     assert main(["conform", "my_decoders:correct", "--max-examples", "12", "--seed", "3"]) == 0
     out = capsys.readouterr().out
@@ -66,6 +67,7 @@ def test_the_summary_is_an_aligned_line_per_dimension():
     assert summary(seen)[0].endswith("8 drafted, 4 did not report drafting")
 
 
+@pytest.mark.slow
 def test_a_lossy_decoder_fails_with_the_first_difference_and_a_replay_file(decoders, capsys, tmp_path):
     """The minimal case goes to conform-replay.json here (printed); --replay reruns exactly it:
     the lossy decoder fails it again, a correct one passes it."""
@@ -148,6 +150,7 @@ def checkpoint(tmp_path):
     return save_pretrained(model, tmp_path / "ckpt")
 
 
+@pytest.mark.slow
 def test_the_kit_runs_on_a_checkpoint_directory(decoders, capsys, checkpoint):
     assert main(["conform", "my_decoders:correct", "--model", str(checkpoint), "--max-examples", "4"]) == 0
     assert "  model        checkpoint 4" in capsys.readouterr().out
@@ -157,6 +160,7 @@ def test_the_kit_runs_on_a_checkpoint_directory(decoders, capsys, checkpoint):
     assert main(["conform", "my_decoders:lossy", "--replay", "conform-replay.json"]) == 1
 
 
+@pytest.mark.slow
 def test_a_time_budget_stops_the_run(decoders, capsys):
     assert main(["conform", "my_decoders:correct", "--minutes", "1e-9"]) == 0
     assert "time is up" in capsys.readouterr().out

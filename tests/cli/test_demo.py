@@ -3,6 +3,7 @@ import pytest
 from spotref.cli.main import main
 
 
+@pytest.mark.slow
 def test_demo_prints_exact_and_spot_side_by_side(capsys):
     assert (
         main(
@@ -62,6 +63,7 @@ def test_demo_table_counts_answer_blocks_apart():
     assert spot["answer passes/token"] == 10 / 32
 
 
+@pytest.mark.slow
 def test_demo_shows_a_held_out_prompt_and_its_output(capsys):
     assert (
         main(
@@ -130,6 +132,7 @@ def test_demo_gen_length_default_leaves_a_math_solution_room():
     assert canvas([]) == 160 and canvas(["--gen-length", "40"]) == 40
 
 
+@pytest.mark.slow
 def test_demo_on_a_math_target_finishes_its_answer(capsys):
     """The default length on gsm-b16: the shown solution reaches its '#### N' line."""
     assert main(["demo", "--model", "gsm-b16", "--prompts", "1", "--no-auto", "--budgets", "8"]) == 0
@@ -138,6 +141,7 @@ def test_demo_on_a_math_target_finishes_its_answer(capsys):
     assert "--- spot N=8: identical, " in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, extra",
     [("gsm-llada", []), ("gsm-dream", ["--gen-length", "32", "--no-auto"])],
@@ -152,6 +156,7 @@ def test_demo_runs_on_a_bundled_whole_canvas_target_with_its_own_drafter(capsys,
     assert extra or ("at most 160 new tokens" in out and "--- spot auto (N=" in out)
 
 
+@pytest.mark.slow
 def test_demo_runs_every_pass_at_a_fixed_width_and_says_what_a_pass_costs(capsys):
     assert (
         main(["demo", "--model", "random", "--prompts", "1", "--gen-length", "24", "--width", "8", "--budgets", "4,8"])

@@ -250,6 +250,7 @@ def test_bundled_target_by_name(capsys, monkeypatch):
     assert rc == 2 and "no such checkpoint directory or bundled target" in err
 
 
+@pytest.mark.slow
 def test_real_bundled_target(capsys):
     """Both drafters print the same text on a shipped bundled target."""
     names = targets.list_targets()
@@ -273,6 +274,7 @@ def test_real_bundled_target(capsys):
     assert outs[0] == outs[1]
 
 
+@pytest.mark.slow
 def test_a_chat_trained_bundled_target_takes_a_plain_question_in_its_chat_format(capsys):
     """``spotref generate --model gsm-b32 --prompt QUESTION`` answers it: the prompt goes in the
     target's chat format by default (as with --chat); --raw sends the text as it is."""
@@ -297,6 +299,7 @@ def test_a_chat_trained_bundled_target_takes_a_plain_question_in_its_chat_format
     assert rc == 2 and "has no chat format" in err
 
 
+@pytest.mark.slow
 def test_generate_and_audit_take_budget_auto(capsys):
     """``--budget auto`` is the API's budget="auto" (the cost model's N on this machine)."""
     ids = "5,6,7,8,9"

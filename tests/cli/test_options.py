@@ -44,7 +44,7 @@ def test_demo_options_match_its_parser():
 
 
 def test_costmodel_options_match_its_parser():
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     o = costmodel.CostOptions.parse(costmodel.add_arguments, ["stdlib-b32", "--profile", "--budgets", "2,4"])
     assert set(o.names()) == set(dests(costmodel.add_arguments))
@@ -110,8 +110,8 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
     import dataclasses
     import typing
 
-    from spotref.bench import bench, bench_report, bench_run, bench_sets
-    from spotref.bench.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
+    from workbench.bench import bench, bench_report, bench_run, bench_sets
+    from workbench.bench.bench_options import DRAFTERS, BenchOptions, Grid, add_arguments, grid
 
     options = BenchOptions.parse(add_arguments, ["--quick", "--targets", "random"])
     assert isinstance(options, BenchOptions) and list(BenchOptions.names()) == dests(add_arguments)
@@ -125,7 +125,7 @@ def test_bench_options_match_its_parser(tmp_path, monkeypatch):
     assert bench.outputs(dataclasses.replace(options, out="r.md")) == ("r.md", "r.png")
 
 
-# ---- spotref train-drafter, spotref quality, python -m spotref.bench.stability -----------------
+# ---- spotref train-drafter, python -m workbench quality, python -m workbench.bench.stability -----------------
 
 
 def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
@@ -159,9 +159,9 @@ def test_train_drafter_options_match_its_parser(monkeypatch, tmp_path):
 
 
 def test_quality_options_match_its_parser(monkeypatch, capsys):
-    from spotref.bench import quality
-    from spotref.bench.quality import QualityOptions, add_arguments
     from spotref.load.targets import TARGETS_DIR
+    from workbench.bench import quality
+    from workbench.bench.quality import QualityOptions, add_arguments
 
     o = QualityOptions.parse(add_arguments, ["t"])
     assert type(o) is QualityOptions and list(o.names()) == dests(add_arguments)
@@ -179,8 +179,8 @@ def test_quality_options_match_its_parser(monkeypatch, capsys):
 
 
 def test_stability_options_match_its_parser(monkeypatch, tmp_path):
-    from spotref.bench import stability
-    from spotref.bench.stability import StabilityOptions, add_arguments
+    from workbench.bench import stability
+    from workbench.bench.stability import StabilityOptions, add_arguments
 
     o = StabilityOptions.parse(add_arguments, [])
     assert type(o) is StabilityOptions and list(o.names()) == dests(add_arguments)
@@ -203,7 +203,8 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
     import importlib
 
     from spotref.cli import main as cli
-    from spotref.train.train_options import OPTIONS as TRAIN_OPTIONS
+    from workbench import cli as workbench_cli
+    from workbench.train.train_options import OPTIONS as TRAIN_OPTIONS
 
     classes = {
         "demo": "DemoOptions",
@@ -217,8 +218,9 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
         "conform": "ConformOptions",
         "calibrate-sets": "CalibOptions",
     }
-    assert set(classes) == set(cli.COMMANDS)
-    for command, (_, module, add, _) in cli.COMMANDS.items():
+    commands = {**cli.COMMANDS, **workbench_cli.COMMANDS}  # spotref's and python -m workbench's
+    assert set(classes) == set(commands)
+    for command, (_, module, add, _) in commands.items():
         add_arguments = getattr(importlib.import_module(module), add)
         if classes[command] is None:
             assert set(TRAIN_OPTIONS) == set(dests(add_arguments))

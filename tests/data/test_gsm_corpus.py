@@ -52,6 +52,7 @@ def test_difficulty_limits_steps():
         gsm.Difficulty(min_steps=3, max_steps=2)
 
 
+@pytest.mark.slow
 def test_heldout_shares_no_problem_text_with_train():
     train = {p.question for p in gsm.problems(4000, seed=0)}
     held = gsm.problems(400, seed=0, split="heldout")

@@ -41,8 +41,8 @@ def test_stdlib_heldout_is_seeded_held_out_code(stdlib_target, stdlib_text, spli
 def test_stdlib_heldout_is_what_the_tools_drew_before(stdlib_target):
     """The demo's and quality's prompts (split None) and the drafter's / benchmark's texts
     (train / test, before their cut to tokens): the shipped numbers stay reproducible."""
-    from spotref.bench.corpus import heldout_code
-    from spotref.bench.quality import heldout_prompts
+    from workbench.bench.corpus import heldout_code
+    from workbench.bench.quality import heldout_prompts
 
     assert [p for p, _ in stdlib_target.heldout(8, seed=0)] == heldout_prompts(8)
     assert [p for p, _ in stdlib_target.heldout(8, seed=1, split="test")] == heldout_code(8, seed=1, split="test")
@@ -77,6 +77,7 @@ def test_gsm_heldout_is_seeded_chat_math_with_answers():
         assert isinstance(answer, int) and 1 <= answer <= gsm.LEVELS[2].max_result
 
 
+@pytest.mark.slow
 def test_gsm_heldout_questions_are_not_trained_on():
     corpus = GsmCorpus(gsm, seed=0, size=3000, level=1)  # level 1: few distinct problems
     train = set(corpus.documents("train"))
@@ -86,6 +87,7 @@ def test_gsm_heldout_questions_are_not_trained_on():
             assert prompt.split("<|im_end|>")[0] not in train_questions, prompt
 
 
+@pytest.mark.slow
 def test_gsm_halves_are_disjoint_and_seeded():
     corpus = GsmCorpus(gsm, seed=0, size=10, level=3)
     train, test = corpus.heldout(100, 0, "train"), corpus.heldout(100, 0, "test")

@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from spotref.cli import architecture
+from workbench import architecture
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,10 +14,10 @@ def test_no_cycle_no_import_up_no_import_inside_a_function():
 
 def test_the_check_can_fail():
     g = architecture.graph()
-    g["spotref.spec.rules"] = (g["spotref.spec.rules"][0] | {"spotref.bench.bench"}, set())  # the spec imports a tool
+    g["spotref.spec.rules"] = (g["spotref.spec.rules"][0] | {"workbench.bench.bench"}, set())  # the spec imports a tool
     g["spotref.spec.noise"] = ({"spotref.spec.rules"}, {"spotref.api"})  # a cycle, an inner import
     found = "\n".join(architecture.violations(g))
-    assert "spotref.spec.rules (spec core) imports spotref.bench.bench (tools)" in found
+    assert "spotref.spec.rules (spec core) imports workbench.bench.bench (workbench)" in found
     assert "cycle: spotref.spec.noise -> spotref.spec.rules -> spotref.spec.noise" in found
     assert "spotref.spec.noise imports inside a function: spotref.api" in found
 
@@ -56,7 +56,7 @@ def test_import_api_loads_the_spec_only():
                 "spotref.cli",
                 "spotref.train",
                 "spotref.record",
-                "spotref.bench",
+                "workbench.bench",
                 "spotref.data",
                 "spotref.drafters.",
                 "spotref.load",
@@ -110,3 +110,18 @@ def test_the_picture_is_redrawn_into_docs_only_with_update_shipped(monkeypatch, 
     monkeypatch.setattr(architecture, "run_dir", lambda name: architecture.SHIPPED_PNG.parent)
     assert architecture.main(["--png"]) == 2  # one line naming the shipped file (guarded)
     assert "shipped file" in capsys.readouterr().err
+
+
+def test_the_installed_package_never_imports_the_workbench():
+    """workbench/ is the repository's, not installed (pyproject's packages): spotref imports none of it."""
+    g = architecture.graph()
+    found = [f"{m} imports {d}" for m, (top, inner) in g.items() for d in top | inner if m.startswith("spotref")]
+    assert [f for f in found if " imports workbench" in f] == []
+    assert all(not p.startswith("workbench") for p in installed_packages())
+
+
+def installed_packages() -> list[str]:
+    """pyproject.toml's ``[tool.setuptools] packages``: what the wheel holds."""
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]

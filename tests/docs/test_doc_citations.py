@@ -9,7 +9,7 @@ A doc cites code in four forms, each resolved against this checkout:
 * a bare file name, ``decode.py``, ``grow.py: walk``: some file of the project has that name
   (``OUTSIDE`` lists the files of other projects the docs name, such as SDAR's ``generate.py``);
 * a dotted name that starts at the package, ``spotref.generate``, ``spotref.audit.audit``,
-  ``python -m spotref.bench.bench``: the module imports and each attribute resolves;
+  ``python -m workbench.bench.bench``: the module imports and each attribute resolves;
 * a dotted name that starts at a project module or class, ``core.walk``, ``rules.SERVED``,
   ``SDARModel.store_and_denoise``, ``Block.propose()``: the module or class has that attribute.
 
@@ -297,7 +297,7 @@ def test_a_stale_citation_is_caught(span, found):
         "spotref/api.py: Speculator",
         "spotref.generate(model, prompt_ids, max_new_tokens, temperature=0.0)",
         "spotref.audit.audit",
-        "python -m spotref.bench.bench --targets gsm-b32",
+        "python -m workbench.bench.bench --targets gsm-b32",
         "SDARModel.store_and_denoise",
         "Block.propose()",
         "core.walk",

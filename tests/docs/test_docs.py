@@ -277,6 +277,7 @@ def check_command(argv: list[str], run: bool, capsys) -> str:
 # --- the tests ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", CODE, ids=[f"{f}#{k}" for f, k in CODE])
 def test_doc_block_runs(key, request, tmp_path, monkeypatch, capsys):
     block, name = BLOCKS[key], f"{key[0]}#{key[1]} (line {BLOCKS[key]['line']})"

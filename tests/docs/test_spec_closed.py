@@ -123,12 +123,12 @@ def test_the_check_can_fail(tmp_path):
         "import numpy\nfrom spotref.spec.noise import gumbel\n\ndef f():\n    from spotref.names import x\n"
     )
     noise = tmp_path / "noise.py"
-    noise.write_text("from spotref import api\nimport spotref.bench.bench\n")
+    noise.write_text("from spotref import api\nimport spotref.load.targets\n")
     found = outside(
         ["spotref.spec.noise", "spotref.spec.rules"], {"spotref.spec.noise": noise, "spotref.spec.rules": rules}
     )
     assert found == [
         "spotref.spec.noise imports spotref.api",
-        "spotref.spec.noise imports spotref.bench.bench",
+        "spotref.spec.noise imports spotref.load.targets",
         "spotref.spec.rules imports spotref.names",
     ]

@@ -149,6 +149,7 @@ def test_freshness_marks_the_unseen_commit_and_the_drafts():
     assert x[1, 6, U + 1] == 1.0 and x[1, 4, U + 2] == 1.0 and x[1, 3, U + 1] == 1.0
 
 
+@pytest.mark.slow
 def test_the_shipped_checkpoints_keep_their_feature_count():
     """Their headers name it ``feature_width``, as stored; the model reads that many features."""
     from spotref.load.drafters import list_checkpoints, load_drafter

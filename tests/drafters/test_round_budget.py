@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import examples, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,7 +89,7 @@ def test_trim_keeps_the_nodes_worth_their_verify_time():
     assert len(trim(d, verify, rate=2.0, table=table)) == 2
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(0.6))
 @given(probs=st.lists(st.floats(0, 1), min_size=1, max_size=12), rate=st.floats(0, 50), slope=st.floats(0, 0.2))
 def test_trim_is_the_first_failing_node(probs, rate, slope):
     probs = [1.0] + sorted(probs, reverse=True)
@@ -99,7 +99,8 @@ def test_trim_is_the_first_failing_node(probs, rate, slope):
     assert n == want or abs(probs[min(n, len(probs) - 1)] - rate * slope) < 1e-9
 
 
-@settings(max_examples=20)
+@pytest.mark.slow
+@settings(max_examples=examples(0.2))
 @given(case=cases(), seed=st.integers(0, 3), calls=st.sampled_from(CALLS), rate=st.sampled_from([0.0, 0.5, 5.0, 1e3]))
 def test_a_cut_tree_is_exact(case, seed, calls, rate):
     """Each round's tree cut at any rate: tokens identical to exact decoding, every rule."""
@@ -111,6 +112,7 @@ def test_a_cut_tree_is_exact(case, seed, calls, rate):
     check_case(dataclasses.replace(case, drafter="confidence"), generate_fn)
 
 
+@pytest.mark.slow
 def test_a_high_rate_cuts_trees_and_costs_passes_not_tokens():
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     full = spotref.generate(model, [1, 2, 3], 24, drafter=spot_for(model), budget=16, depth=6)
@@ -159,8 +161,9 @@ def test_auto_chooses_the_order_model_calls_that_commit_most_per_second(monkeypa
     assert d.with_calls("root").curves == d.curves
 
 
+@pytest.mark.slow
 def test_costmodel_compares_whole_and_cut_trees():
-    from spotref.bench.costmodel import round_budget_rows
+    from workbench.bench.costmodel import round_budget_rows
 
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     rows = round_budget_rows(model, spot_for(model), [[1, 2, 3], [4, 5]], 16, 8, 4, 0.0, repeats=1)
@@ -210,9 +213,11 @@ def test_vectorised_options_equal_the_per_node_loop(T, seed):
         )
 
 
-def test_auto_measures_a_named_drafter_once_per_model(monkeypatch):
-    """Three generate calls with drafter="confidence", budget="auto": one measurement, one entry."""
-    from spotref import names
+@pytest.mark.slow
+def test_auto_measures_for_each_decode_and_a_choice_passed_on_is_reused(monkeypatch):
+    """Three generate calls with drafter="confidence", budget="auto": three measurements, each
+    decode its own (the process keeps none); a Speculator's choice passed on explicitly
+    (``drafter=spec.round_drafter, budget=spec.budget``) measures nothing and decodes exactly."""
     from spotref.drafters import budget as bd
 
     m = tiny_model(V=40, B=4)
@@ -221,13 +226,37 @@ def test_auto_measures_a_named_drafter_once_per_model(monkeypatch):
     monkeypatch.setattr(bd, "auto_drafter", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
         spotref.generate(m, [1, 2, 3], 8, drafter="confidence", budget="auto")
-    assert len(calls) == 1 and [k[0] for k in names._MEASURED[m]] == ["verify", "auto"]
+    assert len(calls) == 3
+    spec = Speculator.for_model(m, drafter="confidence", budget="auto")
+    again = spotref.generate(m, [1, 2, 3], 8, drafter=spec.round_drafter, budget=spec.budget)
+    assert len(calls) == 4 and again.tokens == spotref.generate(m, [1, 2, 3], 8).tokens
 
 
-def test_auto_measures_under_the_decoding_rule_once_per_cost():
-    """budget="auto" measures the drafter under the rule it will decode by, again for each change
-    that changes the cost (a threshold, the precision, the filters, the confidence, T), and not
-    again for another seed."""
+def test_two_speculators_with_budget_auto_share_no_measurement(monkeypatch):
+    """Each Speculator times the machine itself: a steep verify curve for the first and a flat one
+    for the second give each its own N (a process-wide cache gave the second the first's). Its
+    ``drafter`` stays the one asked for; its blocks draft with ``round_drafter``, the cut one."""
+    m = tiny_model(V=61, B=8)
+    d = spot_for(m)
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}
+    monkeypatch.setattr(budget, "draft_times", lambda *a, **k: dict.fromkeys(budget.BUDGETS, 0.0))
+    specs = []
+    for slope in (1.0, 0.0):  # seconds per state of a verify pass: the first Speculator's, then the second's
+        monkeypatch.setattr(budget, "verify_times", lambda *a, s=slope, **k: {N: 1.0 + s * N for N in budget.BUDGETS})
+        specs.append(Speculator.for_model(m, drafter=d, budget="auto"))
+    steep, flat = specs
+    assert steep.budget == 1 and flat.budget == 64
+    assert steep.drafter is d and flat.drafter is d
+    assert isinstance(flat.round_drafter, RoundBudget) and flat.round_drafter.drafter is d
+    assert not isinstance(steep.round_drafter, RoundBudget)  # N = 1: nothing to cut
+    assert flat.block(0, np.full(8, m.mask_id)).drafter is flat.round_drafter
+
+
+@pytest.mark.slow
+def test_auto_measures_under_the_decoding_rule_each_time():
+    """budget="auto" measures the drafter under the rule it will decode by, again for each
+    Speculator: for each change of the cost (a threshold, the precision, the filters, the
+    confidence, T), and for another seed too (nothing is kept from one to the next)."""
     m = tiny_model(V=40, B=4)
     seen = []
 
@@ -253,4 +282,4 @@ def test_auto_measures_under_the_decoding_rule_once_per_cost():
         assert seen and set(seen) == {(*{**base, **change}.values(), 5)}, change  # measured again, under it
     seen.clear()
     Speculator.for_model(m, **auto, threshold=0.9, seed=6)
-    assert seen == []  # the seed changes the noise, not the cost
+    assert seen and set(seen) == {(*{**base, "threshold": 0.9}.values(), 6)}  # measured again: nothing kept

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import examples, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,7 +52,8 @@ def test_top_sets_are_the_most_probable_decisions(z, k, fallback, data):
     assert [p for p, _ in got] == pytest.approx(best[: len(got)], rel=1e-9, abs=1e-15)
 
 
-@settings(max_examples=25)
+@pytest.mark.slow
+@settings(max_examples=examples(0.25))
 @given(case=cases(), seed=st.integers(0, 3), tau=st.floats(0.01, 0.99))
 def test_spot_sets_drafter_is_exact(case, seed, tau):
     """SPOT-Sets with any set-head weights: tokens identical to threshold decoding."""
@@ -107,6 +108,7 @@ def test_threshold_trajectories_hold_the_true_sets(T, tau):
             assert accepted(spotref.Draft.chain([tuple(first[:1]), tuple(first[1:])]), row) == 0
 
 
+@pytest.mark.slow
 def test_set_training_improves_on_its_training_data_and_keeps_the_order_model():
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11], [12] * 8, [20, 21]]
@@ -149,6 +151,7 @@ def test_checkpoints_without_a_set_head_draft_confidence_sets(tmp_path):
     assert new.has_sets and all(torch.equal(new.state_dict()[k], v) for k, v in old.model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_sets_only_adds_a_trained_set_head_and_keeps_the_rest(tmp_path):
     model = tiny_model(V=61, B=8, init=1.0, seed=3)
     ck = tmp_path / "d.pt"

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import examples, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +19,7 @@ from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import CALLS, SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.record import trajectories as tj
-from spotref.record.trajectories import Recorder, accepted, record
+from spotref.record.trajectories import TrajectoryRecorder, accepted, record
 from spotref.train import train_drafter
 
 
@@ -50,7 +50,8 @@ def with_drafter(make):
     return generate_fn
 
 
-@settings(max_examples=25)
+@pytest.mark.slow
+@settings(max_examples=examples(0.25))
 @given(case=cases(), seed=st.integers(0, 3), second=st.sampled_from([0.0, 0.5, 1.0]), calls=st.sampled_from(CALLS))
 def test_spot_drafter_is_exact(case, seed, second, calls):
     """Untrained order models of any weights, one call per level or per round: tokens identical
@@ -76,7 +77,8 @@ def test_one_call_per_round_calls_the_order_model_once():
         SpotDrafter(OrderModel(8), calls="leaf")
 
 
-@settings(max_examples=25)
+@pytest.mark.slow
+@settings(max_examples=examples(0.25))
 @given(case=cases(), seed=st.integers(0, 3))
 def test_calibrated_drafter_is_exact(case, seed):
     check_case(dataclasses.replace(case, drafter="confidence"), with_drafter(lambda m: random_calibrated(seed)))
@@ -117,6 +119,7 @@ def trained(tmp_path_factory):
     return model, prompts, data, path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.5, 0.3), (2.0, None)])
 def test_trained_drafters_are_exact(trained, T, threshold):
     model, prompts, _, path = trained
@@ -143,7 +146,7 @@ def test_recorded_inputs_match_the_live_view():
     model = tiny_model(V=61, B=8, init=1.0, seed=4)
     live = []
 
-    class Both(Recorder):
+    class Both(TrajectoryRecorder):
         def __call__(self, view):
             inp = ViewInputs(view)
             live.append([(inp.coupled(view.step + d)[0], inp.second(view.step + d)[0]) for d in range(3)])
@@ -202,6 +205,7 @@ def test_a_drafter_of_another_block_size_transfers_unless_strict():
         spotref.generate(model, [1, 2, 3], 8, drafter=SpotDrafter(OrderModel(8), strict=True))
 
 
+@pytest.mark.slow
 def test_cost_model_choice():
     assert choose_budget({1: 1.0, 4: 2.0, 16: 8.0}, {1: 1.0, 4: 3.0, 16: 5.0}) == 4
     assert expected_commits(None, 8, 0.0) > 1.0
@@ -245,6 +249,7 @@ def beside_unseen(inp, N, D):
     return spotref.Draft.chain([((int(j), int(inp.coupled(inp.step + d)[0][j])),) for d, j in enumerate(near)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T", [0.0, 1.0])
 @pytest.mark.parametrize("chain", [left_to_right, beside_unseen])
 def test_offline_curve_equals_online_commits_per_round(T, chain):
@@ -274,6 +279,7 @@ def test_offline_curve_equals_online_commits_per_round(T, chain):
     assert max(online) > 1 and min(online) == 1  # rounds of both kinds were seen
 
 
+@pytest.mark.slow
 def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
     from types import SimpleNamespace
 

@@ -68,6 +68,7 @@ def test_batch_invariance_check():
         batch_invariance(tiny(), prefix_len=3)
 
 
+@pytest.mark.slow
 def test_gpu_check_smoke_runs_on_cpu(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)

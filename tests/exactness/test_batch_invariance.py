@@ -38,6 +38,7 @@ def capability_levels() -> list:
     return levels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", capability_levels())
 def test_rows_are_bit_identical_under_each_cpu_capability(level):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}

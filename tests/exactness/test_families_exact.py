@@ -47,6 +47,7 @@ def test_exact_decoding_is_the_familys_own_generate(family, kw, dtype):
     assert_generate_is_transcription(model, [5, 6, 7, 8, 9], 24, block_length=8, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 @pytest.mark.parametrize("width", [None, 16])
 @pytest.mark.parametrize("T, threshold", [(0.0, None), (1.0, None), (1.0, 0.5)])
@@ -67,6 +68,7 @@ def test_a_canvas_row_is_the_same_alone_and_in_a_fixed_width_pass(family, prefix
     assert inv["equal_rows"] == inv["rows"], inv
 
 
+@pytest.mark.slow
 def test_llada_in_bf16_decodes_on_every_cpu_dispatch_level():
     """Below AVX-512 torch's fused bf16 attention fails for long sequences (torch 2.13); LLaDA's
     attention then takes the math kernel for every pass: exact and SPOT decode, identically, on

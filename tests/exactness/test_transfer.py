@@ -59,6 +59,7 @@ def test_the_checkerboard_gives_every_drafter_and_every_target_both_temperatures
             assert {T for *pair, T in PAIRS if pair[k] == x} == {0.0, 1.0}, x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, target, T", PAIRS)
 def test_every_drafter_on_every_target_is_exact(name, target, T):
     model, ids, new = case(target)

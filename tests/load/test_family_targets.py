@@ -15,7 +15,7 @@ from spotref.load.bpe import ByteTokenizer
 from spotref.load.targets import list_targets, load_target, save_target
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
-from spotref.train.canvas_start import DROPPED, canvas_from_sdar, counterparts
+from workbench.train.canvas_start import DROPPED, canvas_from_sdar, counterparts
 
 pytest.importorskip("safetensors")
 V, MASK = 258, 257  # ByteTokenizer's vocabulary and MASK id
@@ -105,6 +105,7 @@ def test_canvas_from_sdar_copies_every_tensor_with_a_counterpart(gsm, family):
         assert model.config.weight_tying and not hasattr(model.model.transformer, "ff_out")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_a_canvas_target_from_gsm_b32_generates_and_spot_is_exact(gsm, tmp_path, family):
     save_target(canvas_from_sdar(gsm.model, family), gsm.tokenizer, {"name": "c", "corpus": gsm.meta["corpus"]},
@@ -160,7 +161,7 @@ def gsm_documents(gsm, n: int, split: str = "train") -> list:
 
 
 def test_folded_norm_scales_are_the_least_squares_ones_of_sdar_own_norm(gsm):
-    from spotref.train.canvas_start import head_scales
+    from workbench.train.canvas_start import head_scales
 
     docs = gsm_documents(gsm, 6)
     scales = head_scales(gsm.model, docs)
@@ -174,12 +175,13 @@ def test_folded_norm_scales_are_the_least_squares_ones_of_sdar_own_norm(gsm):
         head_scales(gsm.model, [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_folded_norms_scale_each_head_of_the_projections_and_start_far_better(gsm, family):
     """canvas_from_sdar(calibration=...): query / key rows scaled by c_h w, everything else as
     dropped; on held-out documents, 30% of each answer masked, its masked cross-entropy far below
     the dropped start's (LLaDA: 15.1 -> 2.7 nats; Dream, which reads position i - 1: 12.9 -> 9.1)."""
-    from spotref.train.canvas_start import head_scales
+    from workbench.train.canvas_start import head_scales
 
     docs = gsm_documents(gsm, 16)
     dropped, folded = canvas_from_sdar(gsm.model, family), canvas_from_sdar(gsm.model, family, docs)

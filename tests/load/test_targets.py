@@ -25,7 +25,7 @@ def test_three_targets_ship_with_the_default_first_in_line():
 def test_the_default_target_is_a_math_target_that_meets_the_quality_bar():
     """The demo's default is gsm-b32, which ships because its recorded quality report (500
     held-out problems, T = 0) meets the bar: >= 50% answers, >= 90% equations, stability >= 0.90."""
-    from spotref.bench.quality_math import BAR
+    from workbench.bench.quality_math import BAR
 
     q = load_target(DEFAULT_TARGET).meta["quality"]
     assert DEFAULT_TARGET == "gsm-b32" and q["meets_bar"] is True and q["problems"] == 500
@@ -43,7 +43,7 @@ def commands(tree) -> list[str]:
 
 
 def test_shipped_metadata_names_no_path_of_the_machine_it_was_trained_on():
-    """A training command is recorded as invoked (``spotref train-target ...``), without the
+    """A training command is recorded as invoked (``python -m workbench train-target ...``), without the
     absolute path of the program on the machine that ran it."""
     from spotref.load.targets import TARGETS_DIR
 
@@ -69,6 +69,7 @@ def test_load_target_contract(name):
     assert target.tokenizer.decode(target.tokenizer.encode(text)) == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUNDLED)
 def test_real_target_generates_identically_with_and_without_a_drafter(name):
     target = load_target(name)
@@ -78,6 +79,7 @@ def test_real_target_generates_identically_with_and_without_a_drafter(name):
     assert exact.tokens == spot.tokens and len(exact.tokens) == 24
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BUNDLED if n.startswith("gsm-")])
 @pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.0, 0.9), (1.0, 0.7)])
 def test_math_targets_decode_identically_with_their_shipped_drafters(name, T, threshold):
@@ -152,8 +154,9 @@ def test_byte_tokenizer_round_trip_and_specials():
     assert tok.decode([104, 105, tok.mask_id, tok.eos_id, 33]) == "hi<|mask|>!"
 
 
+@pytest.mark.slow
 def test_quality_report_runs_on_a_code_target():
-    from spotref.bench.quality import heldout_prompts, passes_bar, report
+    from workbench.bench.quality import heldout_prompts, passes_bar, report
 
     target = load_target("stdlib-b32")
     r = report(target, heldout_prompts(2), 64, 2 * target.model.block_size)

@@ -114,6 +114,7 @@ def test_chat_format_matches_the_jinja_template(thinking):
         assert chat_format(msgs, enable_thinking=thinking) == want
 
 
+@pytest.mark.slow
 @needs_real
 def test_same_ids_as_transformers(tok):
     transformers = pytest.importorskip("transformers")
@@ -122,6 +123,7 @@ def test_same_ids_as_transformers(tok):
         assert tok.encode(text) == hf.encode(text, add_special_tokens=False)
 
 
+@pytest.mark.slow
 @needs_real
 def test_tokenizer_json_path(tok, tmp_path):
     (tmp_path / "tokenizer.json").write_text(tok.tok.to_str())

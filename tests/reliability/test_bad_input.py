@@ -230,6 +230,7 @@ def test_core_by_name(core):
     assert spotref.generate(m, [1, 2, 3], 8, drafter="confidence", core=core).tokens == want
 
 
+@pytest.mark.slow
 def test_model_as_a_target_or_its_name():
     target = spotref.load_target("stdlib-b32")
     ids = target.encode("def f(x):")

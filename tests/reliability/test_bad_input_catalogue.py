@@ -196,7 +196,7 @@ def test_a_target_whose_files_do_not_fit_is_refused_by_name(tmp_path):
 
 @pytest.mark.parametrize("option", ["--targets-dir", "--drafters-dir"])
 def test_bench_refuses_a_directory_that_is_not_there(capsys, option, tmp_path):
-    from spotref.cli.main import main
+    from workbench.cli import main
 
     assert main(["bench", "--quick", option, "/nonexistent", "--out", str(tmp_path / "r.md")]) == 2
     assert f"{option} '/nonexistent' is not a directory" in capsys.readouterr().err
@@ -297,8 +297,8 @@ def test_a_target_whose_config_lacks_its_rope_base_is_refused_by_name(tmp_path):
 
 def test_a_resumed_training_run_keeps_the_rope_base_it_was_trained_with():
     """A run started under the old default (1e6, no --rope-theta) resumes with 1e6, not the new default."""
-    from spotref.train.train_loop import with_saved_rope_theta
-    from spotref.train.train_options import default_options
+    from workbench.train.train_loop import with_saved_rope_theta
+    from workbench.train.train_options import default_options
 
     saved = {"config": {"rope_theta": 1e6}}
     assert with_saved_rope_theta(default_options("r"), saved).rope_theta == 1e6
@@ -310,7 +310,7 @@ def test_a_resumed_training_run_keeps_the_rope_base_it_was_trained_with():
 def TrainOptionsWith(**changes):
     from dataclasses import replace
 
-    from spotref.train.train_options import default_options
+    from workbench.train.train_options import default_options
 
     return replace(default_options("r"), **changes)
 

@@ -12,14 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from spotref.bench import bench
 from spotref.cli import main as cli
-from spotref.cli.main import main
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
 from spotref.train import train_drafter
+from workbench import cli as workbench_cli
+from workbench.bench import bench
 
 pytest.importorskip("safetensors")
 MODEL = ["--model", "stdlib-b32", "--prompt", "def f(x):"]  # a code target: no chat format
+COMMANDS = {**cli.COMMANDS, **workbench_cli.COMMANDS}  # spotref's and the workbench's (python -m workbench)
+
+
+def main(argv) -> int:
+    """The command line ``argv[0]`` belongs to: the workbench's, else spotref's."""
+    return (workbench_cli.main if argv and argv[0] in workbench_cli.COMMANDS else cli.main)(argv)
+
+
+def prog(command: str) -> str:
+    """How ``command``'s errors name it."""
+    return f"python -m workbench {command}" if command in workbench_cli.COMMANDS else f"spotref {command}"
 
 
 def option_error(capsys, argv) -> str:
@@ -28,7 +39,7 @@ def option_error(capsys, argv) -> str:
         main([str(a) for a in argv])
     out, err = capsys.readouterr()
     assert e.value.code == 2 and out == "" and "Traceback" not in err
-    assert err.startswith("usage: ") and err.splitlines()[-1].startswith(f"spotref {argv[0]}: error: ")
+    assert err.startswith("usage: ") and err.splitlines()[-1].startswith(f"{prog(argv[0])}: error: ")
     return err.splitlines()[-1]
 
 
@@ -37,7 +48,7 @@ def input_error(capsys, argv) -> str:
     rc = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
-    assert err.startswith(f"spotref {argv[0]}: error: ")
+    assert err.startswith(f"{prog(argv[0])}: error: ")
     return err
 
 
@@ -178,7 +189,7 @@ def test_drafter_option_takes_what_load_drafter_takes(capsys):
 
 def test_costmodel_temperature_is_an_argparse_error_naming_it(capsys):
     """``--temperature nan`` ran the cost model on NaN; now refused as parsed."""
-    from spotref.bench import costmodel
+    from workbench.bench import costmodel
 
     with pytest.raises(SystemExit) as e:
         costmodel.main(["--temperature", "nan"])
@@ -189,14 +200,14 @@ def test_costmodel_temperature_is_an_argparse_error_naming_it(capsys):
 def test_architecture_png_without_matplotlib_is_one_line(capsys, monkeypatch, tmp_path):
     """``--png`` without matplotlib: one line saying what to install (status 1), before any
     output or run directory (it was a traceback from inside the drawing, and an empty runs/ dir)."""
-    from spotref.cli import architecture
+    from workbench import architecture
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
     assert architecture.main(["--png"]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err == (
-        "python -m spotref.cli.architecture: error: --png needs matplotlib: "
+        "python -m workbench.architecture: error: --png needs matplotlib: "
         "pip install 'spotref[bench]' (or pip install matplotlib)\n"
     )
     assert list(tmp_path.iterdir()) == []
@@ -214,8 +225,8 @@ def interrupt(*args, **kwargs):
     [
         ("spotref.cli.demo.run", ["demo", "--model", "random"], "spotref demo"),
         ("spotref.cli.generate.run_generate", ["generate", *MODEL], "spotref generate"),
-        ("spotref.bench.bench.run", ["bench"], "spotref bench"),
-        ("spotref.train.train_target.run", ["train-target", "--name", "t"], "spotref train-target"),
+        ("workbench.bench.bench.run", ["bench"], "python -m workbench bench"),
+        ("workbench.train.train_target.run", ["train-target", "--name", "t"], "python -m workbench train-target"),
     ],
 )
 def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch, target, argv, prog):
@@ -230,7 +241,7 @@ def test_ctrl_c_in_the_module_entry_points(capsys, monkeypatch):
     monkeypatch.setattr(train_drafter, "run", interrupt)
     assert bench.main([]) == 130 and train_drafter.main([DEFAULT_TARGET]) == 130
     assert capsys.readouterr().err.splitlines() == [
-        "python -m spotref.bench.bench: interrupted",
+        "python -m workbench.bench.bench: interrupted",
         "python -m spotref.train.train_drafter: interrupted",
     ]
 
@@ -239,11 +250,12 @@ def test_ctrl_c_in_the_module_entry_points(capsys, monkeypatch):
 
 
 def subparser(name: str) -> argparse.ArgumentParser:
-    p = cli.parser_for(name)
+    own = workbench_cli.COMMANDS if name in workbench_cli.COMMANDS else cli.COMMANDS
+    p = cli.parser_for(name, own)
     return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
 
 
-@pytest.mark.parametrize("name", list(cli.COMMANDS))
+@pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_option_has_plain_help(name):
     p = subparser(name)
     for action in p._actions:
@@ -287,6 +299,7 @@ QUICK = [
 ]
 
 
+@pytest.mark.slow
 def test_bench_defaults_to_a_run_directory_and_honours_quick_overrides(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(QUICK) == 0
@@ -340,7 +353,7 @@ def test_a_refused_bench_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
     "module, argv",
     [
         ("spotref.train.train_drafter", ["train-drafter", DEFAULT_TARGET]),
-        ("spotref.bench.stability", None),
+        ("workbench.bench.stability", None),
     ],
 )
 def test_an_interrupted_run_leaves_no_empty_run_directory(tmp_path, monkeypatch, capsys, module, argv):
@@ -414,16 +427,22 @@ def test_bad_arguments_are_refused_before_the_model_loads(capsys, command, argv,
 @pytest.mark.parametrize("command", ["generate", "audit"])
 def test_llada_s_temperature_cap_is_refused_before_its_weights_load(capsys, monkeypatch, tmp_path, command):
     """T > 20 on a LLaDA model (bundled, or a directory whose config.json says llada) is refused from
-    the metadata: no weight is read (the loader is made to fail if called)."""
+    the metadata by the API's own check (``DecodeOptions.check`` on its ``Shape``): no weight is
+    read (the loader is made to fail if called)."""
+    import json
+
     import spotref.cli.generate as cli_generate
+    from spotref.api import DecodeOptions
+    from spotref.load.targets import target_shape
 
     monkeypatch.setattr(cli_generate, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("loaded"))
-    (tmp_path / "config.json").write_text('{"model_type": "llada"}')
+    config = json.loads((TARGETS_DIR / "gsm-llada.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llada"}))
     for model in ("gsm-llada", str(tmp_path)):
         err = refusal(capsys, [command, "--model", model, "--prompt-ids", "1,2", "--temperature", "25"])
-        assert "--temperature 25 is above 20, the most LLaDA's draw takes" in err
+        assert f"--temperature 25 (--model {model}): temperature 25.0 is above 20, the most LLaDA's draw takes" in err
     monkeypatch.undo()  # a Dream model takes T = 25: the cap is LLaDA's alone
-    assert cli_generate.model_family("gsm-dream") == "dream" and cli_generate.model_family("gsm-b32") == "sdar"
+    assert DecodeOptions(temperature=25.0).check(target_shape("gsm-dream")).temperature == 25.0
 
 
 @pytest.mark.parametrize(
@@ -443,7 +462,7 @@ def test_threads_are_capped_by_name_before_any_work(capsys, argv):
 
 
 def test_threads_are_capped_in_the_module_entry_points(capsys):
-    from spotref.bench import stability
+    from workbench.bench import stability
 
     with pytest.raises(SystemExit) as e:
         stability.main(["--threads", "100000"])

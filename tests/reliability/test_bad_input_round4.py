@@ -211,7 +211,7 @@ def test_demo_refuses_a_budget_over_the_width_before_the_model_loads(capsys):
 @pytest.mark.parametrize(
     "argv, culprit",
     [
-        (["demo", "--model", "gsm-llada", "--temperature", "25"], "--temperature 25 is above 20"),
+        (["demo", "--model", "gsm-llada", "--temperature", "25"], "--temperature 25 (--model gsm-llada): temperature"),
         (["generate", "--model", "gsm-llada", "--prompt-ids", "1", "--top-k", "3", "--temperature", "1"], "--top-k"),
         (["audit", "--model", "gsm-llada", "--prompt-ids", "1", "--top-p", "0.5", "--temperature", "1"], "--top-p"),
     ],
@@ -373,7 +373,7 @@ def test_a_file_that_is_no_drafter_checkpoint_is_named_plainly(tmp_path, capsys,
 
 
 def test_a_file_that_is_no_run_checkpoint_is_named_plainly(tmp_path):
-    from spotref.train.train_export import read_checkpoint
+    from workbench.train.train_export import read_checkpoint
 
     (tmp_path / "notes.pt").write_text("hello")  # was "refused ... could run code as they load"
     with pytest.raises(ValueError, match="notes.pt is not a spotref run checkpoint: it is not a file torch.save"):

@@ -10,10 +10,16 @@ import pytest
 
 import spotref
 from spotref.calib.calibrate import calibrate_sets
-from spotref.cli.main import main
+from spotref.cli import main as spotref_cli
 from spotref.files import check_writable
+from workbench import cli as workbench_cli
 
 NO_MODEL = "no-such-checkpoint-dir"  # were the model loaded first, this is what would be refused
+
+
+def main(argv) -> int:
+    """The command line ``argv[0]`` belongs to: python -m workbench's, else spotref's."""
+    return (workbench_cli.main if argv and argv[0] in workbench_cli.COMMANDS else spotref_cli.main)(argv)
 
 
 def one_line(capsys, argv, status: int = 2) -> str:
@@ -132,7 +138,7 @@ def test_conform_refuses_a_path_for_a_module(capsys):
 def test_train_target_checks_block_sizes_before_writing_the_run(tmp_path, monkeypatch, capsys, extra, culprit):
     """Refused after the corpus and the tokenizer were built, leaving runs/NAME/tokenizer.json."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("spotref.train.train_loop.make_tokenizer", lambda *a: pytest.fail("tokenizer built"))
+    monkeypatch.setattr("workbench.train.train_loop.make_tokenizer", lambda *a: pytest.fail("tokenizer built"))
     err = one_line(capsys, ["train-target", "--name", "x", "--steps", "1", *extra])
     assert "--seq-len 256 must be a multiple of every block size" in err and culprit in err
     assert not (tmp_path / "runs").exists()

@@ -286,6 +286,7 @@ def test_a_precision_spelled_as_torch_names_it_reads_back(tmp_path):
 # ---- a saved and reloaded target keeps its drafter ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, dtype", [("gsm-b32", None), ("gsm-b32", "float16"), ("stdlib-b32", None)])
 def test_a_saved_and_reloaded_target_keeps_its_drafter(tmp_path, name, dtype):
     from spotref.load.drafters import ORDER_DIR, find_checkpoint

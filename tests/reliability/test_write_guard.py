@@ -12,8 +12,9 @@ import pytest
 import spotref
 from spotref import files
 from spotref.checkpoint import from_pretrained, save_pretrained
-from spotref.cli.main import main
+from spotref.cli import main as spotref_cli
 from spotref.files import atomic_write_text, check_writable, shipped_writes
+from workbench import cli as workbench_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(spotref.__file__).resolve().parent
@@ -74,13 +75,14 @@ def unchanged():
 )
 def test_a_tool_refuses_a_shipped_output_before_any_work(capsys, unchanged, argv, culprit, monkeypatch):
     monkeypatch.chdir(ROOT)
+    main = workbench_cli.main if argv[0] in workbench_cli.COMMANDS else spotref_cli.main  # python -m workbench's
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert culprit in err and "Traceback" not in err
 
 
 def test_stability_refuses_docs_before_any_work(capsys, unchanged, monkeypatch):
-    from spotref.bench import stability
+    from workbench.bench import stability
 
     monkeypatch.chdir(ROOT)
     assert stability.main(["--out", "docs/stability.md"]) == 2
@@ -89,7 +91,7 @@ def test_stability_refuses_docs_before_any_work(capsys, unchanged, monkeypatch):
 
 def test_export_run_into_the_bundled_targets_is_refused_before_loading_the_run(unchanged, tmp_path):
     from spotref.load.targets import TARGETS_DIR
-    from spotref.train.train_export import export_run
+    from workbench.train.train_export import export_run
 
     with pytest.raises(ValueError, match="gsm-b16.safetensors is a shipped file"):
         export_run(tmp_path / "no-such-run", TARGETS_DIR, "gsm-b16")

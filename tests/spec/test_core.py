@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -227,7 +228,7 @@ def successors(case, states, steps, r):
 # ---- valid drafts ---------------------------------------------------------------------------
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(0.6))
 @given(data=st.data())
 def test_build_tree_matches_oracle(core, data):
     case = draw_draft(data)
@@ -263,7 +264,7 @@ def test_an_empty_decision_at_a_complete_state_leads_nowhere(core):
     assert core.walk(tree, {0: ((0, 1), (1, 2)), 1: ()}.get) == ([0, 1], ())
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=examples(0.4))
 @given(data=st.data())
 def test_child_matches_oracle(core, data):
     case = draw_draft(data)
@@ -402,7 +403,7 @@ def raised(fn, *args, **kwargs):
     return str(e.value)
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=examples(1.5))
 @given(data=st.data())
 def test_invalid_draft_same_message(core, data):
     bad, prefix, keyword = corrupt(data, draw_draft(data, min_nodes=2))
@@ -412,7 +413,7 @@ def test_invalid_draft_same_message(core, data):
     assert got.startswith(prefix) and keyword in got, (got, prefix, keyword)
 
 
-@settings(deadline=None, max_examples=100)
+@settings(deadline=None, max_examples=examples(1))
 @given(data=st.data())
 def test_invalid_decision_same_message(core, data):
     """A decision broken at a row of the walk's path: walk and child refuse it, naming the row."""
@@ -591,7 +592,7 @@ def draw_decisions(data, case: Case, states, steps):
     return out
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(0.6))
 @given(data=st.data())
 def test_walk_matches_oracle(core, data):
     case = draw_draft(data)
@@ -621,7 +622,7 @@ def test_walk_stops_on_complete_and_off_tree(core):
 # ---- the two cores agree --------------------------------------------------------------------
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=examples(0.4))
 @given(data=st.data())
 def test_py_and_c_build_equal_trees(ccore, data):
     case = draw_draft(data, max_b=32, max_nodes=64, max_vocab=4)
@@ -671,6 +672,7 @@ def test_extension_loaded_when_built():
     assert Path(spotref.core_module().__file__).resolve() in [b.resolve() for b in built]
 
 
+@pytest.mark.slow
 def test_without_extensions_the_pure_core_decodes_identically():
     """SPOTREF_NO_EXTENSIONS=1 (the install that skips the Cython build) makes the pure core the
     active one, and a drafted decode through it gives the tokens this process gives (CI runs the

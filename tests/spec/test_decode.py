@@ -27,7 +27,9 @@ def test_zero_new_tokens_costs_nothing():
 
 @pytest.mark.parametrize("T", [0.0, 1.0])
 @pytest.mark.parametrize("threshold", [None, 0.2])
-@pytest.mark.parametrize("budget, depth", [(1, 0), (1, 4), (4, 2), (16, 8), (64, 16)])
+@pytest.mark.parametrize(
+    "budget, depth", [(1, 0), (1, 4), (4, 2), (16, 8), pytest.param(64, 16, marks=pytest.mark.slow)]
+)
 def test_confidence_drafter_is_exact(T, threshold, budget, depth):
     m = tiny_model(V=80, B=16, seed=4)
     kw = dict(temperature=T, seed=5, threshold=threshold)

@@ -1,5 +1,5 @@
 """The family seam (docs/spec.md section 1.1): a whole-canvas model (LLaDA, Dream) decoded through
-``CanvasTarget``: exact decoding is LLaDA's generate.py loop with the family's decision per pass,
+``CanvasBinding``: exact decoding is LLaDA's generate.py loop with the family's decision per pass,
 SPOT is identical to it at every width and both shifts, and every bad block length is refused
 before any forward."""
 
@@ -188,9 +188,9 @@ def test_a_model_is_bound_by_its_family():
     assert decode.family(sdar) == "sdar" and decode.family(canvas) == "dream"  # no family: SDAR
     assert resolve_model(canvas) is canvas and serving_precision(canvas) == "bfloat16"
     stats = decode.Stats()
-    assert isinstance(decode.bind(sdar, PROMPT, 4, stats), decode.PrefixTarget)
+    assert isinstance(decode.bind(sdar, PROMPT, 4, stats), decode.PrefixBinding)
     assert (
-        isinstance(decode.bind(canvas, PROMPT, 4, stats), decode.CanvasTarget) and stats.passes == 1
+        isinstance(decode.bind(canvas, PROMPT, 4, stats), decode.CanvasBinding) and stats.passes == 1
     )  # SDAR's prefill
     canvas.family = "gpt"
     with pytest.raises(ValueError, match="model must be an SDARModel, a whole-canvas model"):

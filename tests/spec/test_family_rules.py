@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from family_oracle import assert_generate_is_transcription
+from helpers import examples
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ from spotref.spec.rules import DecisionRule, DreamRule, LLaDARule, divisor, for_
 
 DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 TEMPERATURES = (0.0, 0.7, 1.0, 1.5)
-MANY = settings(max_examples=150)  # each case is a few small tensor ops
+MANY = settings(max_examples=examples(1.5))  # each case is a few small tensor ops
 
 
 # ---- drawing a block state, its canvas and its logits ------------------------------------------
@@ -156,6 +157,7 @@ def test_dream_filters_top_p_before_top_k():
     assert DreamRule(mask_id=3, vocab_size=4, block_size=1, top_p=1.0).probs(L)[0, 2] > 0  # p = 1: no filter
 
 
+@pytest.mark.slow
 def test_llada_draws_from_softmax_of_l_over_t():
     # exp(L) / (-log u) ** T is the Gumbel-max draw from softmax(L / T): 4000 steps' draws
     L = torch.tensor([[1.0, 0.0, -1.0, 0.0]], dtype=torch.float64)  # id 3: MASK
@@ -191,7 +193,7 @@ def any_family_cases(draw):
     return family, draw(block_cases(family))
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(0.6))
 @given(any_family_cases())
 def test_tokens_runner_up_and_confidences_agree(fc):
     family, case = fc

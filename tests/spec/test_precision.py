@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sdar_transcription as sdar
 import torch
-from helpers import tiny_model
+from helpers import examples, tiny_model
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -75,7 +75,7 @@ def cases(draw):
     )
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(0.4))
 @given(cases(), st.sampled_from(["confidence", None]))
 def test_spotref_decides_as_sdars_own_decoder(case, drafter):
     model = Recompute(confident_model(case["dtype"], case["seed"], case["scale"], B=case["B"]))
@@ -176,6 +176,7 @@ def test_logits_that_overflow_the_precision_are_refused(precision):
 PINS = json.loads((Path(__file__).resolve().parents[1] / "support" / "float64_pins.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(PINS["tokens"]))
 def test_float64_gives_the_tokens_spotref_gave_before_the_precision_option(key):
     name, T = key.split(" T=")

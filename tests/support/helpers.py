@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import torch
+from hypothesis import settings
 
 from spotref.configs import SDARConfig
 from spotref.spec.sdar import SDARModel
@@ -48,3 +49,9 @@ def set_in(path, value):
         obj[path[-1]] = value
 
     return edit
+
+
+def examples(scale: float) -> int:
+    """A test's number of Hypothesis examples: ``scale`` times the active profile's (tests/conftest.py),
+    at least 1. Under ci (100) ``examples(0.25)`` is 25, under dev (30) 8."""
+    return max(1, round(settings.default.max_examples * scale))

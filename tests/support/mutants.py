@@ -303,7 +303,7 @@ def wrong_above_budget(limit, lossy):
     return generate_fn
 
 
-class UnshiftedTarget(decode.CanvasTarget):
+class UnshiftedBinding(decode.CanvasBinding):
     """Dream's logit shift ignored: position i read from the logits at i."""
 
     def __init__(self, *args, **kw):
@@ -340,7 +340,7 @@ LOSSY = {
     "stop id left out": stop_excluded,
     "no cut at max_new_tokens": whole_blocks,
     "an empty prompt's prefill counted as a pass": empty_prefill_counted,
-    "Dream's logit shift ignored": patched((decode, "CanvasTarget", UnshiftedTarget)),
+    "Dream's logit shift ignored": patched((decode, "CanvasBinding", UnshiftedBinding)),
 }
 
 BATCH_LOSSY = {"ignoring width (rows alone)": ignores_width}

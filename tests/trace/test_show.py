@@ -45,6 +45,7 @@ def saved(request, tmp_path_factory):
     return trace.with_pieces(lambda ids: f"t{ids[0]}").save(path)
 
 
+@pytest.mark.slow
 def test_the_html_page_needs_no_matplotlib_and_holds_every_cell(saved, tmp_path):
     out = tmp_path / "html"
     assert main(["show", str(saved), "--out", str(out), "--pictures", "html"]) == 0
@@ -56,6 +57,7 @@ def test_the_html_page_needs_no_matplotlib_and_holds_every_cell(saved, tmp_path)
     assert 'type="range"' in text and "confidence" in text and "http" not in text.split("<body>")[1]
 
 
+@pytest.mark.slow
 def test_every_picture_is_drawn(saved, tmp_path):
     pytest.importorskip("matplotlib")
     pytest.importorskip("PIL")

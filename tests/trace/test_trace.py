@@ -59,6 +59,7 @@ def test_a_trace_changes_nothing_and_commits_the_output(family, kw):
     check_trace(*traced(model, 9, **kw, **extra))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["gsm-b32", "gsm-llada"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_shipped_targets_decode_the_same_with_a_trace(target, temperature):

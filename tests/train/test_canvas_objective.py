@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.train.train_objective import canvas_loss, canvas_noise
+from workbench.train.train_objective import canvas_loss, canvas_noise
 
 
 def test_each_answer_position_is_masked_with_the_rows_rate_t_uniform_in_eps_1():
@@ -76,7 +76,7 @@ def test_the_shift_predicts_position_i_from_the_logits_at_i_minus_1():
 
 
 def test_a_decode_state_row_is_a_clean_prefix_one_partly_masked_block_and_masks_after_it():
-    from spotref.train.train_objective import decode_noise
+    from workbench.train.train_objective import decode_noise
 
     rng, B, L = np.random.default_rng(2), 8, 64
     for _ in range(300):
@@ -92,7 +92,7 @@ def test_a_decode_state_row_is_a_clean_prefix_one_partly_masked_block_and_masks_
 
 
 def test_a_decode_state_cut_at_a_result_masks_from_its_first_digit_on_and_nothing_before():
-    from spotref.train.train_objective import decode_noise
+    from workbench.train.train_objective import decode_noise
 
     x = np.arange(40)[None] + 100
     x_t, masked, t, answer = decode_noise(x, np.array([5]), np.array([30]), 8, 99, np.random.default_rng(0), [11])

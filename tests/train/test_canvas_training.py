@@ -1,4 +1,4 @@
-"""``spotref train-target --family llada / dream``: a whole-canvas model trained on gsm rows."""
+"""``python -m workbench train-target --family llada / dream``: a whole-canvas model trained on gsm rows."""
 
 import numpy as np
 import pytest
@@ -7,10 +7,10 @@ import torch
 from spotref.configs import CONFIGS
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
-from spotref.train.train_canvas import canvas_batch
-from spotref.train.train_export import read_checkpoint
-from spotref.train.train_loop import train
-from spotref.train.train_options import TrainOptions
+from workbench.train.train_canvas import canvas_batch
+from workbench.train.train_export import read_checkpoint
+from workbench.train.train_loop import train
+from workbench.train.train_options import TrainOptions
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("tqdm")
@@ -34,6 +34,7 @@ def canvas_run(tmp_path, family, *extra):
     return train(TrainOptions.from_argv(canvas_argv(tmp_path, family, *extra)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_canvas_training_decreases_the_held_out_canvas_loss(tmp_path, family):
     state = canvas_run(tmp_path, family, "--steps", "12", "--eval-every", "1", "--ckpt-every", "12")
@@ -45,6 +46,7 @@ def test_canvas_training_decreases_the_held_out_canvas_loss(tmp_path, family):
     model.load_state_dict(ck["model"])  # the checkpoint is the family's model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_a_resumed_canvas_run_equals_one_run_straight(tmp_path, family):
     """4 steps, stop, 2 more (same command) == 6 steps straight."""
@@ -110,6 +112,7 @@ def test_a_canvas_batch_with_decode_states_changes_only_the_chosen_rows():
     assert masked.nonzero().flatten().tolist() == list(range(9, 14)) and t == 5 / 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_a_canvas_run_with_decode_states_trains_and_resumes_exactly(tmp_path, family):
     argv = (
@@ -136,8 +139,8 @@ def test_a_canvas_run_with_decode_states_trains_and_resumes_exactly(tmp_path, fa
 def test_init_from_an_sdar_target_starts_a_canvas_run_from_its_converted_weights(family):
     """--init gsm-b32 on a LLaDA or Dream run loads canvas_from_sdar(gsm-b32) (its lineage recorded)."""
     from spotref.load.targets import load_target
-    from spotref.train.canvas_start import canvas_from_sdar
-    from spotref.train.train_export import start_from
+    from workbench.train.canvas_start import canvas_from_sdar
+    from workbench.train.train_export import start_from
 
     target = load_target("gsm-b32")
     want = canvas_from_sdar(target.model, family).state_dict()
@@ -149,12 +152,13 @@ def test_init_from_an_sdar_target_starts_a_canvas_run_from_its_converted_weights
     assert record and all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_a_canvas_run_exports_from_its_checkpoint_with_its_serving_precision(tmp_path, family):
     """``export_run`` rebuilds the family's model (not an SDAR one) and measures the canvas
     loss; ``--served-dtype`` is the exported config's torch_dtype, which decides by default."""
     from spotref.load.targets import load_target
-    from spotref.train.train_export import export_run
+    from workbench.train.train_export import export_run
 
     canvas_run(tmp_path, family, "--steps", "3", "--ckpt-every", "3", "--served-dtype", "bfloat16")
     run = tmp_path / "runs" / "canvas"
@@ -167,11 +171,12 @@ def test_a_canvas_run_exports_from_its_checkpoint_with_its_serving_precision(tmp
     assert x.meta["heldout_loss"] == pytest.approx(ck["state"]["history"][-1]["heldout_loss"], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_export_run_writes_a_shipped_directory_only_when_allowed(tmp_path, monkeypatch):
     """``export_run(update_shipped=True)`` may write into the package (its up-front check too);
     without it the check refuses before any work."""
     from spotref import files
-    from spotref.train.train_export import export_run
+    from workbench.train.train_export import export_run
 
     canvas_run(tmp_path, "llada", "--steps", "1", "--ckpt-every", "1")
     package = tmp_path / "package"
@@ -183,15 +188,16 @@ def test_export_run_writes_a_shipped_directory_only_when_allowed(tmp_path, monke
     assert (package / "targets" / "c.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_fold_norms_starts_a_canvas_run_from_the_folded_weights(tmp_path, monkeypatch, family):
     """--fold-norms: the run starts from canvas_from_sdar(gsm-b32, calibration = its first 64
     training documents), its lineage says so; a run checkpoint or a same-family target is refused."""
-    import spotref.train.train_loop as train_loop
+    import workbench.train.train_loop as train_loop
     from spotref.load.targets import load_target
-    from spotref.train.canvas_start import FOLD_DOCUMENTS, canvas_from_sdar
-    from spotref.train.train_data import make_corpus
-    from spotref.train.train_export import start_from
+    from workbench.train.canvas_start import FOLD_DOCUMENTS, canvas_from_sdar
+    from workbench.train.train_data import make_corpus
+    from workbench.train.train_export import start_from
 
     target, started = load_target("gsm-b32"), {}
 

@@ -10,11 +10,11 @@ import torch
 from spotref.checkpoint import save_pretrained
 from spotref.configs import SDARConfig
 from spotref.spec.sdar import SDARModel
-from spotref.train.train_canvas import distill_term
-from spotref.train.train_export import load_teacher, read_checkpoint
-from spotref.train.train_loop import train
-from spotref.train.train_objective import decode_noise, distill_kl, teacher_end, teacher_logits
-from spotref.train.train_options import TrainOptions, check_recipe
+from workbench.train.train_canvas import distill_term
+from workbench.train.train_export import load_teacher, read_checkpoint
+from workbench.train.train_loop import train
+from workbench.train.train_objective import decode_noise, distill_kl, teacher_end, teacher_logits
+from workbench.train.train_options import TrainOptions, check_recipe
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("tqdm")
@@ -150,6 +150,7 @@ def weights(path):
     return read_checkpoint(path / "runs" / "distil" / "ckpt.pt")["model"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llada", "dream"])
 def test_a_distilled_run_resumes_exactly_and_its_weight_matters(tmp_path, teacher_dir, family):
     """2 steps, stop, 2 more == 4 straight with --distill; --distill-weight 0 trains as no --distill
@@ -171,6 +172,7 @@ def test_a_distilled_run_resumes_exactly_and_its_weight_matters(tmp_path, teache
         train(TrainOptions.from_argv(argv("b", "--steps", "6")))
 
 
+@pytest.mark.slow
 def test_load_teacher_gives_an_eval_float32_frozen_model(teacher_dir):
     tok_file, teacher, tok = teacher_dir
     model = load_teacher(str(teacher), tok, TrainOptions.from_argv(run_argv(teacher.parent, "llada", tok_file)))
@@ -203,6 +205,7 @@ def test_a_negative_weight_is_refused_by_the_parser_and_by_the_options(tmp_path)
             check_recipe(TrainOptions.from_values({**values, "distill_weight": bad}))
 
 
+@pytest.mark.slow
 def test_teachers_that_do_not_fit_are_named(tmp_path, teacher_dir):
     from spotref.load.targets import load_target
 

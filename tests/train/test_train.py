@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from spotref.bench.corpus import build_corpus, is_heldout, whitespace_share
 from spotref.data import gsm
 from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import BPETokenizer
 from spotref.spec.sdar import SDARModel
-from spotref.train.train_curriculum import fresh_problem, row_level
-from spotref.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
-from spotref.train.train_export import export_run, read_checkpoint
-from spotref.train.train_loop import snapshot_due, train
-from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks
-from spotref.train.train_options import TrainOptions, add_arguments, parse_curriculum
+from workbench.bench.corpus import build_corpus, is_heldout, whitespace_share
+from workbench.train.train_curriculum import fresh_problem, row_level
+from workbench.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
+from workbench.train.train_export import export_run, read_checkpoint
+from workbench.train.train_loop import snapshot_due, train
+from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks
+from workbench.train.train_options import TrainOptions, add_arguments, parse_curriculum
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -77,7 +77,7 @@ def test_noised_block_logits_equal_a_decoding_pass():
 
 
 def transcribed_bd3_logits(model, x_t, x, mask):
-    """The training forward as spotref/train/train_target.py had it before the model owned it
+    """The training forward as workbench/train/train_target.py had it before the model owned it
     (``bd3_logits`` over ``layer_forward``): the layers' weights through ``F.linear`` and fused
     attention, RoPE tables computed here. x_t, x: (N, L) -> logits (N, L, V) of x_t."""
     F, cfg = torch.nn.functional, model.config
@@ -151,7 +151,7 @@ def init_from(run) -> list:
 
 
 def tiny_argv(tmp_path, *extra) -> list:
-    """A tiny run's command line (``spotref train-target``'s options), ``extra`` last."""
+    """A tiny run's command line (``python -m workbench train-target``'s options), ``extra`` last."""
     return [
         "--name",
         "tiny",
@@ -214,6 +214,7 @@ def tiny_run(tmp_path_factory):
     return tmp, state
 
 
+@pytest.mark.slow
 def test_tiny_training_exports_a_loadable_target(tiny_run):
     from spotref.load.targets import list_targets, load_target
 
@@ -227,6 +228,7 @@ def test_tiny_training_exports_a_loadable_target(tiny_run):
     assert target.tokenizer.decode(target.tokenizer.encode("def f(x):")) == "def f(x):"
 
 
+@pytest.mark.slow
 def test_an_export_killed_before_its_metadata_is_refused_by_name_not_paired(tiny_run, tmp_path):
     """export() writes the weights, the tokenizer, then the metadata holding both SHA-256: a kill
     before the metadata leaves new files beside the old metadata, which load_target refuses."""
@@ -252,6 +254,7 @@ def test_an_export_killed_before_its_metadata_is_refused_by_name_not_paired(tiny
         load_target("tiny", directory=d)
 
 
+@pytest.mark.slow
 def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     """``--init``: the export names what the weights started from (checkpoint, step, commands),
     also for a run whose checkpoint predates the record (read from the init file at export)."""
@@ -282,12 +285,13 @@ def test_an_initialised_run_exports_its_whole_lineage(tiny_run, tmp_path):
     assert load_target("tuned", directory=tmp_path / "again").meta["training"]["init"] == init
 
 
+@pytest.mark.slow
 def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path):
     """``average_run``: the weights are the mean of the run's and the others' (a run checkpoint or
     a target); the export and a run initialised from it name every input; another tokenizer is
     refused as ``--init`` refuses it."""
     from spotref.load.targets import load_target
-    from spotref.train.train_export import average_run
+    from workbench.train.train_export import average_run
 
     tmp, state = tiny_run
     src = tmp / "runs" / "tiny"
@@ -341,12 +345,13 @@ def test_average_run_is_the_mean_of_its_inputs_and_names_them(tiny_run, tmp_path
         average_run(run, [str(src / "ckpt.pt")], run)
 
 
+@pytest.mark.slow
 def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
     """``--init NAME.json``: the target's weights (float16, as it loads them), its lineage with
     their SHA-256; another tokenizer or another model shape is refused, naming the option."""
     from spotref.load.targets import load_target
-    from spotref.train.train_export import start_from
-    from spotref.train.train_loop import make_config
+    from workbench.train.train_export import start_from
+    from workbench.train.train_loop import make_config
 
     tmp, state = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
@@ -390,12 +395,13 @@ def test_a_run_can_start_from_a_target(tiny_run, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
     """``--init-deepen``: a 1-layer run's weights start a 3-layer model that computes exactly what
     they did (the added layers are the identity); not deeper, or no ``--init``: refused."""
     from spotref.load.targets import load_target
-    from spotref.train.train_export import start_from
-    from spotref.train.train_loop import make_config
+    from workbench.train.train_export import start_from
+    from workbench.train.train_loop import make_config
 
     tmp, _ = tiny_run
     src, meta_path = tmp / "runs" / "tiny", tmp / "targets" / "tiny.json"
@@ -432,6 +438,7 @@ def test_a_run_can_deepen_the_weights_it_starts_from(tiny_run, tmp_path):
         train(args_for(tmp_path, "--name", "no-init", "--steps", "1", "--init-deepen"))
 
 
+@pytest.mark.slow
 def test_resuming_gives_the_same_weights(tiny_run, tmp_path):
     """10 steps, stop, 10 more (same command) == 20 steps straight."""
     _, state = tiny_run
@@ -523,6 +530,7 @@ def gsm_run(tmp_path_factory):
     return tmp, state
 
 
+@pytest.mark.slow
 def test_a_gsm_run_records_its_corpus_and_tokenizer(gsm_run):
     from spotref.load.targets import load_target
 
@@ -563,10 +571,11 @@ def test_drill_share_mixes_drills_into_fresh_problems():
     ]
 
 
+@pytest.mark.slow
 def test_the_math_quality_report(gsm_run, capsys):
     """A gsm target gets the math report: answers by steps, equations, stability without fill."""
-    from spotref.bench import quality_math
-    from spotref.cli import main as cli
+    from workbench import cli
+    from workbench.bench import quality_math
 
     tmp, _ = gsm_run
     status = cli.main(
@@ -590,7 +599,7 @@ def test_the_math_quality_report(gsm_run, capsys):
 
 
 def test_a_wrong_result_is_told_apart_by_its_length():
-    from spotref.bench.quality_math import wrong_length
+    from workbench.bench.quality_math import wrong_length
 
     assert wrong_length(38, "-", 34, 14) and wrong_length(33, "+", 46, 179) and wrong_length(60, "/", 5, 1)
     assert not wrong_length(80, "-", 54, 36) and not wrong_length(39, "*", 12, 418)
@@ -598,13 +607,14 @@ def test_a_wrong_result_is_told_apart_by_its_length():
 
 
 def test_equations_are_told_apart_by_operator_and_size():
-    from spotref.bench.quality_math import equation_kind
+    from workbench.bench.quality_math import equation_kind
 
     assert equation_kind(16, "+", 64, 80) == "+ 1-2 digits"
     assert equation_kind(136, "*", 7, 952) == "* 3+ digits"
     assert equation_kind(8, "*", 12, 96) == "* 1-2 digits" and equation_kind(99, "+", 1, 100) == "+ 3+ digits"
 
 
+@pytest.mark.slow
 def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
     from spotref.load.targets import load_target
 
@@ -619,6 +629,7 @@ def test_snapshots_are_kept_and_exportable(gsm_run, tmp_path):
     assert early.meta["corpus"]["name"] == "gsm"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_data_options(gsm_run):
     tmp, _ = gsm_run
     changed = [("--corpus-seed", "6"), ("--corpus-size", "201")]
@@ -630,8 +641,8 @@ def test_a_resumed_run_keeps_its_data_options(gsm_run):
     no_pad = [a for a in GSM_RUN if a != "--pad-eot"]
     with pytest.raises(ValueError, match="--pad-eot"):
         train(args_for(tmp, "--steps", "7", *no_pad))
-    from spotref.train.train_export import recipe
-    from spotref.train.train_loop import data_options
+    from workbench.train.train_export import recipe
+    from workbench.train.train_loop import data_options
 
     record = {"name": "gsm", "seed": 5}
     assert data_options(record, {})["--drill-from"] == "range" == recipe({})["drill_from"]  # runs before it
@@ -711,11 +722,13 @@ def test_bad_corpus_files_are_named(tmp_path, content, message):
 
 
 def test_the_command_line_names_a_misplaced_option(tmp_path, capsys):
-    from spotref.cli.main import main
+    from workbench.cli import main
 
     code = main(["train-target", "--name", "t", "--runs", str(tmp_path), "--corpus-size", "10"])
     assert code == 2
-    assert "spotref train-target: error: --corpus-size applies to --corpus gsm only" in capsys.readouterr().err
+    assert (
+        "python -m workbench train-target: error: --corpus-size applies to --corpus gsm only" in capsys.readouterr().err
+    )
 
 
 # --- the gsm recipe: rows per document, answer-only masks, fresh problems, curriculum -----------
@@ -801,6 +814,7 @@ RECIPE = (
 )
 
 
+@pytest.mark.slow
 def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
     from spotref.load.targets import load_target
 
@@ -825,11 +839,13 @@ def test_a_recipe_run_records_its_options_and_resumes_exactly(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_rows_per_doc_trains_on_a_fixed_corpus_too(tmp_path):
     state = train(args_for(tmp_path, "--steps", "2", "--rows-per-doc", "--eval-every", "2"))
     assert state["step"] == 2 and np.isfinite(state["history"][-1]["heldout_loss"])
 
 
+@pytest.mark.slow
 def test_the_default_recipe_is_empty(tiny_run):
     from spotref.load.targets import load_target
 
@@ -855,9 +871,10 @@ def test_the_default_recipe_is_empty(tiny_run):
         (["--rows-per-doc", "--weighting", "elbo"], "--rows-per-doc weights the loss per token"),
         (["--mask-results", "0.5"], "--mask-results masks the results of one-document rows"),
         (["--suffix-results", "0.5"], "--suffix-results masks the blocks of one-document rows"),
-        (
+        pytest.param(  # loads the gsm corpus and reads its held-out rows before refusing
             ["--rows-per-doc", "--corpus", "gsm", "--answer-only", "--seq-len", "32"],
             "--seq-len 32 cuts the held-out rows",
+            marks=pytest.mark.slow,
         ),
     ],
 )
@@ -875,6 +892,7 @@ def test_bad_curricula_are_argparse_errors(value, capsys):
     assert "--curriculum: must" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_adaptive_curriculum_moves_on_evaluation_and_resumes_exactly(tmp_path):
     from spotref.load.targets import load_target
 
@@ -911,7 +929,7 @@ def test_result_weight_weights_the_results_and_the_tokens_after_them():
     """--result-weight: the results and the 2 tokens after each weigh W in the loss; the masks
     drawn are the same as without it."""
     from spotref.load.targets import load_target
-    from spotref.train.train_data import boosted_results
+    from workbench.train.train_data import boosted_results
 
     tok = load_target("gsm-b32").tokenizer
     p = gsm.drill(np.random.default_rng(9))
@@ -940,7 +958,7 @@ def test_suffix_results_mask_each_chosen_block_from_a_result_to_its_end():
     far given, as when the decoder places the result's length); other blocks and rows keep the
     draw, and share 0 draws nothing."""
     from spotref.load.targets import load_target
-    from spotref.train.train_data import suffix_cuts
+    from workbench.train.train_data import suffix_cuts
 
     tok = load_target("gsm-b32").tokenizer
     rows = [
@@ -979,7 +997,7 @@ def test_mask_and_suffix_results_share_each_rows_result_positions(monkeypatch):
     each row is parsed once however many options pick it, and the draws are those made without
     it; ``result_starts`` is each result's first digit."""
     from spotref.load.targets import load_target
-    from spotref.train import train_data
+    from workbench.train import train_data
 
     tok = load_target("gsm-b32").tokenizer
     rows = [
@@ -1064,11 +1082,12 @@ def hostile(tiny_run, tmp_path):
     return run, marker
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(hostile, tmp_path, capsys):
     """Every path that reads a run checkpoint (--init, a resume, export_run, average_run) loads
     tensors and plain data only: the hostile file is refused by name and its code never runs."""
-    from spotref.cli.main import main
-    from spotref.train.train_export import average_run
+    from workbench.cli import main
+    from workbench.train.train_export import average_run
 
     run, marker = hostile
     refused = "refused, not loaded: it holds objects other than tensors and plain data"

@@ -58,6 +58,7 @@ def fake_targets(monkeypatch, targets, asked):
     monkeypatch.setattr(train_drafter, "recorded", recorded)
 
 
+@pytest.mark.slow
 def test_trains_on_several_targets_and_measures_each(targets, monkeypatch, tmp_path):
     asked, drawn = [], []
     fake_targets(monkeypatch, targets, asked)
@@ -78,6 +79,7 @@ def test_trains_on_several_targets_and_measures_each(targets, monkeypatch, tmp_p
     assert per["tiny-b4"]["block_size"] == 4 and set(per["tiny-out"]["heldout_accuracy"]) == {"0", "1"}
 
 
+@pytest.mark.slow
 def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
     fake_targets(monkeypatch, targets, [])
     o = options("u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-b8", "--out", str(tmp_path / "u.pt"))
@@ -89,6 +91,7 @@ def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
         train_drafter.run(parser().parse_args(["tiny-b4", "--held-out", "tiny-b8"]))
 
 
+@pytest.mark.slow
 def test_turns_give_a_target_more_batches_per_cycle(targets, monkeypatch, tmp_path):
     """Before --turns every target had one batch per cycle; tiny-b8=2 draws it twice per cycle."""
     drawn = []
@@ -141,6 +144,7 @@ SETS_ARGS = ["--set-prompts", "2", "--test-prompts", "2", "--prompt-tokens", "8"
 SETS_ARGS += ["--seeds", "1", "--set-steps", "6", "--batch", "8", "--tf-depth", "2", "--lr", "3e-3"]
 
 
+@pytest.mark.slow
 def test_sets_only_with_targets_trains_one_set_head_on_several_targets(targets, monkeypatch, tmp_path):
     """``--targets A,B --held-out C --sets-only``: a set head trained on A's and B's threshold
     trajectories in turn (block sizes 4 and 8), C measured only; the order model is kept bit for
@@ -178,6 +182,7 @@ def test_curves_only_with_targets_is_refused(tmp_path):
         train_drafter.run(parser().parse_args(["u", "--targets", "a,b", "--curves-only", "--out", str(tmp_path / "x")]))
 
 
+@pytest.mark.slow
 def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path):
     """Loaded strict, a B = 8 drafter without the header flag is refused on a B = 4 target; with
     the flag it runs, exactly, even when asked for strict."""
@@ -198,6 +203,7 @@ def test_any_block_size_header_loads_unstrict_and_stays_exact(targets, tmp_path)
         assert got.tokens == want.tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gsm-b32", "stdlib-b16", "gsm-llada"])
 def test_the_shipped_universal_drafter_is_exact_on_any_target(name):
     """``load_drafter("universal")`` runs unrefused on targets of block size 32 and 16 and on a

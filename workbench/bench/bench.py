@@ -1,4 +1,4 @@
-"""``spotref bench`` (``python -m spotref.bench.bench``): every drafter side by side, in one process.
+"""``python -m workbench bench`` (``python -m workbench.bench.bench``): every drafter side by side, in one process.
 
 For every bundled target, T in {0, 1} and node budget N in {1, 4, 8, 16, 32, 64} (and
 ``auto``, the cost model's choice), every drafter decodes the same held-out prompts with the
@@ -13,7 +13,7 @@ end-of-text, ``report.answer_blocks``: no number is carried by end-of-text fill)
 verify round, tokens/s and its ratio to exact measured in this run, and the bookkeeping share of
 the wall time (drafter + tree + acceptance).
 
-Token stability (``spotref.bench.stability``'s d = 0 rates) is measured inside the run, on the
+Token stability (``workbench.bench.stability``'s d = 0 rates) is measured inside the run, on the
 same prompts, new tokens and seed, by recording exact decoding once more per target and T (about
 one exact run's cost; ``--no-stability`` skips it): a stability report's own prompts and lengths
 differ from the bench's, so its numbers would not be the x of these points. A second figure plots
@@ -38,9 +38,15 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from spotref.bench import bench_sets, stability
-from spotref.bench.bench_options import SHIPPED_PLOT, SHIPPED_REPORT, BenchOptions, add_arguments
-from spotref.bench.bench_report import (
+from spotref.cli.argtypes import tool_main
+from spotref.cli.report import progress
+from spotref.drafters.spot import SpotDrafter
+from spotref.files import atomic_write_text, check_writable, run_dir
+from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
+from spotref.record.trajectories import record
+from workbench.bench import bench_sets, stability
+from workbench.bench.bench_options import SHIPPED_PLOT, SHIPPED_REPORT, BenchOptions, add_arguments
+from workbench.bench.bench_report import (
     Row,
     gain_path,
     gain_plot,
@@ -50,7 +56,7 @@ from spotref.bench.bench_report import (
     sets_path,
     stability_from_report,
 )
-from spotref.bench.bench_run import (  # noqa: F401  (answer_blocks, gen: read by the tests)
+from workbench.bench.bench_run import (  # noqa: F401  (answer_blocks, gen: read by the tests)
     Setup,
     answer_blocks,
     gen,
@@ -63,12 +69,6 @@ from spotref.bench.bench_run import (  # noqa: F401  (answer_blocks, gen: read b
     table_row,
     target_setup,
 )
-from spotref.cli.argtypes import tool_main
-from spotref.cli.report import progress
-from spotref.drafters.spot import SpotDrafter
-from spotref.files import atomic_write_text, check_writable, run_dir
-from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR, list_targets
-from spotref.record.trajectories import record
 
 
 def row(setup: Setup, T: float, name: str, N, m: dict, ex: dict) -> Row:
@@ -99,7 +99,7 @@ def auto_row(setup: Setup, T: float, name: str, options: BenchOptions, ex: dict)
 def stability_rows(setup: Setup, options: BenchOptions) -> list:
     """Token stability on the bench's own prompts, new tokens and seed, per T (the gain figure's
     x axis): exact decoding recorded once more (``trajectories.record``), read by
-    ``spotref.bench.stability.rates`` at d = 0 (top-1, top-2, top-1 without the commits of a stop id)."""
+    ``workbench.bench.stability.rates`` at d = 0 (top-1, top-2, top-1 without the commits of a stop id)."""
     out, stops, g = [], list(setup.stops or ()), options.grid
     for T in g.temperatures:
         ds = record(
@@ -263,7 +263,7 @@ def write(
 
 
 def main(argv=None) -> int:
-    return tool_main("python -m spotref.bench.bench", __doc__, add_arguments, run, argv)
+    return tool_main("python -m workbench.bench.bench", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The options of ``spotref bench``: its command line, and the one typed object built from it.
+"""The options of ``python -m workbench bench``: its command line, and the one typed object built from it.
 
 ``add_arguments`` builds the command line (the grid, then the run's settings and its files);
 ``BenchOptions.from_namespace`` turns the parsed namespace, once, into a frozen ``BenchOptions``
-that every function of ``spotref.bench.bench``, ``bench_run``, ``bench_sets`` and
+that every function of ``workbench.bench.bench``, ``bench_run``, ``bench_sets`` and
 ``bench_report`` reads, never the namespace. ``grid`` gives what a run decodes: the options left
 out filled in from ``--quick``'s small grid or the full one (argparse cannot make a default
 depend on another option), with the thresholds checked.
@@ -139,9 +139,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class BenchOptions(Options):
-    """The options of ``spotref bench`` / ``python -m spotref.bench.bench``, named as
+    """The options of ``python -m workbench bench`` / ``python -m workbench.bench.bench``, named as
     ``add_arguments`` names them (``--with``: ``also``); ``None``: left out (``grid``,
-    ``spotref.bench.bench.outputs`` fill it in)."""
+    ``workbench.bench.bench.outputs`` fill it in)."""
 
     targets: str  # comma list of bundled targets, "all" or "random"
     temperatures: list[float] | None

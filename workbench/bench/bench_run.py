@@ -1,7 +1,7 @@
 """Running one benchmark configuration: a target's setup (model, held-out prompts, its own
 drafters), exact decoding, a drafter over every prompt (asserted identical to exact decoding),
-and the totals a table row is made of. ``spotref.bench.bench`` (one-position rule) and
-``spotref.bench.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
+and the totals a table row is made of. ``workbench.bench.bench`` (one-position rule) and
+``workbench.bench.bench_sets`` (the threshold rule, SPOT-Sets) build their tables from these."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import torch
 
 import spotref
 from spotref import names
-from spotref.bench.bench_options import BenchOptions
 from spotref.cli.report import answer_blocks
 from spotref.configs import SDARConfig
 from spotref.conformance import first_divergence, oracle_drafter
@@ -26,6 +25,7 @@ from spotref.names import drafter_for, resolve_drafter
 from spotref.record.prompts import prompts_for
 from spotref.record.trajectories import record
 from spotref.spec.sdar import SDARModel
+from workbench.bench.bench_options import BenchOptions
 
 
 @dataclass
@@ -141,7 +141,7 @@ def run_drafter(
         if where is not None:
             rule = "" if threshold is None else f", tau={threshold:g}"
             raise SystemExit(
-                f"spotref bench: {setup.name}, T={T:g}{rule}, {name}, N={N}: OUTPUT DIFFERS "
+                f"python -m workbench bench: {setup.name}, T={T:g}{rule}, {name}, N={N}: OUTPUT DIFFERS "
                 f"from exact decoding at {where}"
             )
         out.append(res)
@@ -161,7 +161,7 @@ def run_auto(setup: Setup, T: float, name: str, options: BenchOptions, threshold
         budget="auto",
         depth=options.grid.depth,
     )
-    d, N = spec.drafter, spec.budget
+    d, N = spec.round_drafter, spec.budget  # the drafter its measurement chose and cut, at its N
     fresh = metrics([gen(setup, p, T, options, threshold=threshold) for p in setup.prompts])
     return N, metrics(run_drafter(setup, T, name, N, options, drafter=d, threshold=threshold)), fresh["wall"]
 

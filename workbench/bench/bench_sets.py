@@ -1,4 +1,4 @@
-"""The threshold-rule rows of ``spotref bench``: SPOT-Sets against threshold decoding alone.
+"""The threshold-rule rows of ``python -m workbench bench``: SPOT-Sets against threshold decoding alone.
 
 For every target, T and threshold ``tau`` (``--thresholds``, default 0.9, 0.7, 0.5), threshold
 decoding alone (no draft) runs first, then at each node budget N (and ``auto``): ``confidence``
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from spotref.bench.bench_options import BenchOptions
-from spotref.bench.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact, table_row
 from spotref.cli.report import parse_tables, pyplot, row_from_cells, save_png, table
+from workbench.bench.bench_options import BenchOptions
+from workbench.bench.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact, table_row
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
 AUTO_DRAFTERS = ("confidence", "spot")  # the ones with a budget="auto" row (its N from the one-position cost model)

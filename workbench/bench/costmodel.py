@@ -1,4 +1,4 @@
-"""``python -m spotref.bench.costmodel``: the table behind ``budget="auto"`` on this machine.
+"""``python -m workbench.bench.costmodel``: the table behind ``budget="auto"`` on this machine.
 
 ``--profile`` measures first where a SPOT round's time goes, per node budget N: the target pass,
 the drafter's order-model calls, its inputs (stale distributions, coupled tokens, features), tree
@@ -193,7 +193,7 @@ DESCRIPTION = (
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spotref.bench.costmodel", description=DESCRIPTION)
+    p = argparse.ArgumentParser(prog="python -m workbench.bench.costmodel", description=DESCRIPTION)
     add_arguments(p)
     return p
 
@@ -247,7 +247,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class CostOptions(Options):
-    """The options of ``python -m spotref.bench.costmodel`` (``add_arguments``), built once by ``run``."""
+    """The options of ``python -m workbench.bench.costmodel`` (``add_arguments``), built once by ``run``."""
 
     target: str  # a bundled target's name
     drafter: str
@@ -265,7 +265,7 @@ class CostOptions(Options):
 
 
 def main(argv=None) -> int:
-    """``python -m spotref.bench.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
+    """``python -m workbench.bench.costmodel [TARGET] [--drafter spot|calibrated|confidence] [--temperature T]``:
     the cost model's table on this machine (verify and draft times, E(N), commits per second)."""
     p = parser()
     args = p.parse_args(argv)

@@ -1,8 +1,9 @@
 """Quality report of a target at T = 0 on held-out prompts: is it good enough to benchmark on?
 
-``spotref quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]`` (or ``python -m spotref.bench.quality``)
+``python -m workbench quality stdlib-b32 [--prompts 64] [--new-tokens 128] [--write-meta]``
+(or ``python -m workbench.bench.quality``)
 
-A math target (its corpus is ``gsm``) gets the math report instead (``spotref.bench.quality_math``:
+A math target (its corpus is ``gsm``) gets the math report instead (``workbench.bench.quality_math``:
 answers by number of steps, equations, stability without end-of-text fill; ``--prompts`` held-out
 problems, default 500). The rest of this docstring is the code report.
 
@@ -43,14 +44,14 @@ from pathlib import Path
 import torch
 
 import spotref
-from spotref.bench import quality_math
-from spotref.bench.corpus import build_corpus, heldout_code, whitespace_share
 from spotref.cli.argtypes import add_threads, positive_int, tool_main
 from spotref.cli.options import Options
 from spotref.cli.report import solution_room
 from spotref.files import atomic_write_text, check_writable
 from spotref.load.targets import TARGETS_DIR, load_target
 from spotref.spec.draft import Draft
+from workbench.bench import quality_math
+from workbench.bench.corpus import build_corpus, heldout_code, whitespace_share
 
 
 def heldout_prompts(n: int, seed: int = 0) -> list[str]:
@@ -165,7 +166,7 @@ def passes_bar(r: dict) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref quality`` / ``python -m spotref.bench.quality``."""
+    """The options of ``python -m workbench quality`` / ``python -m workbench.bench.quality``."""
     p.add_argument("target", help="a bundled target name, or the path of a target's NAME.json")
     p.add_argument(
         "--prompts", type=positive_int, default=None, help="held-out prompts (default 64; a math target: 500)"
@@ -186,7 +187,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class QualityOptions(Options):
-    """The options of ``spotref quality`` / ``python -m spotref.bench.quality``."""
+    """The options of ``python -m workbench quality`` / ``python -m workbench.bench.quality``."""
 
     target: str  # a bundled target name, or the path of a target's NAME.json
     prompts: int | None  # --prompts (None: 64; a math target: 500)
@@ -249,7 +250,7 @@ def meta_path(options: QualityOptions) -> Path:
 
 
 def main(argv=None) -> int:
-    return tool_main("python -m spotref.bench.quality", __doc__, add_arguments, run, argv)
+    return tool_main("python -m workbench.bench.quality", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Quality report of a math (gsm) target at T = 0: does it solve the problems, and is it stable?
 
-``python -m spotref.bench.quality gsm-b32 [--prompts 500]`` (the quality tool reads the target's
+``python -m workbench.bench.quality gsm-b32 [--prompts 500]`` (the quality tool reads the target's
 corpus and comes here for a gsm target). Prompts: the first ``--prompts`` held-out problems of the
 target's own corpus (``target.heldout(n, seed=0)``: its generator seed, difficulty and templates,
 chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, stop at end-of-text.
@@ -12,7 +12,7 @@ chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, sto
   a multiplication with a number of three or more digits among a, b, c), where the points go;
   ``equations_wrong_length``: the share of the wrong equations whose result has the wrong number
   of digits (``38 - 34 = 14``; a quotient that is no integer counts as wrong, not as a length);
-* ``stability_d0``: d = 0 top-1 token stability (``spotref.bench.stability``: the share of
+* ``stability_d0``: d = 0 top-1 token stability (``workbench.bench.stability``: the share of
   commits after a block's first whose token is the coupled stale token), overall and without the
   commits of end-of-text (``stability_d0_text``: no fill in the number).
 
@@ -26,10 +26,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from spotref.bench import stability
 from spotref.cli.report import progress
 from spotref.data import gsm
 from spotref.record.trajectories import record_run, stack
+from workbench.bench import stability
 
 BAR = dict(answers=0.5, equations=0.9, stability_d0_text=0.9)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 
 from spotref.configs import DreamConfig, LLaDAConfig
+from spotref.spec.decode import CANVAS_FAMILIES
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
 from spotref.spec.rules import SERVED
@@ -64,13 +65,12 @@ TOP_NAMES = {  # SDAR's name -> (LLaDA's, Dream's)
     "lm_head.weight": ("model.transformer.ff_out.weight", "lm_head.weight"),
 }
 DROPPED = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")  # SDAR's q/k RMSNorms: no counterpart
-FAMILIES = ("llada", "dream")
 FOLD_DOCUMENTS = 64  # train-target --fold-norms: the first training documents the norms are folded over
 
 
 def counterparts(family: str, n_layers: int, tied: bool) -> dict[str, str]:
     """{SDAR name: the family's name} for every tensor copied (a tied head: through the embedding)."""
-    i = FAMILIES.index(family)
+    i = CANVAS_FAMILIES.index(family)
     layer = "model.transformer.blocks" if family == "llada" else "model.layers"
     names = {k: v[i] for k, v in TOP_NAMES.items() if not (tied and k == "lm_head.weight")}
     for n in range(n_layers):
@@ -112,7 +112,7 @@ def canvas_from_sdar(sdar_model: SDARModel, family: str, calibration=None) -> LL
     (``calibration`` None) or folded into the projections (``calibration``: a list of token-id
     lists, ``fold_qk_norms``), Dream's q/k/v biases zero. In the SDAR model's dtype, eval mode;
     ``sdar_model`` is unchanged."""
-    if family not in FAMILIES:
+    if family not in CANVAS_FAMILIES:
         raise ValueError(f"canvas_from_sdar: family must be 'llada' or 'dream', got {family!r}")
     if getattr(sdar_model, "family", "sdar") != "sdar" or not isinstance(sdar_model, SDARModel):
         raise ValueError(f"canvas_from_sdar: sdar_model must be an SDARModel, got {type(sdar_model).__name__}")

@@ -22,9 +22,9 @@ import torch
 from spotref.configs import DreamConfig, LLaDAConfig
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
-from spotref.train.train_curriculum import step_rows
-from spotref.train.train_data import result_starts
-from spotref.train.train_objective import (
+from workbench.train.train_curriculum import step_rows
+from workbench.train.train_data import result_starts
+from workbench.train.train_objective import (
     canvas_loss,
     canvas_noise,
     decode_noise,
@@ -32,7 +32,7 @@ from spotref.train.train_objective import (
     teacher_end,
     teacher_logits,
 )
-from spotref.train.train_options import TrainOptions
+from workbench.train.train_options import TrainOptions
 
 EPS = 1e-3  # the least mask rate t, LLaDA's
 

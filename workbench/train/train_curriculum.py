@@ -16,8 +16,8 @@ import torch
 
 from spotref.api import generate
 from spotref.data import gsm
-from spotref.train.train_data import boosted_results, encode_row, forced_results, row_results, rows_batch, suffix_cuts
-from spotref.train.train_options import (
+from workbench.train.train_data import boosted_results, encode_row, forced_results, row_results, rows_batch, suffix_cuts
+from workbench.train.train_options import (
     DRILLS,
     TrainOptions,
     adaptive_levels,

@@ -17,8 +17,8 @@ import torch
 
 from spotref.data import gsm
 from spotref.data.corpora import FileCorpus, GsmCorpus, StdlibCorpus
-from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks, weighted_loss
-from spotref.train.train_options import GSM_DEFAULTS, TrainOptions, row_align, stream_align
+from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks, weighted_loss
+from workbench.train.train_options import GSM_DEFAULTS, TrainOptions, row_align, stream_align
 
 ANSWER_HEADER = gsm.IM_START + "assistant\n"  # --answer-only: masked from here on
 

@@ -26,10 +26,10 @@ from spotref.files import atomic_save, atomic_write_text, check_writable, not_sa
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.spec.sdar import SDARModel
-from spotref.train.canvas_start import canvas_from_sdar
-from spotref.train.train_canvas import canvas_heldout_loss, canvas_model
-from spotref.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
-from spotref.train.train_options import (
+from workbench.train.canvas_start import canvas_from_sdar
+from workbench.train.train_canvas import canvas_heldout_loss, canvas_model
+from workbench.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
+from workbench.train.train_options import (
     TrainOptions,
     adaptive_levels,
     block_sizes,

@@ -26,13 +26,13 @@ from spotref.configs import SDARConfig
 from spotref.files import atomic_save, atomic_write_text
 from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
 from spotref.spec.sdar import SDARModel
-from spotref.train.canvas_start import FOLD_DOCUMENTS
-from spotref.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
-from spotref.train.train_curriculum import adapt, recipe_batch
-from spotref.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
-from spotref.train.train_export import export, load_teacher, read_checkpoint, start_from
-from spotref.train.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
-from spotref.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
+from workbench.train.canvas_start import FOLD_DOCUMENTS
+from workbench.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
+from workbench.train.train_curriculum import adapt, recipe_batch
+from workbench.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
+from workbench.train.train_export import export, load_teacher, read_checkpoint, start_from
+from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
+from workbench.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
 
 @dataclass

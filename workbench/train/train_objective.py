@@ -5,7 +5,7 @@ input ``concat(x_t, x)`` of length ``2L``: ``x_t`` the noised copy (``noise_bloc
 ``k ~ U{1..B}`` masks per block), attending as ``bd3_mask`` says. The loss is the cross-entropy
 of the noised copy's logits at its masked positions against the clean tokens (no shift):
 ``bd3_loss`` (per token, or the ELBO's per-block ``1 / t``), or ``weighted_loss`` with a weight
-per position (the rows of the gsm recipe, ``spotref.train.train_data.rows_batch``). The logits
+per position (the rows of the gsm recipe, ``workbench.train.train_data.rows_batch``). The logits
 are the model's own: ``bd3_logits`` runs ``concat(x_t, x)`` through the decoder's layers
 under ``bd3_mask``.
 

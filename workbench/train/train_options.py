@@ -1,4 +1,4 @@
-"""The options of ``spotref train-target``: the command line, and the one typed object built from it.
+"""The options of ``python -m workbench train-target``: the command line, and the one typed object built from it.
 
 ``add_arguments`` builds the command line in groups (the run and its tokenizer, the corpus, the
 gsm recipe, the curriculum, the model, the optimisation, the outputs), in the order ``--help``
@@ -31,10 +31,10 @@ from spotref.cli.argtypes import (
 )
 from spotref.data import gsm
 from spotref.files import check_writable
+from spotref.spec.decode import FAMILIES  # --family
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
-FAMILIES = ("sdar", "llada", "dream")  # --family
 CANVAS_REFUSES = {  # what a whole-canvas family refuses: options of BD3-LM's blocks and of SDAR's recipe
     "--pad-eot": "pad_eot",
     "--mix-blocks": "mix_blocks",
@@ -52,7 +52,7 @@ DRILL_OP_NAMES = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``spotref train-target`` / ``python -m spotref.train.train_target``."""
+    """The options of ``python -m workbench train-target`` / ``python -m workbench.train.train_target``."""
     for group in (
         add_run_arguments,
         add_corpus_arguments,
@@ -506,7 +506,7 @@ class TrainOptions:
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> TrainOptions:
-        """The options of a command line, as ``python -m spotref.train.train_target`` parses it."""
+        """The options of a command line, as ``python -m workbench.train.train_target`` parses it."""
         p = argparse.ArgumentParser()
         add_arguments(p)
         return cls.from_namespace(p.parse_args(argv))

@@ -18,7 +18,7 @@ a partially masked current block over a clean prefix.
 
 Usage (background, resumable; checkpoints in ``runs/NAME/``)::
 
-    nice -n 19 python -m spotref.train.train_target --name stdlib-b32 --block-size 32 --minutes 40
+    nice -n 19 python -m workbench.train.train_target --name stdlib-b32 --block-size 32 --minutes 40
 
 A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes first; the same
 command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
@@ -73,21 +73,21 @@ import argparse
 import sys
 
 from spotref.cli.argtypes import guarded, plain, run_allowed
-from spotref.train.train_loop import train
-from spotref.train.train_options import TrainOptions, add_arguments, check_export
+from workbench.train.train_loop import train
+from workbench.train.train_options import TrainOptions, add_arguments, check_export
 
 
 def main(argv=None) -> int:
-    """``python -m spotref.train.train_target``: parse the options, then ``run``."""
-    p = argparse.ArgumentParser(prog="python -m spotref.train.train_target", description=plain(__doc__))
+    """``python -m workbench.train.train_target``: parse the options, then ``run``."""
+    p = argparse.ArgumentParser(prog="python -m workbench.train.train_target", description=plain(__doc__))
     add_arguments(p)
     args = p.parse_args(argv)
     return guarded(p.prog, lambda: run_allowed(run, args))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``spotref train-target``: the options built once from the parsed command
-    line, the outputs checked, then the run trained (``spotref.train.train_loop.train``)."""
+    """Entry point of ``python -m workbench train-target``: the options built once from the parsed command
+    line, the outputs checked, then the run trained (``workbench.train.train_loop.train``)."""
     options = TrainOptions.from_namespace(args)
     check_export(options.name, options.export)
     train(options)
