@@ -25,7 +25,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis.internal.conjecture import providers
 
 torch.set_num_threads(1)  # tiny models: threads only add contention on 2-core machines
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # and in the Python processes the tests start
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # and in the processes the tests start, unless they ask for more
+# A thread waiting for work sleeps: spinning ones, beside the other workers, slowed a subprocess of
+# two threads (test_batch_invariance.py) 10 to 20-fold.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Hypothesis draws some numbers from the constants in the source of the local modules loaded so far:
 # which modules the tests before it in this worker had imported. A seeded run (the conformance
