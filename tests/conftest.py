@@ -13,8 +13,8 @@ a training or calibration run (or a test on its trained fixture), a shipped targ
 loaded and decoded, a benchmark table or figure, a statistical or timing check, or a thorough
 conformance run whose brief version stays fast. ``SLOW`` below lists the slow tests of files that
 import nothing of pytest. The fast tier still checks exactness on every decoder path: the
-conformance suite on both cores, each family, T = 0 and T > 0, and a sample of the mutant gallery
-(tests/exactness/).
+conformance suite briefly on both cores, each family, T = 0 and T > 0, and the whole mutant gallery
+(tests/exactness/test_conformance.py, test_mutants.py).
 """
 
 import os
@@ -30,11 +30,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # and in the processes the tests 
 # two threads (test_batch_invariance.py) 10 to 20-fold.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Hypothesis draws some numbers from the constants in the source of the local modules loaded so far:
-# which modules the tests before it in this worker had imported. A seeded run (the conformance
-# runs at seed 0, the mutant gallery's seeds) then drew other cases in another test order, its
-# coverage and catches as well as its time (10 to 45 seconds at 150 cases). No module's constants:
-# the same cases at a seed whatever ran before.
+# Hypothesis draws some numbers from the constants in the source of the local modules loaded so
+# far, which the tests run before in this worker decide: a seeded run (the conformance
+# runs at seed 0, the mutant gallery's seeds) drew other cases in another test order, and its
+# coverage, catches and time (10 to 45 seconds for 150 cases) changed with them. With no module's
+# constants a seed draws the same cases whatever ran before.
 if hasattr(providers, "_get_local_constants"):
     providers._get_local_constants = lambda: providers._local_constants  # the pool stays empty
 
