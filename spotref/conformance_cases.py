@@ -130,6 +130,7 @@ def cases(
     vocab=None,
     dtype=None,
     model=None,
+    drafters=DRAFTERS,
 ):
     """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
     those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
@@ -149,8 +150,10 @@ def cases(
     every case decodes with instead of a toy model: its family, vocabulary and dtype (``dtype``
     overrides the last), SDAR in its own block size, a canvas family in the block lengths of
     ``block_sizes`` whose canvases fit its positions (``families``, ``init_ranges`` and the
-    near-tie aims do not apply)."""
+    near-tie aims do not apply). drafters: the drafters drawn from (names of ``DRAFTERS``)."""
     vocab, dtypes, model = checked_knobs(vocab, dtype, model, block_sizes)
+    if isinstance(drafters, str) or not drafters or not set(drafters) <= set(DRAFTERS):
+        raise ValueError(f"drafters must be a non-empty sequence of {DRAFTERS}, got {drafters!r}")
     st = hypothesis().strategies
 
     @st.composite
@@ -175,7 +178,7 @@ def cases(
         prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
         kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name)))
         weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
-        case = Case(cfg, weights, prompt, n, draw(st.sampled_from(DRAFTERS)), kwargs, family, batch)
+        case = Case(cfg, weights, prompt, n, draw(st.sampled_from(tuple(drafters))), kwargs, family, batch)
         case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
         aim = draw(st.sampled_from(AIMS)) if aims else None
         return aimed(case, aim, draw(st.integers(0, 2**16)), "sdar" in families) if aim else case
