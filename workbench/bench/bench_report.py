@@ -12,10 +12,11 @@ from typing import NamedTuple
 
 import torch
 
-from spotref.cli.report import parse_table, pyplot, row_from_cells, save_png, table
+from spotref.cli.report import table
 from spotref.load.targets import DEFAULT_TARGET
 from workbench.bench import bench_sets
 from workbench.bench.bench_options import BenchOptions
+from workbench.bench.tables import parse_table, pyplot, row_from_cells, save_png
 
 COLUMNS = [
     "target",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from spotref.cli.report import parse_tables, pyplot, row_from_cells, save_png, table
+from spotref.cli.report import table
 from workbench.bench.bench_options import BenchOptions
 from workbench.bench.bench_run import make_drafter, metrics, run_auto, run_drafter, run_exact, table_row
+from workbench.bench.tables import parse_tables, pyplot, row_from_cells, save_png
 
 SET_DRAFTERS = ("confidence", "spot", "oracle-sets")
 AUTO_DRAFTERS = ("confidence", "spot")  # the ones with a budget="auto" row (its N from the one-position cost model)

@@ -43,7 +43,7 @@ from spotref.cli.argtypes import (
     tool_main,
 )
 from spotref.cli.options import Options
-from spotref.cli.report import progress, pyplot, save_png, table
+from spotref.cli.report import progress, table
 from spotref.files import atomic_write_text, check_writable, run_dir
 from spotref.load.drafters import find_checkpoint, list_checkpoints, load_drafter
 from spotref.load.targets import list_targets
@@ -51,6 +51,7 @@ from workbench.bench.bench_options import BenchOptions
 from workbench.bench.bench_options import add_arguments as bench_arguments
 from workbench.bench.bench_report import header
 from workbench.bench.bench_run import metrics, run_drafter, run_exact, target_setup
+from workbench.bench.tables import pyplot, save_png
 
 BASELINES = ("confidence", "calibrated")  # the extra rows: training-free, the target's own graph
 SHIPPED = Path("docs") / "results-transfer.md"
