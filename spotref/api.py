@@ -185,7 +185,8 @@ def generate(
     fill = partial(fill_block, partial(spec.block, recorder=rec))
     n, stops = int(max_new_tokens), options.stop_ids
     tokens = decode(model, prompt, n, stops, fill, stats, bool(options.fused_store), options.block_length)
-    stats = {**vars(stats), "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
+    measured = {k: v for k, v in vars(stats).items() if not k.startswith("_")}
+    stats = {**measured, "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
     return Result(tokens, stats["passes"], stats, traced(rec, spec, tokens, stats, len(prompt), max_new_tokens, stops))
 
 
@@ -312,21 +313,21 @@ class Speculator:
     def block(self, index: int, state, stats: Stats | None = None, recorder=None) -> Block:
         """A ``Block`` for block ``index`` starting at ``state``: the index the noise is keyed by
         (SDAR: absolute, from position 0; LLaDA, Dream: k, the generated block, from 0).
+        ``stats``: None, or a ``Stats`` the block's rounds are counted and timed in.
         ``recorder``: None, or a ``spotref.trace.record.Recorder`` that records the block's
-        rounds (``recorder.trace(spec)`` gives the ``Trace``; docs/spec.md section 8)."""
+        rounds (``recorder.trace(spec)`` gives the ``Trace``; docs/spec.md section 8). Both are
+        the block's observers (``Block``)."""
         check_int("index", index, 0, LIMIT - 1)  # the noise key holds 64 bits; positions less
         rule = self.rule
         state = check_state("state", as_numpy(state), rule.mask_id, rule.vocab_size, rule.block_size)
         if recorder is not None and not all(callable(getattr(recorder, m, None)) for m in RECORDER):
             raise TypeError(f"recorder must have the methods {', '.join(RECORDER)} (spotref.trace.record.Recorder)")
         tree = (self.round_drafter, self.core, self.budget, self.depth)  # what each round drafts and builds
-        block = Block(rule, *tree, int(index), np.asarray(state, np.int64), stats, self.width, recorder)
-        if recorder is not None:
-            recorder.opened(block)
-        return block
+        observers = tuple(o for o in (stats, recorder) if o is not None)
+        return Block(rule, *tree, int(index), np.asarray(state, np.int64), self.width, observers)
 
 
-RECORDER = ("opened", "proposed", "accepted")  # what a Block's recorder is told
+RECORDER = ("opened", "proposed", "walked")  # what a Block tells its observers
 
 
 def check_block_length(model, block_length) -> int:

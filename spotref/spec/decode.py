@@ -21,7 +21,6 @@ state, one decision per pass).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -44,6 +43,9 @@ class Result:
 
 @dataclass
 class Stats:
+    """What a decode measured: the passes (counted by the binding) and, as an observer of its
+    ``Block``s (``Block(..., observers=(stats,))``), every round's decisions and times."""
+
     passes: int = 0
     starts: list = field(default_factory=list)  # (block, step) at each verify pass
     accepted: list = field(default_factory=list)  # decisions per verify pass
@@ -53,26 +55,29 @@ class Stats:
     blocks: list = field(default_factory=list)  # (new tokens, passes) per decoded block; passes:
     # its verify passes and its store (a pass for SDAR only)
     stopped: bool = False  # the last decoded block holds a stop id
-    model_s: float = 0.0
-    draft_s: float = 0.0
-    book_s: float = 0.0  # tree building, decisions, acceptance
+    model_s: float = 0.0  # inside the model's forwards
+    draft_s: float = 0.0  # inside ``propose``: drafting the tree and building it
+    book_s: float = 0.0  # inside ``accept``, the forward left out: the walk and its decisions
+    _clock: tuple = field(default=(0.0, 0.0), repr=False)  # (the time of the last event, model_s then)
 
-    @contextlib.contextmanager
-    def timed(self, field_name: str):
-        """Add the time spent inside the ``with`` block to the float field ``field_name``."""
+    def opened(self, block) -> None:
+        self._clock = (time.perf_counter(), self.model_s)
+
+    def proposed(self, block, view, draft) -> None:
         t = time.perf_counter()
-        try:
-            yield
-        finally:
-            setattr(self, field_name, getattr(self, field_name) + time.perf_counter() - t)
+        self.draft_s += t - self._clock[0]
+        self._clock = (t, self.model_s)
 
-    def record(self, block, step, decisions, rows):
-        self.starts.append((block, step))
-        for k, d in enumerate(decisions):
-            self.trajectory.append((block, step + k, d))
-        self.accepted.append(len(decisions))
-        self.committed.append(sum(len(d) for d in decisions))
-        self.draft_nodes.append(rows)
+    def walked(self, block, tree, logits, taken) -> None:
+        t, (then, model_then) = time.perf_counter(), self._clock
+        self.book_s += t - then - (self.model_s - model_then)
+        self._clock = (t, self.model_s)
+        self.starts.append((block.index, int(tree.steps[0])))
+        for k, d in enumerate(taken):
+            self.trajectory.append((block.index, int(tree.steps[0]) + k, d))
+        self.accepted.append(len(taken))
+        self.committed.append(sum(len(d) for d in taken))
+        self.draft_nodes.append(len(tree))
 
 
 CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasBinding``
@@ -196,10 +201,10 @@ class Block:
     one shape (docs/spec.md sections 4 and 7).
     Out-of-turn calls (``propose`` twice, ``accept`` before ``propose``) raise ``RuntimeError``;
     bad logits raise ``ValueError``: neither can corrupt the block.
-    ``recorder``: None, or an observer told of each round after the block has taken it,
-    ``recorder.proposed(block, view, draft)`` at the end of ``propose`` and
-    ``recorder.accepted(block, tree, logits, taken)`` at the end of ``accept`` (``spotref.trace``);
-    it reads, and nothing it does reaches a decision.
+    ``observers``: each is told of the block and of each round after the block has taken it:
+    ``opened(block)`` once, ``proposed(block, view, draft)`` at the end of ``propose`` and
+    ``walked(block, tree, logits, taken)`` at the end of ``accept`` (``Stats``, and
+    ``spotref.trace``'s recorder); they read, and nothing they do reaches a decision.
     """
 
     def __init__(
@@ -211,23 +216,23 @@ class Block:
         depth: int,
         index: int,
         state: np.ndarray,
-        stats: Stats | None = None,
         width: int | None = None,
-        recorder=None,
+        observers: tuple = (),
     ):
         self.rule, self.drafter, self.core, self.width = rule, drafter, core, width
-        self.recorder = recorder
         self.budget, self.depth, self.index = budget, depth, index
         self.state = np.array(state, dtype=np.int64)  # (B,) MASK where uncommitted
         self.step = 0  # decisions taken in this block
         self.stale = None  # (B, V) the last pass's logits at its deepest accepted state
         self.passes = 0  # verify forwards run on this block
-        self.stats = stats if stats is not None else Stats()
         self._decisions = []  # the target's decisions in this block, in order (``decisions``)
         self.noise = rule.block_noise(index)  # g_k of this block, what its decisions read
         # the drafter's own rule and noise: nothing it does reaches a decision
         self._drafter_rule, self._drafter_noise = replace(rule), rule.block_noise(index)
         self._tree = None  # the proposed tree, until its logits are accepted
+        self.observers = tuple(observers)
+        for observer in self.observers:
+            observer.opened(self)
 
     @property
     def done(self) -> bool:
@@ -257,38 +262,36 @@ class Block:
             raise RuntimeError("propose() called twice: accept() the logits of the rows it returned first")
         if self.done:
             raise RuntimeError(f"block {self.index} is done: nothing to propose")
-        with self.stats.timed("draft_s"):  # 1. draft
-            view = (
-                None
-                if self.stale is None or self.drafter is None
-                else View.of(
-                    self.state,
-                    self.step,
-                    self.index,
-                    self.stale,
-                    self._drafter_rule,
-                    self.budget,
-                    self.depth,
-                    [pos for pos, _ in self._decisions[-1]],
-                    self._drafter_noise,
-                )
-            )  # the bonus: after the stale pass
-            draft = propose(self.drafter, view)
-        with self.stats.timed("book_s"):  # 2. build
-            max_set = 1 if self.rule.threshold is None else len(self.state)
-            self._tree = self.core.build_tree(
+        view = (
+            None
+            if self.stale is None or self.drafter is None
+            else View.of(
                 self.state,
                 self.step,
-                draft.parents,
-                draft.commits,
-                self.rule.mask_id,
-                self.rule.vocab_size,
-                max_set,
+                self.index,
+                self.stale,
+                self._drafter_rule,
                 self.budget,
                 self.depth,
+                [pos for pos, _ in self._decisions[-1]],
+                self._drafter_noise,
             )
-        if self.recorder is not None:
-            self.recorder.proposed(self, view, draft)
+        )  # the bonus: after the stale pass
+        draft = propose(self.drafter, view)  # 1. draft
+        max_set = 1 if self.rule.threshold is None else len(self.state)
+        self._tree = self.core.build_tree(  # 2. build
+            self.state,
+            self.step,
+            draft.parents,
+            draft.commits,
+            self.rule.mask_id,
+            self.rule.vocab_size,
+            max_set,
+            self.budget,
+            self.depth,
+        )
+        for observer in self.observers:
+            observer.proposed(self, view, draft)
         return padded(self._tree.states, self.width)
 
     def accept(self, logits) -> None:
@@ -298,15 +301,12 @@ class Block:
         tree = self._tree
         R = len(tree) if self.width is None else self.width
         logits = checked_logits(logits, (R, len(self.state), self.rule.vocab_size), self.rule.mask_id)[: len(tree)]
-        with self.stats.timed("book_s"):  # 4. walk
-            self.state, self.step, self.stale, taken = accept(
-                self.rule, self.core, tree, logits, self.noise, self.stats
-            )
+        self.state, self.step, self.stale, taken = accept(self.rule, self.core, tree, logits, self.noise)  # 4. walk
         self._tree = None  # only now: logits the rule refuses leave the rows pending
         self._decisions += taken
         self.passes += 1
-        if self.recorder is not None:
-            self.recorder.accepted(self, tree, logits, taken)
+        for observer in self.observers:
+            observer.walked(self, tree, logits, taken)
 
 
 def padded(states: np.ndarray, width: int | None) -> np.ndarray:
@@ -391,7 +391,7 @@ def propose(drafter: Drafter | None, view: View | None) -> Draft:
     return draft
 
 
-def accept(rule, core, tree, logits, noise: BlockNoise, stats: Stats):
+def accept(rule, core, tree, logits, noise: BlockNoise):
     """Walk the verified tree by state equality; the bonus decision at the deepest accepted state.
 
     logits: (U, B, V), one row per tree state; noise: the block's. Returns the new state, its
@@ -405,7 +405,6 @@ def accept(rule, core, tree, logits, noise: BlockNoise, stats: Stats):
 
     path, bonus = core.walk(tree, decide)
     last, taken = path[-1], [decided[r] for r in path if decided[r]]
-    stats.record(noise.block, int(tree.steps[0]), taken, len(tree))
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 

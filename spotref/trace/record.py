@@ -2,7 +2,7 @@
 
 A ``Block`` built with ``recorder=rec`` (``Speculator.block(..., recorder=rec)``, or
 ``generate(..., trace=True)``) tells it of each round after the block has taken it:
-``proposed(block, view, draft)`` at the end of ``propose`` and ``accepted(block, tree, logits,
+``proposed(block, view, draft)`` at the end of ``propose`` and ``walked(block, tree, logits,
 taken)`` at the end of ``accept``. The recorder only reads: the drafter's view after the draft
 is made (the stale order), the verified tree, and the logits of the accepted rows, which it
 decides again with the block's rule and its *own* copy of the block's noise to write down every
@@ -10,7 +10,7 @@ masked position's drawn token and confidence. So nothing it does reaches a decis
 and the pass counts are the same with and without it (tests/trace/test_trace.py).
 
 Times: a round's ``wall_s`` runs from the end of the block's previous round (or its start) to the
-call of ``accepted``, less the time spent inside the recorder; ``draft_s`` is the part before
+call of ``walked``, less the time spent inside the recorder; ``draft_s`` is the part before
 ``proposed`` (drafting the tree and building the verify batch).
 """
 
@@ -61,7 +61,7 @@ class Recorder:
         entry["record"]["rounds"].append(round_)
         entry["returned"] = time.perf_counter()
 
-    def accepted(self, block, tree, logits, taken) -> None:
+    def walked(self, block, tree, logits, taken) -> None:
         """The verified rows, the accepted path and every decision taken along it."""
         t = time.perf_counter()
         entry = self._open[id(block)]

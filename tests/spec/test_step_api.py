@@ -181,3 +181,47 @@ def test_a_width_makes_every_proposal_that_many_rows_and_the_tokens_those_of_exa
     assert blk.tokens.tolist() == exact.tokens
     with pytest.raises(ValueError, match="budget 8 exceeds the verify width 6"):
         Speculator.for_model(m, drafter="confidence", budget=8, width=6)
+
+
+class Log:
+    """An observer that writes down what a Block tells it."""
+
+    def __init__(self):
+        self.events = []
+
+    def opened(self, block):
+        self.events.append(("opened", block.index))
+
+    def proposed(self, block, view, draft):
+        self.events.append(("proposed", block.step, len(draft)))
+
+    def walked(self, block, tree, logits, taken):
+        self.events.append(("walked", len(tree), tuple(taken)))
+
+
+def test_a_block_tells_its_observers_of_each_round_and_counts_nothing_itself():
+    model = tiny_model(seed=2)
+    spec = Speculator.for_model(model, drafter="confidence", budget=6, depth=3, temperature=1.0, seed=3)
+    cache = model.prefill(torch.tensor(PROMPT[:4]))
+    stats, log = spotref.api.Stats(), Log()
+    blk = spec.block(1, np.full(4, model.mask_id), stats=stats, recorder=None)
+    blk.observers += (log,)  # a second observer, told the same rounds (opened came before it joined)
+    while not blk.done:
+        blk.accept(model.denoise(cache, torch.from_numpy(blk.propose())))
+    kinds = [e[0] for e in log.events]
+    assert kinds == ["proposed", "walked"] * blk.passes and blk.passes >= 1
+    walks = [e for e in log.events if e[0] == "walked"]
+    assert stats.draft_nodes == [rows for _, rows, _ in walks] and stats.accepted == [len(t) for *_, t in walks]
+    assert sum(stats.accepted) == len(blk.decisions) and stats.passes == 0  # the block ran no forward
+    assert stats.draft_s > 0 and stats.book_s > 0 and not hasattr(blk, "stats")
+    alone = spec.block(1, np.full(4, model.mask_id))  # no observer: the same tokens
+    while not alone.done:
+        alone.accept(model.denoise(cache, torch.from_numpy(alone.propose())))
+    assert alone.tokens.tolist() == blk.tokens.tolist()
+
+
+def test_a_decode_times_its_parts_within_its_wall_time():
+    r = spotref.generate(tiny_model(seed=2), PROMPT, 12, drafter="confidence", budget=6)
+    s = r.stats
+    assert s["model_s"] > 0 and s["draft_s"] > 0 and s["book_s"] > 0 and not any(k.startswith("_") for k in s)
+    assert s["model_s"] + s["draft_s"] + s["book_s"] <= s["wall_s"]

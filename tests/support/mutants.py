@@ -209,7 +209,7 @@ def walked(decide_at, bonus_at=None):
     d)`` (d: the target's own) and the bonus decision ``bonus_at(rule, tree, logits, noise,
     last)`` (default: the target's own at the last accepted row)."""
 
-    def accept(rule, core, tree, logits, noise, stats):
+    def accept(rule, core, tree, logits, noise):
         decided = {}
 
         def target(row):
@@ -224,7 +224,6 @@ def walked(decide_at, bonus_at=None):
         if bonus_at is not None:
             bonus = decided[last] = bonus_at(rule, tree, logits, noise, last)
         taken = [decided[r] for r in path if decided[r]]
-        stats.record(noise.block, int(tree.steps[0]), taken, len(tree))
         return decode.apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
     return (decode, "accept", accept)

@@ -83,7 +83,7 @@ def test_the_step_api_records_through_a_recorder():
     (decode,) = rec.trace(spec).decodes
     assert decode["tokens"] == blk.tokens[2:].tolist() == replay(decode)
     assert decode["blocks"][0]["fixed"] == 2 and decode["label"] == "confidence N=4"
-    with pytest.raises(TypeError, match="recorder must have the methods opened, proposed, accepted"):
+    with pytest.raises(TypeError, match="recorder must have the methods opened, proposed, walked"):
         spec.block(1, state, recorder=object())
 
 
