@@ -270,21 +270,21 @@ def check_field(name: str, value, kind: str, where: str = "config.json") -> None
         raise ValueError(f"{where}: {name} must be {KIND_NAMES[kind]}, got {value!r}")
 
 
-def check_supported(raw: dict) -> None:
-    """Reject Qwen3 options the model does not implement, rather than load them wrongly."""
-    bad = []
-    if raw.get("attention_bias"):
-        bad.append("attention_bias=true")
+def check_supported(raw: dict, model: str = "SDAR") -> None:
+    """Reject Qwen3 options the model does not implement, rather than load them wrongly (Dream's
+    model: those but attention_bias and use_sliding_window, which Dream's config has not)."""
+    sdar = model == "SDAR"
+    bad = ["attention_bias=true"] if sdar and raw.get("attention_bias") else []
     if raw.get("rope_scaling"):
         bad.append(f"rope_scaling={raw['rope_scaling']!r}")
     if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
         bad.append(f"rope_parameters={raw['rope_parameters']!r}")
-    if raw.get("use_sliding_window"):
+    if sdar and raw.get("use_sliding_window"):
         bad.append("use_sliding_window=true")
     if raw.get("hidden_act", "silu") != "silu":
         bad.append(f"hidden_act={raw['hidden_act']!r}")
     if bad:
-        raise ValueError(f"config.json uses what spotref's SDAR model does not support: {', '.join(bad)}")
+        raise ValueError(f"config.json uses what spotref's {model} model does not support: {', '.join(bad)}")
 
 
 def canonical_served(extra: dict) -> dict:
@@ -485,15 +485,7 @@ class DreamConfig(ConfigDict):
         return self.hidden_size // self.num_attention_heads
 
 
-DREAM_SIZES = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-)
+DREAM_SIZES = tuple(n for n in CONFIG_SIZES if n != "head_dim")  # SDAR's, but the head size (Dream derives it)
 
 
 def check_dream_config(c: DreamConfig) -> None:
@@ -529,15 +521,7 @@ def dream_config_fields(raw: dict) -> dict:
     if raw.get("model_type", DREAM_IDENTITY["model_type"]) != DREAM_IDENTITY["model_type"]:
         raise ValueError(f"config.json's model_type is {raw['model_type']!r}, not a Dream checkpoint ('Dream')")
     check_field_types(raw)
-    bad = []
-    if raw.get("rope_scaling"):
-        bad.append(f"rope_scaling={raw['rope_scaling']!r}")
-    if (raw.get("rope_parameters") or {}).get("rope_type", "default") != "default":
-        bad.append(f"rope_parameters={raw['rope_parameters']!r}")
-    if raw.get("hidden_act", "silu") != "silu":
-        bad.append(f"hidden_act={raw['hidden_act']!r}")
-    if bad:
-        raise ValueError(f"config.json uses what spotref's Dream model does not support: {', '.join(bad)}")
+    check_supported(raw, "Dream")
     return with_rope_theta(raw)
 
 

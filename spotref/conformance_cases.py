@@ -151,9 +151,7 @@ def cases(
     overrides the last), SDAR in its own block size, a canvas family in the block lengths of
     ``block_sizes`` whose canvases fit its positions (``families``, ``init_ranges`` and the
     near-tie aims do not apply). drafters: the drafters drawn from (names of ``DRAFTERS``)."""
-    vocab, dtypes, model = checked_knobs(vocab, dtype, model, block_sizes)
-    if isinstance(drafters, str) or not drafters or not set(drafters) <= set(DRAFTERS):
-        raise ValueError(f"drafters must be a non-empty sequence of {DRAFTERS}, got {drafters!r}")
+    vocab, dtypes, model, sizes = checked_knobs(vocab, dtype, model, block_sizes, drafters)
     st = hypothesis().strategies
 
     @st.composite
@@ -163,7 +161,6 @@ def cases(
         else:
             family = model_family(pretrained(model, dtypes[0]))
         corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
-        sizes = block_sizes if model is None else checkpoint_block_sizes(pretrained(model, dtypes[0]), block_sizes)
         drafting = [b for b in sizes if b >= 2] or list(sizes)
         B = draw(st.sampled_from(sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
         served = draw(st.sampled_from(SERVED_DTYPES))  # the toy config's torch_dtype: what precision=None reads
@@ -213,7 +210,7 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
     def kwargs(draw):
         precision = draw(st.sampled_from((*PRECISIONS, None)))
         d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
-        confidences = [c for c in RULES[family].CONFIDENCES if (c, d) != ("entropy", "float16")]
+        confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
         filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
         kw = dict(
             temperature=draw(
@@ -275,24 +272,27 @@ def pretrained(path: str, dtype: str | None):
     return from_pretrained(path, dtype=MODEL_DTYPES[dtype] if dtype else None)
 
 
-def checked_knobs(vocab, dtype, model, block_sizes) -> tuple:
+def checked_knobs(vocab, dtype, model, block_sizes, drafters=DRAFTERS) -> tuple:
     """``cases``' knobs as it uses them: (vocab (lo, hi), dtypes (a tuple of names, or (None,):
-    a checkpoint's own), model (an absolute directory, or None)); ``ValueError`` naming a bad one:
+    a checkpoint's own), model (an absolute directory, or None), the block sizes drawn from (a
+    checkpoint's: ``checkpoint_block_sizes``)); ``ValueError`` naming a bad one:
     a vocabulary outside [3, ``MAX_VOCAB``] (or given with a checkpoint, which has its own), a
-    dtype not in ``MODEL_DTYPES``, a model directory that is not a checkpoint."""
+    dtype not in ``MODEL_DTYPES``, a model directory that is not a checkpoint, drafters not of ``DRAFTERS``."""
     if vocab is not None and model is not None:
         raise ValueError("vocab: a checkpoint (model) has its own vocabulary; give one or the other")
     lo, hi = vocab_range(VOCAB if vocab is None else vocab)
     names = [dtype] if dtype is None or isinstance(dtype, str) else list(dtype)
     if not names or not all(n is None or n in MODEL_DTYPES for n in names) or (None in names and len(names) > 1):
         raise ValueError(f"dtype must be one of {tuple(MODEL_DTYPES)} or a sequence of them, got {dtype!r}")
-    if model is None:
-        return (lo, hi), tuple(n or "float32" for n in names), None
-    if not isinstance(model, (str, os.PathLike)) or not Path(model).is_dir():
-        raise ValueError(f"model must be a checkpoint directory, got {model!r}")
-    path = str(Path(model).resolve())
-    checkpoint_block_sizes(pretrained(path, names[0]), block_sizes)  # it loads, and some block length fits
-    return (lo, hi), tuple(names), path
+    path, sizes = None, block_sizes
+    if model is not None:
+        if not isinstance(model, (str, os.PathLike)) or not Path(model).is_dir():
+            raise ValueError(f"model must be a checkpoint directory, got {model!r}")
+        path = str(Path(model).resolve())
+        sizes = checkpoint_block_sizes(pretrained(path, names[0]), block_sizes)  # it loads, and some length fits
+    if isinstance(drafters, str) or not drafters or not set(drafters) <= set(DRAFTERS):
+        raise ValueError(f"drafters must be a non-empty sequence of {DRAFTERS}, got {drafters!r}")
+    return (lo, hi), tuple(n or "float32" for n in names) if model is None else tuple(names), path, sizes
 
 
 def vocab_range(vocab) -> tuple:
@@ -578,33 +578,20 @@ def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads
             mask_token_id=mask_id,
             init_std=init,
         )
-    if family == "dream":
-        return DreamConfig(
-            vocab_size=V,
-            hidden_size=hidden,
-            intermediate_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            max_position_embeddings=4 * B + 8,
-            tie_word_embeddings=tied,
-            initializer_range=init,
-            mask_token_id=mask_id,
-            pad_token_id=None,  # no eos / bos either: a tiny vocabulary holds none of Dream's ids
-        )
-    return SDARConfig(
+    qwen = dict(  # the fields SDAR's and Dream's configs share, Qwen's names
         vocab_size=V,
         hidden_size=hidden,
         intermediate_size=32,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv,
-        head_dim=8,
-        mask_token_id=mask_id,
-        block_size=B,
         tie_word_embeddings=tied,
         initializer_range=init,
+        mask_token_id=mask_id,
     )
+    if family == "dream":  # no pad, eos or bos id: a tiny vocabulary holds none of Dream's
+        return DreamConfig(**qwen, max_position_embeddings=4 * B + 8, pad_token_id=None)
+    return SDARConfig(**qwen, head_dim=8, block_size=B)
 
 
 # --- a case as JSON (the replay file) ---------------------------------------------------------

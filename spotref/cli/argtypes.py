@@ -20,11 +20,12 @@ SEED_MAX = 2**64 - 1  # the noise generator's key is 64 bits (spotref.spec.noise
 MAX_THREADS = 1024  # --threads: more than any machine's cores; torch crashed at 100000
 
 
-def _int(text: str) -> int:
+def _parsed(kind, text: str, what: str):
+    """``kind(text)`` (int or float); argparse's error saying the text is not ``what``."""
     try:
-        return int(text)
+        return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
 
 
 def _checked(check, *args):
@@ -53,7 +54,7 @@ def int_range(lo: int | None = None, hi: int | None = None, what: str = "an inte
     """A validator for integers in [lo, hi] (either bound may be None)."""
 
     def parse(text: str) -> int:
-        return _checked(check_int, _int(text), lo, hi)
+        return _checked(check_int, _parsed(int, text, "an integer"), lo, hi)
 
     parse.__name__ = what
     return parse
@@ -64,25 +65,18 @@ nonneg_int = int_range(0)
 seed_int = int_range(0, SEED_MAX, "a seed (an integer)")
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-
-
 def real_range(lo: float | None = None, hi: float | None = None, open_lo: bool = False, open_hi: bool = False):
     """A validator for finite floats in [lo, hi] (open on a side with ``open_lo`` / ``open_hi``)."""
 
     def parse(text: str) -> float:
-        return _checked(check_real, _float(text), lo, hi, open_lo, open_hi)
+        return _checked(check_real, _parsed(float, text, "a number"), lo, hi, open_lo, open_hi)
 
     parse.__name__ = "number"
     return parse
 
 
 def _temperature(text: str) -> float:
-    return check_temperature(_float(text), name="")
+    return check_temperature(_parsed(float, text, "a number"), name="")
 
 
 # A validator for a temperature T: 0 or in [1e-6, 3.4e38], the API's check (``check_temperature``);

@@ -207,23 +207,14 @@ def run(args) -> int:
         raise ValueError("--vocab: a checkpoint (--model) has its own vocabulary; give one or the other")
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
+    knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "vocab", "dtype", "model")}
     while seen["cases"] < args.max_examples:
         if chunk and args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
             print(f"conform: time is up ({args.minutes:g} min)")
             break
         n = min(CHUNK, args.max_examples - seen["cases"])
         try:
-            got = run_conformance(
-                fn,
-                max_examples=n,
-                seed=seed + chunk,
-                efficiency=args.efficiency,
-                batch_invariance=args.batch_invariance,
-                replay_file=args.write_replay,
-                vocab=args.vocab,
-                dtype=args.dtype,
-                model=args.model,
-            )
+            got = run_conformance(fn, max_examples=n, seed=seed + chunk, replay_file=args.write_replay, **knobs)
         except (AssertionError, DecoderRaised, ResultTypeError) as e:  # a difference, a raise, a wrong result
             print(f"conform: FAILED (seed {seed + chunk}): {e}")
             if getattr(e, "replay_file", None):

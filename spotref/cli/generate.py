@@ -40,11 +40,7 @@ from spotref.cli.options import Options
 from spotref.configs import CONFIGS, with_rope_theta
 from spotref.files import check_writable
 from spotref.load.targets import FAMILIES as TARGET_FAMILIES
-from spotref.load.targets import (
-    Shape,
-    load_target,
-    target_shape,
-)
+from spotref.load.targets import Shape, load_target, target_shape
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.names import DRAFTERS, resolve_drafter
 from spotref.spec.decode import CANVAS_FAMILIES, family
@@ -189,9 +185,7 @@ def add_prompt_args(p) -> None:
         "takes it only with --chat",
     )
     fmt.add_argument(
-        "--raw",
-        action="store_true",
-        help="send --prompt as it is, without a chat-trained target's chat format",
+        "--raw", action="store_true", help="send --prompt as it is, without a chat-trained target's chat format"
     )
     p.add_argument("--system", default=None, help="system message (in the chat format: not with --raw)")
     p.add_argument("--no-think", action="store_true", help="an empty <think> block (in the chat format)")

@@ -44,6 +44,10 @@ class Options:
             )
         return cls(**{k: values[k] for k in cls.names()}, argv=tuple(values.get("argv", ())))
 
+    def into(self, cls):
+        """A ``cls`` (a dataclass) whose every field is the option of the same name."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+
     @classmethod
     def parse(cls, add_arguments, argv: list[str]):
         """The options of a command line, parsed by a parser that ``add_arguments`` builds."""

@@ -185,16 +185,7 @@ def cycle(names: list, turns: tuple | None) -> list:
 
 def trajectory_spec(options: DrafterOptions) -> TrajectorySpec:
     """What the trainer records (``prompts.recorded``): its prompts, sizes and cache."""
-    o = options
-    return TrajectorySpec(
-        data_dir=o.data_dir,
-        prompts=o.prompts,
-        test_prompts=o.test_prompts,
-        set_prompts=o.set_prompts,
-        prompt_tokens=o.prompt_tokens,
-        new_tokens=o.new_tokens,
-        seeds=o.seeds,
-    )
+    return options.into(TrajectorySpec)
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -375,14 +366,6 @@ class NodeLog:
         return {T: calibration_table(probs, hits) for T, (probs, hits) in self.nodes.items()}
 
 
-def node_calibration(spot, test_sets: dict, N: int = 64) -> dict:
-    """{T: calibration_table}: how often the SPOT drafter's nodes of each path probability were
-    reached, over the rounds ``curves`` simulates at N along the held-out trajectories."""
-    log = NodeLog(spot, N)
-    curves({"spot": log}, test_sets, budgets=(N,))
-    return log.tables()
-
-
 def shipped_curves(spot, cal, test_sets: dict) -> tuple:
     """(the curves a checkpoint stores: its SPOT drafter's, per level and per round, and its
     calibrated graph's; the SPOT drafter's node calibration, from the same simulated rounds)."""
@@ -458,7 +441,7 @@ def train_and_save(target, options: DrafterOptions, t0: float) -> int:
         f"trajectories: train {sum(map(len, train_sets.values()))} states, "
         f"held-out {sum(map(len, test_sets.values()))} states ({time.time() - t0:.0f} s)"
     )
-    model = initial_model(target, o)
+    model = initial_model(target.model.block_size, o)
     print(f"order model: {order.n_params(model):,} parameters (the paper's: 0.62M)")
     train(model, tj.Trajectories.concat(list(train_sets.values())), o)
     acc, base, train_acc = report_accuracy(model, train_sets, test_sets)
@@ -494,9 +477,9 @@ def train_and_save(target, options: DrafterOptions, t0: float) -> int:
     return 0
 
 
-def initial_model(target, options: DrafterOptions) -> order.OrderModel:
+def initial_model(block_size: int, options: DrafterOptions) -> order.OrderModel:
     """The order model to train, without a set head (it comes after): fresh, or --init's weights."""
-    model = order.OrderModel(target.model.block_size, set_hidden=None)
+    model = order.OrderModel(block_size, set_hidden=None)
     if options.init:  # block-relative features; new ones start unused
         model.load_state_dict(order.widened(order.without_set_head(load_order_model(options.init)[0])).state_dict())
     return model
@@ -630,9 +613,7 @@ def train_universal(options: DrafterOptions, t0: float) -> int:
     order_of_turns = cycle(trained, o.turns)
     data = universal_data(o)
     parts = [tj.Trajectories.concat(list(tr.values())) for tr, _ in data.values() if tr is not None]
-    model = order.OrderModel(parts[0].block_size, set_hidden=None)
-    if o.init:
-        model.load_state_dict(order.widened(order.without_set_head(load_order_model(o.init)[0])).state_dict())
+    model = initial_model(parts[0].block_size, o)
     print(f"trajectories: train {', '.join(f'{len(p)}' for p in parts)} states ({time.time() - t0:.0f} s)")
     train(model, [parts[i] for i in order_of_turns], o)
     per_target = per_target_accuracy(model, data)
