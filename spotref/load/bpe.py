@@ -5,8 +5,9 @@ and two special tokens: ``EOS`` (ends a document; a stop id) and ``MASK`` (the d
 never produced by ``encode``).
 
 * ``ByteTokenizer``: ids 0..255 are the UTF-8 bytes, 256 is EOS, 257 is MASK.
-* ``BPETokenizer``: a byte-level BPE trained with the ``tokenizers`` library (GPT-2 style
-  pre-tokenizer, so runs of indentation become single tokens); ids 0 and 1 are EOS and MASK.
+* ``BPETokenizer``: a byte-level BPE of the ``tokenizers`` library (GPT-2 style pre-tokenizer,
+  so runs of indentation become single tokens; the workbench trains it: ``train_loop.train_bpe``);
+  ids 0 and 1 are EOS and MASK.
   With ``split_digits`` every digit is its own pre-token, so numbers are written digit by
   digit (``1234`` -> ``1 2 3 4``): a small model can then learn arithmetic digit-wise, where the
   default merges digit runs into arbitrary chunks.
@@ -109,28 +110,6 @@ class BPETokenizer:
         self.tok = tok
         self.vocab_size = tok.get_vocab_size()
         assert tok.token_to_id(EOS_TEXT) == 0 and tok.token_to_id(MASK_TEXT) == 1, "EOS/MASK ids"
-
-    @classmethod
-    def train(cls, texts, vocab_size: int, split_digits: bool = False) -> "BPETokenizer":
-        """Train on an iterable of str (deterministic for a given input); ``split_digits``:
-        every digit its own token."""
-        tk = _tokenizers()
-        tok = tk.Tokenizer(tk.models.BPE())
-        byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.pre_tokenizer = (
-            tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
-            if split_digits
-            else byte_level
-        )
-        tok.decoder = tk.decoders.ByteLevel()
-        trainer = tk.trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=[EOS_TEXT, MASK_TEXT],
-            show_progress=False,
-            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-        )
-        tok.train_from_iterator(texts, trainer)
-        return cls(tok)
 
     @classmethod
     def from_json(cls, text: str) -> "BPETokenizer":

@@ -18,7 +18,7 @@ from workbench.bench.corpus import build_corpus, is_heldout, whitespace_share
 from workbench.train.train_curriculum import fresh_problem, row_level
 from workbench.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
 from workbench.train.train_export import export_run, read_checkpoint
-from workbench.train.train_loop import snapshot_due, train
+from workbench.train.train_loop import snapshot_due, train, train_bpe
 from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks
 from workbench.train.train_options import TrainOptions, add_arguments, parse_curriculum
 
@@ -490,8 +490,8 @@ def test_aligned_batches_start_at_block_boundaries():
 
 def test_split_digits_writes_numbers_digit_by_digit():
     texts = ["Mia has 1234 apples and 56 pears, 1234 + 56 = 1290."] * 50
-    tok = BPETokenizer.train(texts, 300, split_digits=True)
-    assert tok.split_digits and not BPETokenizer.train(texts, 300).split_digits
+    tok = train_bpe(texts, 300, split_digits=True)
+    assert tok.split_digits and not train_bpe(texts, 300).split_digits
     ids = tok.encode("x 90817 = 42")
     digits = [tok.decode([i]) for i in ids if tok.decode([i]).strip().isdigit()]
     assert digits == list("9081742")

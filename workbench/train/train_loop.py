@@ -24,7 +24,7 @@ import torch
 
 from spotref.configs import SDARConfig
 from spotref.files import atomic_save, atomic_write_text
-from spotref.load.bpe import BPETokenizer, ByteTokenizer, tokenizer_from_json
+from spotref.load.bpe import EOS_TEXT, MASK_TEXT, BPETokenizer, ByteTokenizer, _tokenizers, tokenizer_from_json
 from spotref.spec.sdar import SDARModel
 from workbench.train.canvas_start import FOLD_DOCUMENTS
 from workbench.train.train_canvas import canvas_heldout_loss, canvas_model, canvas_step_loss
@@ -183,13 +183,35 @@ def make_tokenizer(spec: str, train_texts, run_dir: Path, split_digits: bool = F
     if spec == "bytes":
         tok = ByteTokenizer()
     elif is_bpe:
-        tok = BPETokenizer.train(train_texts, int(spec[3:]), split_digits)
+        tok = train_bpe(train_texts, int(spec[3:]), split_digits)
     elif Path(spec).is_file():
         tok = tokenizer_from_json(Path(spec).read_text())
     else:
         raise ValueError(f"--tokenizer must be 'bytes', 'bpeN' or a tokenizer JSON file, got {spec!r}")
     atomic_write_text(saved, tok.to_json())
     return tok
+
+
+def train_bpe(texts, vocab_size: int, split_digits: bool = False) -> BPETokenizer:
+    """A ``BPETokenizer`` trained on an iterable of str (deterministic for a given input);
+    ``split_digits``: every digit its own token."""
+    tk = _tokenizers()
+    tok = tk.Tokenizer(tk.models.BPE())
+    byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (
+        tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TEXT, MASK_TEXT],
+        show_progress=False,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return BPETokenizer(tok)
 
 
 def make_config(options: TrainOptions, tok) -> SDARConfig:
