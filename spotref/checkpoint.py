@@ -82,12 +82,9 @@ def read_sdar(root: Path, raw: dict, dtype=None, device=None, block_size=None, m
 
 def read_llada(root: Path, raw: dict, dtype=None, device=None):
     """The LLaDAModel of ``root`` (config.json + model.safetensors, or the shards of
-    model.safetensors.index.json). dtype: default the config's torch_dtype, else float32."""
-    cfg = make_config(LLaDAConfig, llada_config_fields(raw))
-    dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
-    files = weight_files(root)  # {name: shard path}
-    model = build_on_meta(LLaDAModel, cfg)
-    return assign_weights(model, files, stored_shapes(files), root, dtype, device).eval()
+    model.safetensors.index.json). dtype: default the config's torch_dtype, else float32. Its
+    tying is its config's ``weight_tying``, not read from the files."""
+    return load_checkpoint(LLaDAModel, LLaDAConfig, root, raw, llada_config_fields(raw), dtype, device, tie=False)
 
 
 def read_dream(root: Path, raw: dict, dtype=None, device=None):
@@ -96,16 +93,18 @@ def read_dream(root: Path, raw: dict, dtype=None, device=None):
     return load_checkpoint(DreamModel, DreamConfig, root, raw, dream_config_fields(raw), dtype, device)
 
 
-def load_checkpoint(cls, config_class, root: Path, raw: dict, fields: dict, dtype=None, device=None):
+def load_checkpoint(cls, config_class, root: Path, raw: dict, fields: dict, dtype=None, device=None, tie=True):
     """``cls`` built from the checked config ``fields`` of ``raw`` (config.json) with the weights of
-    ``root``. Any model with ``model.embed_tokens`` and ``lm_head`` (SDAR, Dream) loads this way."""
+    ``root``. ``tie``: a model with ``model.embed_tokens`` and ``lm_head`` (SDAR, Dream), tied
+    when the files hold no ``lm_head.weight``."""
     cfg = make_config(config_class, fields)
     dtype, device = resolve_dtype(dtype, raw), resolve_device(device)
     files = weight_files(root)  # {name: shard path}
     shapes = stored_shapes(files)  # {name: (shape, stored dtype)}
-    cfg.tie_word_embeddings = "lm_head.weight" not in shapes
+    if tie:
+        cfg.tie_word_embeddings = "lm_head.weight" not in shapes
     model = assign_weights(build_on_meta(cls, cfg), files, shapes, root, dtype, device)
-    if cfg.tie_word_embeddings:
+    if tie and cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
 
@@ -147,19 +146,8 @@ def from_pretrained(path, dtype=None, device=None, model_type=None, **options):
 class _SkipInit(TorchFunctionMode):
     """Random init is a no-op on meta tensors, but its meta kernels import torch._dynamo (seconds)."""
 
-    INIT = {
-        "normal_",
-        "uniform_",
-        "kaiming_uniform_",
-        "kaiming_normal_",
-        "trunc_normal_",
-        "xavier_uniform_",
-        "xavier_normal_",
-        "fill_",
-        "zero_",
-        "ones_",
-        "zeros_",
-    }
+    INIT = {"normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "xavier_uniform_"}
+    INIT |= {"xavier_normal_", "fill_", "zero_", "ones_", "zeros_"}  # torch.nn.init's in-place functions
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if getattr(func, "__name__", "") in self.INIT:
