@@ -94,7 +94,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps",
         type=positive_int,
-        default=None,
         help=f"fit steps (default {STEPS['light']}, milliseconds each; with --full {STEPS['full']}, 0.1 s each)",
     )
     p.add_argument("--seed", type=seed_int, default=0, help="the recording's noise seed and the fit's sampling seed")

@@ -75,7 +75,6 @@ def add_generate(p) -> None:
     add_model_args(p, max_new_tokens=128, drafters="none (exact decoding), " + DRAFTER_NAMES)
     p.add_argument(
         "--trace",
-        default=None,
         metavar="FILE",
         help="write the decode's trace (every round, docs/spec.md section 8) to FILE; spotref show FILE draws it",
     )
@@ -107,10 +106,7 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
         help=f"tokens to generate (default {max_new_tokens})",
     )
     p.add_argument(
-        "--block-length",
-        type=positive_int,
-        default=None,
-        help="block size B (default: the config's; LLaDA and Dream: 32)",
+        "--block-length", type=positive_int, help="block size B (default: the config's; LLaDA and Dream: 32)"
     )
     p.add_argument("--mask-id", type=nonneg_int, default=None, help="MASK token id (default: the config's)")
     add_rule_args(p)
@@ -124,13 +120,11 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     p.add_argument(
         "--width",
         type=int,
-        default=None,
         help="run every pass as one forward of this many rows, padded (>= --budget; default: each row alone)",
     )
     p.add_argument(
         "--precision",
         choices=("auto", "float64", "float32", "bfloat16", "float16"),
-        default=None,
         help="the dtype the rule decides in (default: the model's serving precision: its config's "
         "decision_precision, else torch_dtype (or dtype), when that names a float type above; "
         "else the logits' dtype)",
@@ -157,7 +151,6 @@ def add_rule_args(p) -> None:
     p.add_argument(
         "--confidence",
         choices=CONFIDENCES,
-        default=None,
         help="the family's confidence (default: its own): SDAR: filtered (the sampled token's probability "
         "under the top-k/top-p filtered distribution, SDAR's generate.py) or unfiltered (under softmax(L / T), "
         "lmdeploy, SGLang); LLaDA: low_confidence; Dream: maskgit_plus, topk_margin or entropy",
@@ -165,7 +158,6 @@ def add_rule_args(p) -> None:
     p.add_argument(
         "--threshold",
         type=real_range(0.0, 1.0, open_lo=True, open_hi=True),
-        default=None,
         help="threshold rule tau in (0, 1) (default: one position)",
     )
     p.add_argument("--seed", type=seed_int, default=0, help="noise seed, in [0, 2**64 - 1]")

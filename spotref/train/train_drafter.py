@@ -78,7 +78,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache")
     p.add_argument(
         "--out",
-        default=None,
         help="checkpoint path (default: runs/drafter-TIME/TARGET.pt; with --curves-only "
         "the checkpoint to re-measure, default the shipped one, which then needs "
         "--update-shipped)",
@@ -120,20 +119,17 @@ def add_universal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--targets",
         type=target_list,
-        default=None,
         help="train one drafter on the trajectories of several targets, NAME[:PROMPTS],... "
         "(PROMPTS: that target's training prompts, default --prompts); batches alternate between them",
     )
     p.add_argument(
         "--held-out",
         type=target_list,
-        default=None,
         help="with --targets: targets it does not train on, measured on their held-out prompts",
     )
     p.add_argument(
         "--turns",
         type=turn_list,
-        default=None,
         help="with --targets: batches per cycle of some targets, NAME=K,... (default 1 each); a cycle "
         "draws from every target in --targets order, then again from those with K >= 2, and so on",
     )
