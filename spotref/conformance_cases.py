@@ -210,7 +210,7 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
     def kwargs(draw):
         precision = draw(st.sampled_from((*PRECISIONS, None)))
         d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
-        confidences = [c for c in RULES[family].CONFIDENCES if (c, d) != ("entropy", "float16")]
+        confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
         filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
         kw = dict(
             temperature=draw(

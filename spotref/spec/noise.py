@@ -96,7 +96,7 @@ class BlockNoise:
 
     ``form`` says what a step's noise is, as a function of the step's uniforms ``u`` (B, V)
     float64, evaluated on the CPU as g is: ``gumbel_of`` (g_k, the default), or another formula
-    of u, such as LLaDA's divisor ``(-log u) ** T`` (``spotref.spec.rules.LLaDARule``)."""
+    of u, such as LLaDA's divisor ``(-log u) ** T`` (``spotref.spec.rules.divisor``)."""
 
     def __init__(self, seed: int, block: int, block_size: int, vocab_size: int, form=gumbel_of):
         self.seed, self.block, self.shape, self.form = seed, block, (block_size, vocab_size), form

@@ -29,11 +29,12 @@ whoever decides owns and passes in. Every other place that samples a coupled tok
 runner-up or a confidence (the view, the drafters, the recorders) calls ``scores``, ``sample``,
 ``runner_up`` and ``confidences`` here.
 
-Families (docs/spec.md sections 2.2, 2.3): the formula above is SDAR's (``DecisionRule``, family
-"sdar"); ``for_family`` gives each family's rule. ``LLaDARule`` (LLaDA's generate.py) and
-``DreamRule`` (Dream's ``sample_tokens``) are subclasses that change the token's formula, the
-confidence and the filters and keep the rest (MASK at -inf, the one-position and threshold
-rules, the ties), so the ``Block``, the drafters and the recorders use any family's rule unchanged.
+Families (docs/spec.md sections 2.2, 2.3): the formula above is SDAR's. LLaDA's generate.py and
+Dream's ``sample_tokens`` draw, filter and measure confidence their own ways; each family's ways
+are one ``Family`` of ``FAMILIES`` (its filter, its scores, its confidence, its noise), and
+``DecisionRule.drawn`` is written once over them. The rest (D, MASK at -inf, the one-position and
+threshold rules, the ties) is shared, so the ``Block``, the drafters and the recorders take any
+family's rule unchanged.
 
 All maths runs on the logits' device. A decision is a tuple of ``(position, token)`` pairs
 sorted by position: the form of ``Draft.commits`` and of the state-equality check.
@@ -43,15 +44,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import ClassVar
+from typing import Callable
 
 import numpy as np
 import torch
 
-from spotref.spec.noise import BlockNoise
+from spotref.spec.noise import BlockNoise, gumbel_of
 
 Commits = tuple  # tuple[tuple[int, int], ...], sorted by position
-CONFIDENCES = ("filtered", "unfiltered")
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISIONS = ("auto", *DTYPES)  # "auto": the logits' dtype
 SERVED = ("decision_precision", "torch_dtype", "dtype")  # config keys naming the serving precision, first found
@@ -72,7 +72,7 @@ def precision_name(value) -> str | None:
 
 @dataclass
 class DecisionRule:
-    """Decision parameters of one generation."""
+    """Decision parameters of one generation; ``family`` names whose formula decides (``FAMILIES``)."""
 
     mask_id: int
     vocab_size: int
@@ -82,16 +82,52 @@ class DecisionRule:
     top_k: int | None = None
     top_p: float | None = None
     threshold: float | None = None
-    confidence: str = "filtered"  # or "unfiltered": see the module docstring
+    confidence: str | None = None  # the family's confidence measure; None: its default (the first)
     precision: str = "auto"  # the dtype decisions are taken in: see the module docstring
-
-    CONFIDENCES: ClassVar[tuple] = CONFIDENCES  # the family's confidence measures
+    family: str = "sdar"  # "sdar", "llada" or "dream": see the module docstring
 
     def __post_init__(self):
-        if self.confidence not in self.CONFIDENCES:
-            raise ValueError(f"confidence must be one of {self.CONFIDENCES}, got {self.confidence!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {self.family!r}")
+        measures = FAMILIES[self.family].confidences
+        self.confidence = measures[0] if self.confidence is None else self.confidence
+        if self.confidence not in measures:
+            raise ValueError(f"confidence must be one of {measures}, got {self.confidence!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        FAMILIES[self.family].check(self)
+
+    # --- the decision ---------------------------------------------------------------------
+
+    def decide(self, logits: torch.Tensor, state: np.ndarray, noise: BlockNoise, step: int) -> Commits:
+        """logits: (B, V) at ``state`` (B,), MASK where uncommitted, at ``step`` of the block whose
+        noise is ``noise`` -> the decision's commits."""
+        masked = np.flatnonzero(state == self.mask_id)
+        if len(masked) == 0:
+            return ()
+        rows = logits[torch.as_tensor(masked, device=logits.device)]  # (M, V)
+        x, c = self.drawn(rows, masked, noise, step)  # (M,), (M,)
+        x, chosen = x.tolist(), self.chosen(c).tolist()
+        return tuple((int(masked[i]), x[i]) for i in chosen)
+
+    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
+        """(tokens, their confidences) (M,), (M,) of rows ``logits: (M, V)`` at block ``positions``:
+        one filter and one softmax of the rows, then the family's draw and confidence."""
+        family = FAMILIES[self.family]
+        z = self.filtered(logits)  # (M, V) in D
+        p = torch.softmax(z, -1)  # (M, V) in D
+        x = self.sample(family.score(self, z, p), positions, noise, step)
+        return x, family.measure(self, logits, p, x)
+
+    def chosen(self, c: torch.Tensor) -> torch.Tensor:
+        """c (M,) float64, the confidences of the masked positions in ascending order -> the
+        indices into them committed (step 4 of docs/spec.md section 2): every ``c > tau`` under
+        the threshold rule, else the first maximum (the lowest position)."""
+        if self.threshold is not None and bool((c > self.threshold).any()):  # exact comparison
+            return torch.nonzero(c > self.threshold)[:, 0]
+        return c.argmax()[None]  # first maximum: the lowest position
+
+    # --- its parts, shared by the families ------------------------------------------------
 
     def dtype(self, logits: torch.Tensor) -> torch.dtype:
         """D: the dtype the rule decides ``logits`` in (``precision``, or the logits' own)."""
@@ -105,8 +141,10 @@ class DecisionRule:
         return logits.dtype
 
     def block_noise(self, block: int) -> BlockNoise:
-        """A fresh cache of the noise g_k of ``block`` under this rule's seed."""
-        return BlockNoise(self.seed, block, self.block_size, self.vocab_size)
+        """A fresh cache of the noise g_k of ``block`` under this rule's seed (LLaDA: its divisor)."""
+        form = FAMILIES[self.family].noise
+        form = gumbel_of if form is None else partial(form, temperature=self.temperature)
+        return BlockNoise(self.seed, block, self.block_size, self.vocab_size, form)
 
     def rounded(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> L in D (a copy), with MASK at -inf."""
@@ -115,81 +153,57 @@ class DecisionRule:
         return z
 
     def scaled(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> L / T (L at T = 0) in D, with MASK at -inf."""
+        """logits: (M, V) -> L / T (L at T = 0, and for LLaDA, whose T enters the draw only) in
+        D, with MASK at -inf."""
         z = self.rounded(logits)
-        z = z / self.temperature if self.temperature > 0 else z
-        return refuse_overflow(z, logits, "logits / T", self.temperature)
+        if not FAMILIES[self.family].divides:
+            return refuse_overflow(z, logits, "logits", self.temperature)
+        return refuse_overflow(
+            z / self.temperature if self.temperature > 0 else z, logits, "logits / T", self.temperature
+        )
 
     def filtered(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> z (M, V) in D: ``scaled`` with top-k / top-p applied."""
-        return filter_top_k_top_p(self.scaled(logits), self.top_k, self.top_p)
+        """logits: (M, V) -> z (M, V) in D: ``scaled`` with the family's top-k / top-p applied."""
+        return FAMILIES[self.family].filter(self.scaled(logits), self.top_k, self.top_p)
+
+    # --- the same numbers, for the drafters and the recorders -----------------------------
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> (M, V) float64, what the step's noise is added to for the draw:
-        ``scored`` of the filtered probabilities ``p = softmax(z)`` in D."""
-        return self.scored(torch.softmax(self.filtered(logits), -1))
+        """logits: (M, V) -> (M, V) float64, what the step's noise perturbs in the draw."""
+        z = self.filtered(logits)
+        return FAMILIES[self.family].score(self, z, torch.softmax(z, -1))
 
-    def scored(self, p: torch.Tensor) -> torch.Tensor:
-        """p: (M, V) in D -> (M, V) float64: ``log p`` (``p`` itself at T = 0, drawn without noise)."""
-        return p.double().log() if self.temperature > 0 else p.double()
+    def perturbed(self, y: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
+        """Scores y (M, V) perturbed by the step's noise at ``positions`` (a copy of y at T = 0,
+        where ``noise`` is not read): ``y + g`` (LLaDA: ``y / d``)."""
+        if self.temperature == 0:
+            return y.clone()
+        g = noise(step, y.device)[torch.as_tensor(positions, device=y.device)]
+        return y / g if FAMILIES[self.family].noise else y + g
 
-    def sample(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
-        """Tokens (M,) of scores ``z: (M, V)`` at block ``positions`` under step's noise."""
-        return self.perturbed(z, positions, noise, step).argmax(-1)
+    def sample(self, y: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
+        """Tokens (M,) of scores ``y: (M, V)`` at block ``positions`` under step's noise."""
+        return self.perturbed(y, positions, noise, step).argmax(-1)
 
-    def runner_up(self, z: torch.Tensor, positions, noise: BlockNoise, step: int):
-        """(tokens, runner-up tokens) (M,): the best and second best of z + g_k."""
-        y = self.perturbed(z, positions, noise, step)
+    def runner_up(self, y: torch.Tensor, positions, noise: BlockNoise, step: int):
+        """(tokens, runner-up tokens) (M,): the best and second best of the perturbed scores."""
+        y = self.perturbed(y, positions, noise, step)
         x = y.argmax(-1)
         y[torch.arange(len(x), device=y.device), x] = -torch.inf
         return x, y.argmax(-1)
-
-    def perturbed(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
-        """z + g_k at ``positions`` (a copy of z at T = 0, where ``noise`` is not read)."""
-        if self.temperature == 0:
-            return z.clone()
-        return z + noise(step, z.device)[torch.as_tensor(positions, device=z.device)]
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """(M, V) in D: the distribution confidences are taken from (filtered or not)."""
-        z = self.filtered(logits) if self.confidence == "filtered" else self.scaled(logits)
-        return torch.softmax(z, -1)
-
-    def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """c (M,) float64: the probability of tokens ``x`` (M,) under ``probs(logits)``, a D number."""
-        return self.probs(logits).gather(1, x[:, None])[:, 0].double()
 
     def tokens(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
         """Sampled tokens (M,) of rows ``logits: (M, V)`` at block ``positions`` under step's noise."""
         return self.sample(self.scores(logits), positions, noise, step)
 
-    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
-        """(``tokens``, their ``confidences``) (M,), (M,): the same numbers from one filter and
-        one softmax of the rows (``decide``'s path; the vocabulary of SDAR-8B makes them count)."""
-        p = torch.softmax(self.filtered(logits), -1)  # (M, V) in D
-        x = self.sample(self.scored(p), positions, noise, step)
-        unfiltered = self.confidence == "unfiltered" and (self.top_k, self.top_p) != (None, None)
-        q = torch.softmax(self.scaled(logits), -1) if unfiltered else p
-        return x, q.gather(1, x[:, None])[:, 0].double()
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(M, V) in D: the distribution confidences are read from (unfiltered: softmax(L / T))."""
+        z = self.scaled(logits) if self.confidence == "unfiltered" else self.filtered(logits)
+        return torch.softmax(z, -1)
 
-    def decide(self, logits: torch.Tensor, state: np.ndarray, noise: BlockNoise, step: int) -> Commits:
-        """logits: (B, V) at ``state`` (B,), MASK where uncommitted, at ``step`` of the block whose
-        noise is ``noise`` -> the decision's commits."""
-        masked = np.flatnonzero(state == self.mask_id)
-        if len(masked) == 0:
-            return ()
-        rows = logits[torch.as_tensor(masked, device=logits.device)]  # (M, V)
-        x, c = self.drawn(rows, masked, noise, step)  # (M,), (M,)
-        x, chosen = x.tolist(), self.chosen(c).tolist()
-        return tuple((int(masked[i]), x[i]) for i in chosen)
-
-    def chosen(self, c: torch.Tensor) -> torch.Tensor:
-        """c (M,) float64, the confidences of the masked positions in ascending order -> the
-        indices into them committed (step 4 of docs/spec.md section 2): every ``c > tau`` under
-        the threshold rule, else the first maximum (the lowest position)."""
-        if self.threshold is not None and bool((c > self.threshold).any()):  # exact comparison
-            return torch.nonzero(c > self.threshold)[:, 0]
-        return c.argmax()[None]  # first maximum: the lowest position
+    def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """c (M,) float64: the family's confidence of tokens ``x`` (M,) at rows ``logits``."""
+        return FAMILIES[self.family].measure(self, logits, torch.softmax(self.filtered(logits), -1), x)
 
 
 def filter_top_k_top_p(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
@@ -223,74 +237,6 @@ def refuse_overflow(
     return z
 
 
-@dataclass
-class LLaDARule(DecisionRule):
-    """LLaDA's decision (its generate.py, ``remasking="low_confidence"``), with spotref's noise.
-
-    With ``L`` the logits in D, MASK at -inf, and ``u`` the step's uniforms
-    (``spotref.spec.noise.uniform``): the token ``argmax_v exp(L[v]) / (-log u[v]) ** T`` over float64
-    (``argmax_v L[v]`` at T = 0); its confidence ``softmax(L)[x]`` in D, of the raw logits (T
-    enters the draw only). The divisor ``(-log u) ** T`` is the block's noise (``block_noise``),
-    computed on the CPU as g is. No top-k / top-p (generate.py has none)."""
-
-    confidence: str = "low_confidence"  # the only one: generate.py's "random" is not a decision
-    CONFIDENCES: ClassVar[tuple] = ("low_confidence",)
-
-    MAX_TEMPERATURE: ClassVar[float] = 20.0  # the divisor (-log u) ** T stays above 0 in float64
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.top_k is not None or self.top_p is not None:
-            raise ValueError(
-                f"LLaDA's rule draws from the whole vocabulary: top_k and top_p must be None, "
-                f"got top_k={self.top_k!r}, top_p={self.top_p!r}"
-            )
-        if self.temperature > self.MAX_TEMPERATURE:
-            raise ValueError(
-                f"temperature {self.temperature!r} is above {self.MAX_TEMPERATURE:g}, the most LLaDA's draw takes: "
-                f"its divisor (-log u) ** T underflows float64 to 0 above it (u within 2**-52 of 1), and "
-                f"exp(L) / 0 is inf for a token and NaN for MASK"
-            )
-
-    def block_noise(self, block: int) -> BlockNoise:
-        """A fresh cache of the divisors ``(-log u) ** T`` of ``block``, per step."""
-        return BlockNoise(
-            self.seed, block, self.block_size, self.vocab_size, partial(divisor, temperature=self.temperature)
-        )
-
-    def scaled(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> L in D with MASK at -inf: the raw logits, not divided by T."""
-        return refuse_overflow(self.rounded(logits), logits, "logits", self.temperature)
-
-    def scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> (M, V) float64, what the step's divisor divides: ``scored(L)``."""
-        return self.scored(self.scaled(logits))
-
-    def scored(self, L: torch.Tensor) -> torch.Tensor:
-        """L: (M, V) in D -> (M, V) float64: ``exp(L)`` (``L`` itself at T = 0, drawn without noise)."""
-        if self.temperature == 0:
-            return L.double()
-        return refuse_overflow(
-            L.double().exp(), L, "exp(logits)", self.temperature, "LLaDA's draw needs logits below 709.78"
-        )
-
-    def perturbed(self, z: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
-        """z / d_k at ``positions``, d_k = (-log u) ** T (a copy of z at T = 0, where ``noise`` is not read)."""
-        if self.temperature == 0:
-            return z.clone()
-        return z / noise(step, z.device)[torch.as_tensor(positions, device=z.device)]
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """(M, V) in D: softmax(L), the distribution confidences are taken from."""
-        return torch.softmax(self.scaled(logits), -1)
-
-    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
-        """(``tokens``, their ``confidences``) (M,), (M,) from one rounding of the rows."""
-        L = self.scaled(logits)  # (M, V) in D
-        x = self.sample(self.scored(L), positions, noise, step)
-        return x, torch.softmax(L, -1).gather(1, x[:, None])[:, 0].double()
-
-
 PIECE = 2**14  # entries per pow call: a multiple of every vector width, below ATen's grain (2**15)
 
 
@@ -303,51 +249,6 @@ def divisor(u: torch.Tensor, temperature: float) -> torch.Tensor:
     one thread, and the bits do not depend on the thread count."""
     e = (-torch.log(u)).flatten()  # (B * V,)
     return torch.cat([piece**temperature for piece in e.split(PIECE)]).view(u.shape)
-
-
-@dataclass
-class DreamRule(DecisionRule):
-    """Dream's decision (its ``sample_tokens``), with spotref's noise in place of ``Categorical``.
-
-    ``z = L / T`` (L at T = 0) in D, MASK at -inf, then top-p, then top-k (Dream's order and
-    filters, ``dream_filter``); ``p = softmax(z)`` in D; the token as ``DecisionRule``'s (the
-    Gumbel-max draw over ``log p``, ``argmax p`` at T = 0); the confidence, a D number, by
-    ``confidence`` (Dream's ``alg``): "maskgit_plus" ``p[x]``, "topk_margin" the largest ``p``
-    less the second largest, "entropy" ``sum_v p[v] * log(p[v] + 1e-10)`` (minus the entropy)."""
-
-    confidence: str = "maskgit_plus"
-    CONFIDENCES: ClassVar[tuple] = ("maskgit_plus", "topk_margin", "entropy")
-
-    def filtered(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (M, V) -> z (M, V) in D: ``scaled`` with Dream's top-p then top-k applied."""
-        return dream_filter(self.scaled(logits), self.top_k, self.top_p)
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """(M, V) in D: p, the distribution the token is drawn from and confidences measured on."""
-        return torch.softmax(self.filtered(logits), -1)
-
-    def confidences(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """c (M,) float64: Dream's confidence of tokens ``x`` (M,) under ``probs(logits)``."""
-        return self.measured(self.probs(logits), x)
-
-    def measured(self, p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """p: (M, V) in D, tokens x (M,) -> c (M,) float64, a D number, by ``confidence``."""
-        if self.confidence == "topk_margin":
-            top = p.topk(2, -1).values  # (M, 2): the two largest, as Dream's sorted probabilities
-            c = top[:, 0] - top[:, 1]
-        elif self.confidence == "entropy":
-            c = torch.sum(p * torch.log(p + 1e-10), dim=-1)
-        else:
-            c = p.gather(1, x[:, None])[:, 0]
-        if bool(torch.isnan(c).any()):  # float16: p + 1e-10 rounds to 0 where p is 0
-            raise ValueError(f"{self.confidence} confidence is NaN in {p.dtype}: decide in a wider precision")
-        return c.double()
-
-    def drawn(self, logits: torch.Tensor, positions, noise: BlockNoise, step: int) -> tuple:
-        """(``tokens``, their ``confidences``) (M,), (M,) from one filter and one softmax of the rows."""
-        p = torch.softmax(self.filtered(logits), -1)  # (M, V) in D
-        x = self.sample(self.scored(p), positions, noise, step)
-        return x, self.measured(p, x)
 
 
 def dream_filter(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
@@ -369,7 +270,92 @@ def dream_filter(z: torch.Tensor, top_k: int | None, top_p: float | None) -> tor
     return z
 
 
-FAMILIES = {"sdar": DecisionRule, "llada": LLaDARule, "dream": DreamRule}
+# --- the families: what each decoder does its own way (docs/spec.md sections 2.1-2.3) ---------
+
+
+def gumbel_score(rule, z, p):
+    """SDAR's and Dream's scores: ``log p`` in float64 (``p`` itself at T = 0, drawn without noise)."""
+    return p.double().log() if rule.temperature > 0 else p.double()
+
+
+def exp_score(rule, L, p):
+    """LLaDA's scores: ``exp(L)`` in float64, divided by ``(-log u) ** T`` in the draw (``L`` at T = 0)."""
+    if rule.temperature == 0:
+        return L.double()
+    return refuse_overflow(
+        L.double().exp(), L, "exp(logits)", rule.temperature, "LLaDA's draw needs logits below 709.78"
+    )
+
+
+def token_probability(rule, logits, p, x):
+    """SDAR's and LLaDA's confidence ``p[x]``; SDAR's "unfiltered": ``softmax(L / T)[x]`` (equal
+    to it without top-k / top-p)."""
+    if rule.confidence == "unfiltered" and (rule.top_k, rule.top_p) != (None, None):
+        p = torch.softmax(rule.scaled(logits), -1)
+    return p.gather(1, x[:, None])[:, 0].double()
+
+
+def dream_confidence(rule, logits, p, x):
+    """Dream's confidence by ``alg``: "maskgit_plus" ``p[x]``, "topk_margin" the largest ``p``
+    less the second largest, "entropy" ``sum_v p[v] * log(p[v] + 1e-10)`` (minus the entropy)."""
+    if rule.confidence == "topk_margin":
+        top = p.topk(2, -1).values  # (M, 2): the two largest, as Dream's sorted probabilities
+        c = top[:, 0] - top[:, 1]
+    elif rule.confidence == "entropy":
+        c = torch.sum(p * torch.log(p + 1e-10), dim=-1)
+    else:
+        c = p.gather(1, x[:, None])[:, 0]
+    if bool(torch.isnan(c).any()):  # float16: p + 1e-10 rounds to 0 where p is 0
+        raise ValueError(f"{rule.confidence} confidence is NaN in {p.dtype}: decide in a wider precision")
+    return c.double()
+
+
+LLADA_MAX_TEMPERATURE = 20.0  # LLaDA's divisor (-log u) ** T stays above 0 in float64
+
+
+def llada_check(rule) -> None:
+    """LLaDA's draw: no top-k / top-p (generate.py has none), T at most ``LLADA_MAX_TEMPERATURE``."""
+    if rule.top_k is not None or rule.top_p is not None:
+        raise ValueError(
+            f"LLaDA's rule draws from the whole vocabulary: top_k and top_p must be None, "
+            f"got top_k={rule.top_k!r}, top_p={rule.top_p!r}"
+        )
+    if rule.temperature > LLADA_MAX_TEMPERATURE:
+        raise ValueError(
+            f"temperature {rule.temperature!r} is above {LLADA_MAX_TEMPERATURE:g}, the most LLaDA's draw takes: "
+            f"its divisor (-log u) ** T underflows float64 to 0 above it (u within 2**-52 of 1), and "
+            f"exp(L) / 0 is inf for a token and NaN for MASK"
+        )
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family's decoder does its own way; the rest of the rule (D, MASK at -inf, the
+    one-position and threshold rules, the ties) is shared."""
+
+    confidences: tuple  # the confidence measures it takes, its default first
+    divides: bool  # the scores are of L / T (SDAR, Dream), or of L (LLaDA: T enters the draw only)
+    filter: Callable  # (z, top_k, top_p) -> z, the filtered-out entries at -inf
+    score: Callable  # (rule, z, p) -> (M, V) float64, what the noise perturbs
+    measure: Callable  # (rule, logits, p, x) -> c (M,) float64, the tokens' confidences
+    noise: Callable | None = None  # the noise of the uniforms (None: Gumbel, added; else divided by)
+    check: Callable = lambda rule: None  # the family's own refusals of parameters
+
+
+def no_filter(z, top_k, top_p):
+    return z
+
+
+FAMILIES = {
+    # SDAR's generate.py: z = top_k_top_p(L / T), x = argmax(log p + g), c = p[x]
+    "sdar": Family(("filtered", "unfiltered"), True, filter_top_k_top_p, gumbel_score, token_probability),
+    # LLaDA's generate.py (remasking="low_confidence"): x = argmax(exp(L) / (-log u) ** T), c = softmax(L)[x]
+    "llada": Family(
+        ("low_confidence",), False, no_filter, exp_score, token_probability, noise=divisor, check=llada_check
+    ),
+    # Dream's sample_tokens: z = top_k(top_p(L / T)), x = argmax(log p + g), c by its alg
+    "dream": Family(("maskgit_plus", "topk_margin", "entropy"), True, dream_filter, gumbel_score, dream_confidence),
+}
 REQUIRED = ("mask_id", "vocab_size", "block_size")
 
 
@@ -378,11 +364,8 @@ def for_family(family: str, **params) -> DecisionRule:
     of ``DecisionRule``; ``confidence`` left out or None: the family's default."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {family!r}")
-    rule = FAMILIES[family]
-    unknown = sorted(set(params) - {f.name for f in fields(rule)})
+    unknown = sorted(set(params) - ({f.name for f in fields(DecisionRule)} - {"family"}))
     missing = [name for name in REQUIRED if name not in params]
     if unknown or missing:
         raise ValueError(f"decision parameters: unknown {unknown}, missing {missing}")
-    if params.get("confidence", "") is None:
-        del params["confidence"]
-    return rule(**params)
+    return DecisionRule(**params, family=family)

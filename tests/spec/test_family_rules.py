@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from spotref.drafters.inputs import ViewInputs
 from spotref.spec.draft import View
 from spotref.spec.noise import uniform
-from spotref.spec.rules import DecisionRule, DreamRule, LLaDARule, divisor, for_family
+from spotref.spec.rules import DecisionRule, divisor, for_family
 
 DTYPES = (torch.bfloat16, torch.float32, torch.float64)
 TEMPERATURES = (0.0, 0.7, 1.0, 1.5)
@@ -127,7 +127,7 @@ def test_llada_confidence_is_the_softmax_of_the_raw_logits_not_divided_by_t():
     x = torch.tensor([0])
     raw = math.exp(2) / (math.exp(2) + math.exp(1) + 1)
     for T in (0.0, 0.5, 2.0):
-        rule = LLaDARule(mask_id=3, vocab_size=4, block_size=1, temperature=T)
+        rule = for_family("llada", mask_id=3, vocab_size=4, block_size=1, temperature=T)
         assert rule.confidences(L, x).item() == pytest.approx(raw, rel=1e-15)
     assert torch.equal(rule.probs(L), torch.softmax(torch.tensor([[2.0, 1.0, 0.0, -math.inf]]).double(), -1))
 
@@ -143,18 +143,18 @@ def test_dream_confidences(T):
         "entropy": [(q[i] * torch.log(q[i] + 1e-10)).sum() for i in range(2)],
     }
     for alg, c in want.items():
-        rule = DreamRule(mask_id=4, vocab_size=5, block_size=2, temperature=T, confidence=alg)
+        rule = for_family("dream", mask_id=4, vocab_size=5, block_size=2, temperature=T, confidence=alg)
         got = rule.confidences(L, x).tolist()
         assert got == pytest.approx([float(v) for v in c], rel=1e-12, abs=1e-15), alg
-    assert DreamRule(mask_id=4, vocab_size=5, block_size=2).confidence == "maskgit_plus"
+    assert for_family("dream", mask_id=4, vocab_size=5, block_size=2).confidence == "maskgit_plus"
 
 
 def test_dream_filters_top_p_before_top_k():
     # top-p 0.5 keeps {0} (mass 0.63 > 0.5 after it); top-k 2 alone would keep {0, 1}
     L = torch.tensor([[2.0, 1.0, 0.0, 0.0]], dtype=torch.float64)  # id 3: MASK
-    rule = DreamRule(mask_id=3, vocab_size=4, block_size=1, top_k=2, top_p=0.5)
+    rule = for_family("dream", mask_id=3, vocab_size=4, block_size=1, top_k=2, top_p=0.5)
     assert rule.probs(L).tolist() == [[1.0, 0.0, 0.0, 0.0]]
-    assert DreamRule(mask_id=3, vocab_size=4, block_size=1, top_p=1.0).probs(L)[0, 2] > 0  # p = 1: no filter
+    assert for_family("dream", mask_id=3, vocab_size=4, block_size=1, top_p=1.0).probs(L)[0, 2] > 0  # p = 1: no filter
 
 
 @pytest.mark.slow
@@ -162,7 +162,7 @@ def test_llada_draws_from_softmax_of_l_over_t():
     # exp(L) / (-log u) ** T is the Gumbel-max draw from softmax(L / T): 4000 steps' draws
     L = torch.tensor([[1.0, 0.0, -1.0, 0.0]], dtype=torch.float64)  # id 3: MASK
     for T in (0.5, 1.5):
-        rule = LLaDARule(mask_id=3, vocab_size=4, block_size=1, temperature=T, seed=5)
+        rule = for_family("llada", mask_id=3, vocab_size=4, block_size=1, temperature=T, seed=5)
         noise = rule.block_noise(0)
         draws = np.bincount([int(rule.tokens(L, [0], noise, k)) for k in range(4000)], minlength=4)
         want = torch.softmax(L[0, :3] / T, -1).numpy()
@@ -180,7 +180,7 @@ def test_llada_divisor_is_generate_pys_and_the_same_bits_on_any_thread_count():
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(
-        LLaDARule(mask_id=0, vocab_size=50_000, block_size=4, temperature=0.7, seed=9).block_noise(2)(5), want
+        for_family("llada", mask_id=0, vocab_size=50_000, block_size=4, temperature=0.7, seed=9).block_noise(2)(5), want
     )
 
 
@@ -256,10 +256,10 @@ def test_family_defaults_and_missing_parameters():
 
 def test_numbers_a_family_cannot_decide_are_refused():
     L = torch.tensor([[800.0, 0.0, 0.0, 0.0]], dtype=torch.float64)  # exp(800) overflows float64
-    rule = LLaDARule(**BASE, temperature=1.0)
+    rule = for_family("llada", **BASE, temperature=1.0)
     with pytest.raises(ValueError, match="exp.logits. overflow torch.float64"):
         rule.decide(L.repeat(2, 1), np.full(2, 3), rule.block_noise(0), 0)
-    half = DreamRule(**BASE, confidence="entropy", precision="float16")  # p + 1e-10 rounds to 0: log 0
+    half = for_family("dream", **BASE, confidence="entropy", precision="float16")  # p + 1e-10 rounds to 0: log 0
     with pytest.raises(ValueError, match="entropy confidence is NaN in torch.float16"):
         half.decide(torch.zeros(2, 4), np.full(2, 3), half.block_noise(0), 0)
 

@@ -130,7 +130,7 @@ def test_the_rule_holds_parameters_only():
     r = rule(temperature=1.0, seed=3)
     assert [f.name for f in dataclasses.fields(r)] == [
         "mask_id", "vocab_size", "block_size", "temperature", "seed", "top_k", "top_p", "threshold", "confidence",
-        "precision",
+        "precision", "family",
     ]  # fmt: skip
     noise = r.block_noise(2)
     assert torch.equal(noise(5), gumbel(3, 2, 5, 4, 6)) and noise(5) is noise(5)  # computed once per step
