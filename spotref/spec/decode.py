@@ -30,6 +30,7 @@ import torch
 
 from spotref.spec.draft import Draft, Drafter, View, apply
 from spotref.spec.noise import BlockNoise
+from spotref.spec.rules import FAMILIES as RULE_OF
 from spotref.spec.rules import DecisionRule
 
 
@@ -80,8 +81,8 @@ class Stats:
         self.draft_nodes.append(len(tree))
 
 
-CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasBinding``
-FAMILIES = ("sdar", *CANVAS_FAMILIES)  # SDAR: a prefix cache, ``PrefixBinding``
+FAMILIES = tuple(RULE_OF)  # "sdar", "llada", "dream": each decides by its own ways (``rules.FAMILIES``)
+CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasBinding``; SDAR a prefix cache
 
 
 def family(model) -> str:
