@@ -43,15 +43,17 @@ def qwen3(hidden: int, layers: int, heads: int, intermediate: int) -> dict:
                 head_dim=128, intermediate_size=intermediate, vocab_size=QWEN3_VOCAB)  # fmt: skip
 
 
+LLADA_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288, vocab_size=126464,
+                embedding_size=126464)  # fmt: skip
+DREAM_7B = dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                intermediate_size=18944, vocab_size=152064)  # fmt: skip
 SHAPES = {  # name -> (family, config fields): the real models' config.json numbers
     "sdar-0.6b": ("sdar", qwen3(1024, 28, 16, 3072)),
     "sdar-1.7b": ("sdar", qwen3(2048, 28, 16, 6144)),
     "sdar-4b": ("sdar", qwen3(2560, 36, 32, 9728)),
     "sdar-8b": ("sdar", qwen3(4096, 36, 32, 12288)),
-    "llada-8b": ("llada", dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288,
-                               vocab_size=126464, embedding_size=126464)),  # fmt: skip
-    "dream-7b": ("dream", dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-                               intermediate_size=18944, vocab_size=152064)),  # fmt: skip
+    "llada-8b": ("llada", LLADA_8B),
+    "dream-7b": ("dream", DREAM_7B),
 }
 
 
