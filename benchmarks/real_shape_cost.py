@@ -132,7 +132,7 @@ def measure_shape(a, name: str, record: dict, out: Path) -> None:
     need = 2 * parameters(name)
     entry = record.setdefault(name, {"family": family, "parameters": need // 2, "cells": []})
     if need > 0.85 * available_bytes():
-        entry["skipped"] = f"needs {need / 2**30:.1f} GiB of weights, {available_bytes() / 2**30:.1f} GiB available"
+        entry["skipped"] = f"needs {need / 2**30:.2f} GiB of weights, {available_bytes() / 2**30:.2f} GiB available"
         print(f"{name}: skipped, {entry['skipped']}", flush=True)
         return
     blocks = a.blocks if family == "sdar" else [None]
@@ -190,6 +190,7 @@ def run(a) -> int:
     record = {}
     for name in names:
         measure_shape(a, name, record, out)
+        atomic_write_text(out, json.dumps({"args": vars(a), "shapes": record}, indent=1) + "\n")
     print(f"\n{table(record)}\n\n(torch {torch.__version__}, {torch.get_num_threads()} threads; {out})")
     return 0
 
