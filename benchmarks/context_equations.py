@@ -37,9 +37,9 @@ from equation_drills import answer  # noqa: E402
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import progress, table  # noqa: E402
-from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from workbench.bench import quality_math  # noqa: E402
+from workbench.data import gsm  # noqa: E402
 
 OUTCOMES = ("right", "wrong length", "wrong digits")
 DIGITS = re.compile(r"\d+")

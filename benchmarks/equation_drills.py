@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
-from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from workbench.bench import quality_math  # noqa: E402
+from workbench.data import gsm  # noqa: E402
 
 SOURCES = ("problems", "range")
 

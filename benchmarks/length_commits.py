@@ -26,10 +26,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
-from spotref.data import gsm  # noqa: E402
 from spotref.load.targets import load_target  # noqa: E402
 from spotref.record.trajectories import record_run  # noqa: E402
 from workbench.bench import quality_math  # noqa: E402
+from workbench.data import gsm  # noqa: E402
 
 OUTCOMES = ("right", "wrong length", "wrong digits")
 BUCKETS = ((0.99, 1.01), (0.9, 0.99), (0.5, 0.9), (0.0, 0.5))

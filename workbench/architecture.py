@@ -8,11 +8,13 @@ inside a function); ``--png`` draws the picture of docs/architecture.md. The lay
    algorithm, the model, its file format (read and written), and the checks and atomic writes
    they share. They import nothing above them;
 2. ``drafters``: every drafter, reading only the view the spec hands it;
-3. ``data``: the training corpora and the held-out problem generators;
-4. ``load``: bundled targets and drafters beside their data, tokenizers, atomic files;
-5. ``spec entry``: api (``spotref.generate``), names (names into objects), reference,
+3. ``load``: bundled targets (and their shipped held-out prompts) and drafters beside their
+   data, tokenizers;
+4. ``spec entry``: api (``spotref.generate``), names (names into objects), reference,
    conformance, audit, the package face, and the trace of a decode (``spotref.trace``);
-6. ``tools``: the command line, demo, training, benchmarks, reports.
+5. ``tools``: the command line, demo, drafter training, calibration, recorded prompts;
+6. ``workbench`` (the repository's, not installed): target training, the corpora and held-out
+   problem generators (``workbench.data``), benchmarks, reports.
 
 A module imports inside a function only where ``LAZY`` says why; even there, never upward.
 """
@@ -30,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / "spotref"  # the spotref package
 PACKAGES = (ROOT, REPO / "workbench")  # the installed package, and the repository's workbench above it
 SHIPPED_PNG = REPO / "docs" / "architecture.png"
-LAYERS = ("spec core", "drafters", "data", "load", "spec entry", "tools", "workbench")  # the last: not installed
+LAYERS = ("spec core", "drafters", "load", "spec entry", "tools", "workbench")  # the last: not installed
 ENTRY = {
     "spotref.api",
     "spotref.names",
@@ -45,7 +47,6 @@ LAZY = {  # the modules that import on demand, and why
     "spotref.names": "the targets' loader when a target is first named, a drafter's module when it is first "
     "named, the cost model when budget='auto', the trace recorder when a trace is asked for (exact decoding "
     "with a model object loads none of them)",
-    "spotref.load.targets": "the corpus a target's metadata names, when held-out prompts are asked for",
 }
 
 
@@ -57,18 +58,17 @@ def module_name(path: Path) -> str:
 def layer(module: str) -> int:
     """The layer index (0 = bottom) of a spotref module."""
     if module in ENTRY:
-        return 4
+        return 3
     for i, package in (
         (1, "spotref.drafters"),
-        (2, "spotref.data"),
-        (3, "spotref.load"),
-        (4, "spotref.trace"),
-        (5, "spotref.cli"),
-        (5, "spotref.train"),
-        (5, "spotref.record"),
-        (6, "workbench"),  # the repository's workbench: above everything installed
-        (5, "spotref.calib"),
-        (5, "spotref.__main__"),  # python -m spotref: the command
+        (2, "spotref.load"),
+        (3, "spotref.trace"),
+        (4, "spotref.cli"),
+        (4, "spotref.train"),
+        (4, "spotref.record"),
+        (5, "workbench"),  # the repository's workbench: above everything installed
+        (4, "spotref.calib"),
+        (4, "spotref.__main__"),  # python -m spotref: the command
     ):
         if module == package or module.startswith(package + "."):
             return i
@@ -141,12 +141,12 @@ def draw(g: dict, path: Path) -> None:
 
     faces = {
         "spotref.drafters",
-        "spotref.data",
         "spotref.load",
         "spotref.cli",
         "spotref.train",
         "spotref.record",
         "workbench.bench",
+        "workbench.data",
         "spotref.calib",
     }  # package faces: no code
     rows = [[m for m in sorted(g) if layer(m) == i and m not in faces] for i in range(len(LAYERS))]

@@ -29,11 +29,11 @@ from spotref.cli.generate import check_options
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
 from spotref.configs import SDARConfig
-from spotref.data.gsm import final_answer
 from spotref.drafters.budget import verify_times
 from spotref.files import check_writable
 from spotref.load.drafters import find_checkpoint
 from spotref.load.targets import DEFAULT_TARGET, list_targets
+from spotref.load.tokenizer import final_answer
 from spotref.names import resolve_drafter
 from spotref.spec.sdar import SDARModel
 

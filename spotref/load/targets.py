@@ -12,7 +12,9 @@ file is stored once: targets with the same weights (one run exported at two bloc
 same tokenizer name one file. ``save_target`` writes a target so (the trainer's export calls
 it), the metadata last. The metadata's ``family`` ("sdar", "llada", "dream"; absent: "sdar")
 picks the model class, and its ``config`` is that family's config in its own keys
-(``SDARConfig``, ``LLaDAConfig``, ``DreamConfig``: ``to_dict``).
+(``SDARConfig``, ``LLaDAConfig``, ``DreamConfig``: ``to_dict``). Beside them, one file per
+corpus of theirs holds its held-out prompts (``heldout-CORPUS.json.gz``: ``Target.heldout``,
+drawn by the repository's ``python -m workbench.data.heldout``).
 
 >>> import spotref
 >>> "stdlib-b32" in spotref.list_targets()
@@ -24,6 +26,8 @@ True
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
 import json
 import os
@@ -44,8 +48,18 @@ from spotref.spec.sdar import SDARModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
-CHAT_CORPORA = ("gsm",)  # the corpora of chat-formatted documents (spotref.data.gsm.chat_document)
+CHAT_CORPORA = ("gsm",)  # the corpora of chat-formatted documents (workbench.data.gsm.chat_document)
 MAX_HELDOUT = 100_000  # held-out prompts one call may ask for (10**9 ran without bound)
+# The held-out sets shipped beside the targets, as (seed, split): the demo's and the quality
+# reports' (0, None), the drafters' training and calibration prompts (0, "train") and their
+# test and benchmark prompts (1, "test"); written by ``python -m workbench.data.heldout``.
+SHIPPED_HELDOUT = ((0, None), (0, "train"), (1, "test"))
+HELDOUT_FILE = "heldout-{corpus}.json.gz"  # one per corpus of the bundled targets
+TRAINING_ONLY = ("seed", "options", "generator")  # corpus record fields no held-out prompt depends on
+FROM_WORKBENCH = (
+    "the repository's workbench draws others "
+    "(workbench.data.corpora.open_corpus(target.meta.get('corpus')).heldout(n, seed, split))"
+)
 FAMILIES = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
 
 
@@ -83,21 +97,80 @@ class Target:
         return self.tokenizer.encode(chat_format(messages, **kwargs))
 
     def heldout(self, n: int, seed: int = 0, split: str | None = None) -> list[tuple[str, int | None]]:
-        """``n`` held-out ``(prompt text, answer or None)`` pairs of the target's own domain
-        (its metadata's corpus, ``spotref.data.corpora``), a pure function of ``(n, seed, split)``;
-        no prompt comes from a training document. split: None (the whole held-out set),
-        ``"train"`` or ``"test"`` (two halves that share no document: drafter training vs
-        evaluation). Code targets have no answers (None).
+        """``n`` held-out ``(prompt text, answer or None)`` pairs of the target's own domain (its
+        metadata's corpus), a pure function of ``(n, seed, split)``: the first ``n`` of a set
+        shipped beside the bundled targets (``HELDOUT_FILE``), drawn by the repository's
+        workbench from the corpus (``workbench.data.corpora``); no prompt comes from a training
+        document. split: None (the whole held-out set), ``"train"`` or ``"test"`` (two halves
+        that share no document: drafter training vs evaluation). Code targets have no answers
+        (None). The sets shipped are ``SHIPPED_HELDOUT``'s (seed, split) pairs of the bundled
+        targets' corpora; another seed, split or corpus, or more prompts than a set holds, is
+        a ``ValueError`` naming what is shipped.
 
         >>> import spotref
         >>> prompt, answer = spotref.load_target("stdlib-b32").heldout(1, seed=0)[0]
         >>> type(prompt).__name__, answer
         ('str', None)
         """
-        check_int("heldout: n", n, 0, MAX_HELDOUT)
-        from spotref.data.corpora import open_corpus  # the corpora load only when asked for
+        check_int("heldout: n", n, 1, MAX_HELDOUT)
+        check_int("heldout: seed", seed, 0)
+        if split not in (None, "train", "test"):
+            raise ValueError(f"heldout: split must be None, 'train' or 'test', got {split!r}")
+        shipped = ", ".join(f"({s}, {p!r})" for s, p in SHIPPED_HELDOUT)
+        if (seed, split) not in SHIPPED_HELDOUT:
+            raise ValueError(
+                f"heldout: seed {seed} with split {split!r} is not shipped: the installed package ships "
+                f"the held-out prompts of (seed, split) {shipped}; {FROM_WORKBENCH}"
+            )
+        key = corpus_key(self.meta.get("corpus"))
+        sets = shipped_heldout(key["name"])
+        if sets is None or sets["corpus"] != key:
+            raise ValueError(
+                f"heldout: the held-out prompts of {self.name!r}'s corpus ({key['name']!r}) are not shipped: "
+                f"the installed package ships those of the bundled targets' corpora "
+                f"({', '.join(shipped_corpora())}); {FROM_WORKBENCH}"
+            )
+        pairs = sets["sets"][(seed, split)]
+        if n > len(pairs):
+            raise ValueError(
+                f"heldout: n must be at most {len(pairs)} for the {key['name']!r} corpus: {len(pairs)} held-out "
+                f"prompts are shipped per (seed, split); {FROM_WORKBENCH}"
+            )
+        return pairs[:n]
 
-        return open_corpus(self.meta.get("corpus")).heldout(n, seed, split)
+
+def corpus_key(record: dict | None) -> dict:
+    """What of a target's corpus record its held-out prompts depend on: the record less the
+    fields of its training alone (``TRAINING_ONLY``: the corpus seed and size, the generator's
+    module), its name "stdlib" where it has none (the targets that predate the field)."""
+    return {"name": "stdlib", **{k: v for k, v in (record or {}).items() if k not in TRAINING_ONLY}}
+
+
+def shipped_corpora(directory: Path | str = TARGETS_DIR) -> list[str]:
+    """The names of the corpora whose held-out sets are shipped, sorted."""
+    head, tail = HELDOUT_FILE.split("{corpus}")
+    return sorted(p.name[len(head) : -len(tail)] for p in Path(directory).glob(HELDOUT_FILE.format(corpus="*")))
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_heldout(corpus: str, directory: Path | str = TARGETS_DIR) -> dict | None:
+    """The held-out sets shipped for a corpus (read when first asked for; None where none is):
+    ``{"corpus": its key (corpus_key), "sets": {(seed, split): [(prompt, answer), ...]}}``.
+    The file (gzip'd JSON) holds each set's prompts and answers; a prompt is its text, or
+    ``[document, start, stop]``, a slice of one of the file's ``documents`` (the stdlib
+    corpus's held-out files, each stored once)."""
+    if corpus not in shipped_corpora(directory):
+        return None
+    path = Path(directory, HELDOUT_FILE.format(corpus=corpus))
+    try:
+        raw = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+        docs = [d["text"] for d in raw["documents"]]
+        text = lambda p: p if isinstance(p, str) else docs[p[0]][p[1] : p[2]]
+        pairs = lambda s: [(text(p), a) for p, a in zip(s["prompts"], s["answers"], strict=True)]
+        sets = {(s["seed"], s["split"]): pairs(s) for s in raw["sets"]}
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise ValueError(f"the shipped held-out prompts {path} cannot be read: {e}") from None
+    return {"corpus": raw["corpus"], "sets": sets}
 
 
 def list_targets(directory: Path | str = TARGETS_DIR) -> list[str]:

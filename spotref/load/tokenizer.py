@@ -15,11 +15,15 @@ Known quirk of the SDAR files: ``added_tokens.json`` calls id 151669 ``<MASK>`` 
 ``tokenizer_config.json`` calls it ``<|MASK|>``; transformers takes the latter, so do we.
 The model's vocabulary (151936) is padded past the tokenizer's (151670): ids without a token
 decode to nothing.
+
+``final_answer`` reads the number of GSM8K's answer line (``#### N``) that ends a math (gsm)
+target's reply.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -29,6 +33,8 @@ QWEN2_PRETOKENIZE_REGEX = (
 )
 MASK_TOKENS = ("<|MASK|>", "<MASK>", "<|mask|>")
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+ASSISTANT = f"{IM_START}assistant\n"  # the assistant header a chat prompt ends in
+FINAL = re.compile(r"####\s*(-?\d+)")  # GSM8K's answer line
 
 
 def _tokenizers():
@@ -147,6 +153,12 @@ def assistant_turn(m: dict, keep_think: bool, last: bool) -> str:
     else:
         body = content
     return f"{IM_START}assistant\n{body}{IM_END}\n"
+
+
+def final_answer(text: str) -> int | None:
+    """The number after the first ``####`` of ``text`` (a math target's reply), or None."""
+    m = FINAL.search(text)
+    return int(m.group(1)) if m else None
 
 
 def load_tokenizer(path) -> QwenTokenizer:

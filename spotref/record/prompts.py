@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotref.api import serving_precision
-from spotref.data.corpora import ASSISTANT
 from spotref.load.drafters import model_fingerprint
+from spotref.load.tokenizer import ASSISTANT
 from spotref.record import trajectories as tj
 
 

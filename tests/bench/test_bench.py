@@ -346,7 +346,7 @@ def test_prompts_for_counts_the_prompts_it_leaves_out():
 
 
 def test_prompts_for_takes_questions_and_chat_prompts_whole():
-    from spotref.data.corpora import ASSISTANT
+    from spotref.load.tokenizer import ASSISTANT
     from spotref.record.prompts import prompts_for
 
     chat = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" + ASSISTANT

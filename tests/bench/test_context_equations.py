@@ -4,8 +4,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from spotref.data import gsm
 from workbench.bench import quality_math
+from workbench.data import gsm
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

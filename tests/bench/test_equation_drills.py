@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from spotref.data import gsm
+from workbench.data import gsm
 
 spec = importlib.util.spec_from_file_location(
     "equation_drills", Path(__file__).resolve().parents[2] / "benchmarks" / "equation_drills.py"

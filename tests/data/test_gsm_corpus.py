@@ -1,12 +1,12 @@
-"""The procedural grade-school math corpus (spotref.data.gsm)."""
+"""The procedural grade-school math corpus (workbench.data.gsm)."""
 
 import re
 from collections import Counter
 
 import pytest
 
-from spotref.data import gsm
 from spotref.load.tokenizer import chat_format
+from workbench.data import gsm
 
 
 def test_same_seed_same_problems_and_prefix_stable():

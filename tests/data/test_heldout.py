@@ -1,14 +1,15 @@
-"""Held-out prompts of a target's own domain: ``Target.heldout`` and the corpora behind it."""
+"""Held-out prompts of a target's own domain: the corpora that draw them (``workbench.data``) and
+``Target.heldout``'s shipped sets (tests/data/test_shipped_heldout.py holds those to the corpora)."""
 
 import json
 
 import pytest
 
 import spotref
-from spotref.data import gsm
-from spotref.data.corpora import GsmCorpus, StdlibCorpus, open_corpus
-from spotref.data.stdlib_corpus import build_corpus
-from spotref.load.targets import Target
+from spotref.load.targets import SHIPPED_HELDOUT, Target
+from workbench.data import gsm
+from workbench.data.corpora import GsmCorpus, StdlibCorpus, open_corpus
+from workbench.data.stdlib_corpus import build_corpus
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -25,17 +26,28 @@ def stdlib_text():
     return [d.text for d in c.train], [d.text for d in c.heldout if d.name.startswith("code:")]
 
 
-@pytest.mark.parametrize("split", [None, "train", "test"])
-def test_stdlib_heldout_is_seeded_held_out_code(stdlib_target, stdlib_text, split):
+def held_out_code(pairs, stdlib_text) -> None:
+    """Each pair is a text of a held-out code document (no answer), in no training document."""
     train, held = stdlib_text
-    a = stdlib_target.heldout(6, seed=3, split=split)
-    assert a == stdlib_target.heldout(6, seed=3, split=split)
-    assert [p for p, _ in stdlib_target.heldout(6, seed=4, split=split)] != [p for p, _ in a]
-    assert stdlib_target.heldout(3, seed=3, split=split) == a[:3]
-    for prompt, answer in a:
+    for prompt, answer in pairs:
         assert answer is None and isinstance(prompt, str) and len(prompt) > 100
         assert any(prompt in doc for doc in held), "not from a held-out code document"
         assert not any(prompt in doc for doc in train), "a held-out prompt is in a training document"
+
+
+@pytest.mark.parametrize("split", [None, "train", "test"])
+def test_stdlib_heldout_is_seeded_held_out_code(stdlib_text, split):
+    corpus = StdlibCorpus()
+    a = corpus.heldout(6, seed=3, split=split)
+    assert a == corpus.heldout(6, seed=3, split=split)
+    assert [p for p, _ in corpus.heldout(6, seed=4, split=split)] != [p for p, _ in a]
+    assert corpus.heldout(3, seed=3, split=split) == a[:3]
+    held_out_code(a, stdlib_text)
+
+
+@pytest.mark.parametrize("seed, split", SHIPPED_HELDOUT)
+def test_the_shipped_stdlib_sets_are_held_out_code(stdlib_target, stdlib_text, seed, split):
+    held_out_code(stdlib_target.heldout(16, seed, split), stdlib_text)
 
 
 def test_stdlib_heldout_is_what_the_tools_drew_before(stdlib_target):
@@ -116,14 +128,15 @@ def test_the_corpus_record_picks_the_domain(tmp_path):
     docs = tmp_path / "docs.jsonl"
     lines = [json.dumps({"text": f"<|im_start|>user\nq{i}<|im_end|>\n<|im_start|>assistant\na{i}"}) for i in range(400)]
     docs.write_text("\n".join(lines) + "\n")
-    t = target_with(open_corpus({"name": "file", "options": {"path": str(docs)}}).record())
-    prompts = t.heldout(5, seed=2)
-    assert prompts == t.heldout(5, seed=2) and all(a is None for _, a in prompts)
+    record = open_corpus({"name": "file", "options": {"path": str(docs)}}).record()
+    corpus = open_corpus(json.loads(json.dumps(record)))  # as the metadata stores it
+    prompts = corpus.heldout(5, seed=2)
+    assert prompts == corpus.heldout(5, seed=2) and all(a is None for _, a in prompts)
     assert all(p.endswith("<|im_start|>assistant\n") for p, _ in prompts)
-    train = open_corpus(t.meta["corpus"]).documents("train")
+    train = corpus.documents("train")
     assert not any(doc.startswith(p) for p, _ in prompts for doc in train)
-    # no record (the shipped targets' metadata predates the name): stdlib
-    assert target_with(None).heldout(2, 0) == StdlibCorpus().heldout(2, 0)
+    # no record, or one without a name (the stdlib targets' metadata predates the name): stdlib
+    assert open_corpus(None).heldout(2, 0) == open_corpus({"python": "3"}).heldout(2, 0) == StdlibCorpus().heldout(2, 0)
 
 
 def test_a_changed_corpus_file_is_refused(tmp_path):
@@ -132,14 +145,14 @@ def test_a_changed_corpus_file_is_refused(tmp_path):
     record = open_corpus({"name": "file", "options": {"path": str(docs)}}).record()
     docs.write_text("\n".join(f"document number {i}" for i in range(201)))
     with pytest.raises(ValueError, match="changed since"):
-        target_with(record).heldout(1, 0)
+        open_corpus(record).heldout(1, 0)
 
 
-def test_a_gsm_target_gives_held_out_problems_with_answers():
+def test_a_gsm_record_gives_held_out_problems_with_answers():
     record = GsmCorpus(gsm, seed=0, size=10, level=1).record()
-    target = target_with(record)
-    pairs = target.heldout(5, 3)
-    assert pairs == target.heldout(5, 3) and pairs != target.heldout(5, 4)
+    corpus = open_corpus(json.loads(json.dumps(record)))
+    pairs = corpus.heldout(5, 3)
+    assert pairs == corpus.heldout(5, 3) and pairs != corpus.heldout(5, 4)
     assert all(p.endswith("<|im_start|>assistant\n") and isinstance(a, int) for p, a in pairs)
     train = set(GsmCorpus(gsm, seed=0, size=10, level=1).documents("train"))
     assert not any(p in doc for p, _ in pairs for doc in train)

@@ -155,7 +155,7 @@ def folded_norm_residual(gsm, docs, scales, factor: float) -> float:
 
 
 def gsm_documents(gsm, n: int, split: str = "train") -> list:
-    from spotref.data import gsm as corpus
+    from workbench.data import gsm as corpus
 
     return [gsm.tokenizer.encode(p.document) for p in corpus.problems(n, 0, split, corpus.LEVELS[3])]
 
@@ -198,7 +198,7 @@ def test_folded_norms_scale_each_head_of_the_projections_and_start_far_better(gs
 
 def masked_ce(model, gsm, family) -> float:
     """Mean cross-entropy of ``model`` on 30% of the answer positions of 8 held-out documents, masked."""
-    from spotref.data import gsm as corpus
+    from workbench.data import gsm as corpus
 
     g, total, n = torch.Generator().manual_seed(0), 0.0, 0
     for p in corpus.problems(8, 0, "heldout", corpus.LEVELS[3]):

@@ -9,6 +9,7 @@ import torch
 import spotref
 from spotref.load.bpe import ByteTokenizer
 from spotref.load.targets import DEFAULT_TARGET, FAMILIES, family_of, list_targets, load_target
+from workbench.data.corpora import open_corpus
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -86,7 +87,8 @@ def test_math_targets_decode_identically_with_their_shipped_drafters(name, T, th
     """The high-stability regime: long accepted paths, the 49-wide order model and its set head."""
     target = load_target(name)
     canvas = family_of(target.meta) != "sdar"  # every pass re-runs the whole canvas: one prompt
-    for prompt, _ in target.heldout(1 if canvas else 2, seed=3):
+    corpus = open_corpus(target.meta["corpus"])  # seed 3: drawn by the workbench (not a shipped set)
+    for prompt, _ in corpus.heldout(1 if canvas else 2, seed=3):
         ids = target.tokenizer.encode(prompt)
         kw = dict(temperature=T, seed=11, threshold=threshold, stop_ids=target.stop_ids)
         exact = spotref.generate(target, ids, 40, **kw)
@@ -166,9 +168,9 @@ def test_quality_report_runs_on_a_code_target():
 
 
 def test_a_chat_target_encodes_a_question_as_it_was_trained():
-    """gsm targets are trained on chat documents (spotref.data.gsm.chat_document): encode_chat
+    """gsm targets are trained on chat documents (workbench.data.gsm.chat_document): encode_chat
     gives the prompt those documents start with; a plain-text target refuses it by name."""
-    from spotref.data.gsm import chat_prompt
+    from workbench.data.gsm import chat_prompt
 
     gsm, stdlib = spotref.load_target("gsm-b16"), spotref.load_target("stdlib-b16")
     q = "Ella has 62 shells and finds 20 more. How many shells does she have?"

@@ -10,11 +10,11 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from spotref.data import gsm
-from spotref.data.corpora import CORPORA, open_corpus
 from spotref.load.bpe import BPETokenizer
 from spotref.spec.sdar import SDARModel
 from workbench.bench.corpus import build_corpus, is_heldout, whitespace_share
+from workbench.data import gsm
+from workbench.data.corpora import CORPORA, open_corpus
 from workbench.train.train_curriculum import fresh_problem, row_level
 from workbench.train.train_data import batch_at, encode_row, result_positions, rows_batch, token_stream
 from workbench.train.train_export import export_run, read_checkpoint
@@ -660,9 +660,11 @@ def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
     train(args)
     target = load_target("tiny", directory=tmp_path / "targets")
     assert target.meta["corpus"]["name"] == "file" and target.meta["corpus"]["format"] == fmt
-    prompts = target.heldout(4, seed=1)
-    assert prompts == target.heldout(4, seed=1) and all(a is None for _, a in prompts)
-    corpus = open_corpus(target.meta["corpus"])
+    with pytest.raises(ValueError, match="corpus \\('file'\\) are not shipped.*workbench"):
+        target.heldout(4, seed=0)  # the installed package ships the bundled targets' sets alone
+    corpus = open_corpus(target.meta["corpus"])  # the workbench draws this target's prompts
+    prompts = corpus.heldout(4, seed=1)
+    assert prompts == corpus.heldout(4, seed=1) and all(a is None for _, a in prompts)
     assert all(any(d.startswith(p) for d in corpus.documents("heldout")) for p, _ in prompts)
     assert not any(d.startswith(p) for p, _ in prompts for d in corpus.documents("train"))
     if fmt == "jsonl":  # a chat document: up to the assistant header

@@ -1,10 +1,10 @@
 """The training corpus of the stdlib targets, for the tools: collected by
-``spotref.data.stdlib_corpus`` (where ``Target.heldout`` reaches it), plus the tools' text metric.
+``workbench.data.stdlib_corpus`` (its held-out prompts: ``workbench.data.corpora``), plus the tools' text metric.
 """
 
 from __future__ import annotations
 
-from spotref.data.stdlib_corpus import (  # noqa: F401 (re-exported for the tools)
+from workbench.data.stdlib_corpus import (  # noqa: F401 (re-exported for the tools)
     EXCLUDED_DIRS,
     Corpus,
     Document,

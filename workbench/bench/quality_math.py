@@ -2,8 +2,9 @@
 
 ``python -m workbench.bench.quality gsm-b32 [--prompts 500]`` (the quality tool reads the target's
 corpus and comes here for a gsm target). Prompts: the first ``--prompts`` held-out problems of the
-target's own corpus (``target.heldout(n, seed=0)``: its generator seed, difficulty and templates,
-chat-formatted). Decoding: ``spotref.generate`` at T = 0, one-position rule, stop at end-of-text.
+target's own corpus (its metadata record's, ``workbench.data.corpora``: what ``target.heldout(n,
+seed=0)`` gives for a bundled target; its difficulty and templates, chat-formatted). Decoding:
+``spotref.generate`` at T = 0, one-position rule, stop at end-of-text.
 
 * ``answers``: share of right final answers (``#### N``), overall and by the problem's number of
   reasoning steps (``answers_by_steps``);
@@ -27,21 +28,22 @@ from collections import defaultdict
 import numpy as np
 
 from spotref.cli.report import progress
-from spotref.data import gsm
 from spotref.record.trajectories import record_run, stack
 from workbench.bench import stability
+from workbench.data import gsm
+from workbench.data.corpora import open_corpus
 
 BAR = dict(answers=0.5, equations=0.9, stability_d0_text=0.9)
 
 
 def problems_of(target, n: int) -> list:
     """The target's first ``n`` held-out problems (seed 0), as ``gsm.Problem`` (steps included):
-    the same problems as ``target.heldout(n, 0)``."""
+    the same problems as its corpus record's ``heldout(n, 0)`` (a bundled target's ``target.heldout(n, 0)``)."""
     record = target.meta.get("corpus") or {}
     if record.get("name") != "gsm":
         raise ValueError(f"{target.name} is not a math target (its corpus is {record.get('name', 'stdlib')!r})")
     out = gsm.problems(n, 0, "heldout", gsm.Difficulty(**record["difficulty"]))
-    if [(p.prompt, p.answer) for p in out[:3]] != target.heldout(min(n, 3), 0):
+    if [(p.prompt, p.answer) for p in out[:3]] != open_corpus(record).heldout(min(n, 3), 0):
         raise ValueError(f"{target.name}: its corpus record does not rebuild its held-out problems")
     return out
 

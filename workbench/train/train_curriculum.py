@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from spotref.api import generate
-from spotref.data import gsm
+from workbench.data import gsm
 from workbench.train.train_data import boosted_results, encode_row, forced_results, row_results, rows_batch, suffix_cuts
 from workbench.train.train_options import (
     DRILLS,

@@ -15,8 +15,8 @@ import functools
 import numpy as np
 import torch
 
-from spotref.data import gsm
-from spotref.data.corpora import FileCorpus, GsmCorpus, StdlibCorpus
+from workbench.data import gsm
+from workbench.data.corpora import FileCorpus, GsmCorpus, StdlibCorpus
 from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, noise_blocks, weighted_loss
 from workbench.train.train_options import GSM_DEFAULTS, TrainOptions, row_align, stream_align
 

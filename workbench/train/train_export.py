@@ -20,12 +20,12 @@ import torch
 
 from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
-from spotref.data import gsm
-from spotref.data.corpora import CORPORA, open_corpus
 from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target, save_target
 from spotref.spec.sdar import SDARModel
+from workbench.data import gsm
+from workbench.data.corpora import CORPORA, open_corpus
 from workbench.train.canvas_start import canvas_from_sdar
 from workbench.train.train_canvas import canvas_heldout_loss, canvas_model
 from workbench.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
@@ -295,7 +295,7 @@ def recipe(saved: dict) -> dict:
             "n": o.adapt_n,
             "answers": o.adapt_answers,
             "equations": o.adapt_equations,
-            "heldout": "the first n held-out problems of spotref.data.gsm (seed 0), T = 0",
+            "heldout": "the first n held-out problems of workbench.data.gsm (seed 0), T = 0",
         }
         if adaptive
         else None,

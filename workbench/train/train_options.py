@@ -29,9 +29,9 @@ from spotref.cli.argtypes import (
     real_range,
     seed_int,
 )
-from spotref.data import gsm
 from spotref.files import check_writable
 from spotref.spec.decode import FAMILIES  # --family
+from workbench.data import gsm
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
@@ -80,13 +80,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
-    """What is trained on (``spotref.data.corpora``) and how documents are packed."""
+    """What is trained on (``workbench.data.corpora``) and how documents are packed."""
     p.add_argument(
         "--corpus",
         type=corpus_arg,
         default="stdlib",
         help="stdlib (Python's own text, the default), gsm (grade-school math word problems, "
-        "spotref.data.gsm) or the path of a text file of documents (one per line, or "
+        "workbench.data.gsm) or the path of a text file of documents (one per line, or "
         'JSON lines with a "text" field)',
     )
     p.add_argument("--corpus-seed", type=seed_int, default=None, help="gsm: the seed of the problems (default 0)")
@@ -98,7 +98,7 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=sorted(gsm.LEVELS),
         default=None,
-        help="gsm: the difficulty level (default 3; spotref.data.gsm.LEVELS)",
+        help="gsm: the difficulty level (default 3; workbench.data.gsm.LEVELS)",
     )
     p.add_argument(
         "--pad-eot",
@@ -223,7 +223,7 @@ def add_curriculum_arguments(p: argparse.ArgumentParser) -> None:
         type=curriculum_arg,
         default=None,
         metavar="LEVEL@STEP,...",
-        help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 (spotref.data.gsm.LEVELS)",
+        help="--fresh-problems: the gsm level from each step, e.g. 0@0,1@4000,2@12000 (workbench.data.gsm.LEVELS)",
     )
     p.add_argument(
         "--adaptive",

@@ -24,8 +24,8 @@ A run stops after ``--steps`` or ``--minutes`` of training time, whichever comes
 command resumes it from ``runs/NAME/ckpt.pt``. ``--export DIR`` then writes the target
 (``NAME.safetensors``, ``NAME.json``, ``NAME.tokenizer.json``) for ``spotref.load_target``.
 
-Data (``spotref.data.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
-text, the default), ``gsm`` (grade-school math word problems from ``spotref.data.gsm``, drawn
+Data (``workbench.data.corpora``): ``--corpus`` names what is trained on: ``stdlib`` (Python's own
+text, the default), ``gsm`` (grade-school math word problems from ``workbench.data.gsm``, drawn
 with ``--corpus-seed`` at ``--corpus-level``, ``--corpus-size`` of them) or a text file of
 documents. The exported metadata records the corpus (name, seed, options), so
 ``Target.heldout`` draws held-out prompts of the same domain. ``--pad-eot`` packs documents as

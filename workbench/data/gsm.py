@@ -23,7 +23,7 @@ result) is a parameter, so a curriculum can start easy and widen; ``LEVELS`` hol
 
 Stdlib + numpy only.
 
-    python -m spotref.data.gsm [--n 5] [--seed 0] [--level 3] [--heldout]
+    python -m workbench.data.gsm [--n 5] [--seed 0] [--level 3] [--heldout]
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from spotref.data import gsm_templates, gsm_templates_long
-from spotref.data.gsm_words import Ctx, Retry, apply_op
+from spotref.load.tokenizer import FINAL, final_answer  # noqa: F401 (re-exported: GSM8K's answer line)
+from workbench.data import gsm_templates, gsm_templates_long
+from workbench.data.gsm_words import Ctx, Retry, apply_op
 
 TEMPLATES = gsm_templates.TEMPLATES + gsm_templates_long.TEMPLATES  # the 40, fewest steps first
 
@@ -106,7 +107,6 @@ def chat_document(question: str, solution: str) -> str:
 # --- checking solutions -----------------------------------------------------------------
 
 EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
-FINAL = re.compile(r"####\s*(-?\d+)")
 
 
 def equations(text: str) -> list[tuple[int, str, int, int, bool]]:
@@ -116,12 +116,6 @@ def equations(text: str) -> list[tuple[int, str, int, int, bool]]:
         a, b, c = int(a), int(b), int(c)
         out.append((a, op, b, c, apply_op(a, op, b) == c))
     return out
-
-
-def final_answer(text: str) -> int | None:
-    """The number after the first ``####``, or None."""
-    m = FINAL.search(text)
-    return int(m.group(1)) if m else None
 
 
 # --- drawing problems ----------------------------------------------------------------------
@@ -233,7 +227,7 @@ def documents(n: int, seed: int = 0, difficulty: Difficulty = LEVELS[3]) -> list
 def describe(difficulty: Difficulty, seed: int) -> dict:
     """What to record in a target's metadata to regenerate its corpus."""
     return {
-        "generator": "spotref.data.gsm",
+        "generator": "workbench.data.gsm",
         "version": VERSION,
         "seed": seed,
         "difficulty": asdict(difficulty),
@@ -243,7 +237,7 @@ def describe(difficulty: Difficulty, seed: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spotref.data.gsm", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m workbench.data.gsm", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--level", type=int, default=3, choices=sorted(LEVELS))

@@ -1,11 +1,11 @@
-"""The one- and two-step templates of ``spotref.data.gsm`` (32 of its 40).
-Each draws its numbers through a ``Ctx`` (``spotref.data.gsm_words``) and returns (question,
+"""The one- and two-step templates of ``workbench.data.gsm`` (32 of its 40).
+Each draws its numbers through a ``Ctx`` (``workbench.data.gsm_words``) and returns (question,
 solution lines without the final line, answer).
 """
 
 from __future__ import annotations
 
-from spotref.data.gsm_words import CONTAINERS, ITEMS, PLACES, THINGS, VEHICLES, Retry, cap, registrar
+from workbench.data.gsm_words import CONTAINERS, ITEMS, PLACES, THINGS, VEHICLES, Retry, cap, registrar
 
 TEMPLATES: list[tuple[str, int, object]] = []  # (name, steps, fn), in the order written
 template = registrar(TEMPLATES)

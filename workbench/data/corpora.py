@@ -13,11 +13,11 @@ A corpus gives
   calibration; drafter accuracy and the benchmark);
 * ``record()``: the metadata record it is rebuilt from.
 
-The corpora ``spotref.data`` can build (``CORPORA``): ``stdlib`` (Python's own text,
-``spotref.data.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
+The corpora ``workbench.data`` can build (``CORPORA``): ``stdlib`` (Python's own text,
+``workbench.data.stdlib_corpus``; the record of targets that predate the field) and ``file`` (a
 text file of documents, one per line, or JSON lines with a ``"text"`` field). and ``gsm``
 (grade-school math word problems from the
-seeded generator ``spotref.data.gsm``, adapted by ``GsmCorpus``).
+seeded generator ``workbench.data.gsm``, adapted by ``GsmCorpus``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spotref.data import gsm
-from spotref.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
+from spotref.load.tokenizer import ASSISTANT
 from spotref.spec.checks import check_int
+from workbench.data import gsm
+from workbench.data.stdlib_corpus import build_corpus, heldout_code, is_heldout
 
 SPLITS = (None, "train", "test")
-ASSISTANT = "<|im_start|>assistant\n"  # the Qwen3 chat template's assistant header
 
 
 def check_heldout_args(n, seed, split) -> None:
@@ -188,7 +188,7 @@ def prompt_of(document: str) -> str:
 
 
 class GsmCorpus:
-    """GSM8K-style word problems from a generator with the interface of ``spotref.data.gsm``
+    """GSM8K-style word problems from a generator with the interface of ``workbench.data.gsm``
     (``documents``, ``problems``, ``iter_problems``, ``heldout``, ``describe``, ``Difficulty``,
     ``LEVELS``, ``VERSION``). ``size`` training problems drawn with ``seed`` at difficulty
     ``level``; held-out prompts are chat-formatted questions with their integer answers, drawn

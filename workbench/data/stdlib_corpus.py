@@ -12,9 +12,9 @@ Python version alone (its SHA-256 is recorded in each target's metadata):
 Train / held-out split by document (never inside a file): a document is held out when the
 first byte of SHA-256 of its name is below ``256 * heldout_frac``.
 
-It lives in ``spotref.data`` because a bundled target's held-out prompts
-(``Target.heldout``, through ``spotref.data.corpora``) are drawn from it; the training tools
-reach it through ``workbench.bench.corpus``.
+The stdlib targets' held-out prompts are drawn from it (``workbench.data.corpora``; the sets
+``Target.heldout`` ships: ``workbench.data.heldout``); the training tools reach it through
+``workbench.bench.corpus``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the templates of ``spotref.data.gsm`` draw from: the word lists, ``Ctx`` (the rng, the
+"""What the templates of ``workbench.data.gsm`` draw from: the word lists, ``Ctx`` (the rng, the
 difficulty and checked arithmetic) and ``registrar``, which lists a module's templates in the
 order they are written (the order ``gsm.draw`` picks from).
 """
