@@ -1,8 +1,8 @@
 """Real checkpoints: the SDAR format (docs/spec.md section 1), ``SDARModel.from_pretrained``'s
-reader and ``save_pretrained``, its writer; the steps every family's reader and writer share
-(``assign_weights``, ``stored_tensors``, ``save_pretrained`` with the family's ``identity``);
-and ``from_pretrained``, which reads any family's checkpoint directory by its config.json's
-``model_type`` (``READERS``).
+reader; the steps every family's reader shares (``load_checkpoint``, ``assign_weights``,
+``stored_tensors``); and ``from_pretrained``, which reads any family's checkpoint directory by
+its config.json's ``model_type`` (``READERS``). The writer, ``save_pretrained``, is the
+repository's (``workbench.checkpoint_writer``): the tests build their checkpoints with it.
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or the shards
 listed by ``model.safetensors.index.json`` (the official SDAR layout: 4 shards for SDAR-8B).
@@ -18,21 +18,14 @@ wrong-shaped tensors, the missing shard files, the unsupported dtype.
 The model is built on the ``meta`` device (no random init of 8B parameters) and its tensors are
 then assigned straight from the files, cast to the requested dtype on the requested device.
 
-``save_pretrained`` writes the same layout (one file, or shards and their index) into the
-directory it is given, each file whole (``spotref.files.atomic_files``) and nothing else in the
-directory touched; what it writes, the reader reads back bit for bit, and what the reader would
-refuse (non-finite weights, a precision it does not read) it refuses before writing.
-
-Dream's checkpoints (``spotref.spec.dream``) share the layout, the checks and both directions:
-``load_checkpoint`` with Dream's config fields, ``save_pretrained`` with Dream's ``identity``.
+Dream's checkpoints (``spotref.spec.dream``) share the layout and the checks: ``load_checkpoint``
+with Dream's config fields.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import os
-import re
 from pathlib import Path
 
 import torch
@@ -40,22 +33,15 @@ from torch.overrides import TorchFunctionMode
 
 from spotref.checks import check_path
 from spotref.configs import (
-    DREAM_IDENTITY,
-    LLADA_IDENTITY,
-    SDAR_IDENTITY,
     DreamConfig,
     LLaDAConfig,
     SDARConfig,
-    check_field_types,
-    check_supported,
     dream_config_fields,
     llada_config_fields,
     sdar_config_fields,
 )
-from spotref.files import atomic_files, check_writable, shipped_writes
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
-from spotref.spec.rules import ALIASES, PRECISIONS, SERVED, precision_name
 from spotref.spec.sdar import SDARModel
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -120,7 +106,6 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
 
 # config.json's model_type -> the reader of that family's layout
 READERS = {"sdar": read_sdar, "llada": read_llada, "Dream": read_dream}
-IDENTITIES = {"sdar": SDAR_IDENTITY, "llada": LLADA_IDENTITY, "dream": DREAM_IDENTITY}  # model.family -> config.json's
 
 
 def from_pretrained(path, dtype=None, device=None, model_type=None, **options):
@@ -358,210 +343,3 @@ def listing(items, n: int = 6) -> str:
     items = [str(i) for i in items]
     more = f" and {len(items) - n} more" if len(items) > n else ""
     return ", ".join(items[:n]) + more
-
-
-# --- the writer ---------------------------------------------------------------------------
-
-
-SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")  # the shard names this writer (and HF) gives
-
-
-def save_pretrained(
-    model,
-    path,
-    dtype=None,
-    max_shard_bytes: int | None = None,
-    shard_of=None,
-    update_shipped: bool = False,
-    identity: dict | None = None,
-) -> Path:
-    """Write ``model`` as a checkpoint in the official layout into the directory ``path``; returns it.
-
-    Only the checkpoint's own files are written (``model.safetensors`` or the shards and
-    ``model.safetensors.index.json``, then ``config.json``), each whole (``spotref.files.
-    atomic_files``: all bytes first, then the renames); the weight files of an earlier save that
-    this one does not write (its shards, by the shard name pattern or its index's listing, its
-    single file or index) are removed by name. Everything else in ``path`` is left as it was: other
-    files, links, the directory itself (a link to a directory stays one; a read-only directory is
-    refused). ``path`` is created when absent. ``update_shipped``: allow a path inside the package.
-
-    Refused before anything is written, as ``from_pretrained`` would refuse the result: a stored
-    dtype it does not read back (``dtype`` or the model's, not bfloat16 / float16 / float32), a
-    tensor that is NaN or inf in the stored dtype (float16 overflows past 65504), a config whose
-    precision (``torch_dtype`` / ``dtype`` / ``decision_precision``) or fields it refuses.
-
-    dtype: the stored dtype (default: the model's). One ``model.safetensors``, or shards with
-    ``model.safetensors.index.json`` when ``max_shard_bytes`` is given (greedy, in name order)
-    or ``shard_of(name) -> shard index`` maps names to shards (to mimic a real index). A tied
-    head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
-    ``identity``: config.json's ``architectures`` and ``model_type`` (None: the model's family's, ``IDENTITIES``).
-    """
-    from safetensors.torch import save_file
-
-    check_path("save_pretrained: path", path)
-    dtype = stored_dtype(model, dtype)
-    state = stored_state(model, dtype)
-    family = getattr(model, "family", "sdar")
-    if identity is None and family not in IDENTITIES:
-        raise ValueError(
-            f"save_pretrained: model.family must be one of {', '.join(map(repr, IDENTITIES))}, got {family!r:.60}"
-        )
-    config = config_text(model, dtype, IDENTITIES[family] if identity is None else identity)
-    layout = file_layout(state, max_shard_bytes, shard_of)
-    written = [*layout, *([] if SINGLE in layout else [INDEX]), CONFIG]
-    with shipped_writes(update_shipped):
-        root = save_dir(path, written)
-        stale = sorted(weight_files_of(root) - set(written))
-        with atomic_files(root) as stage:
-            write_files(stage, state, config, layout, save_file)
-            for name in stale:
-                stage.remove(name)
-    return Path(path)
-
-
-def stored_dtype(model, dtype) -> torch.dtype:
-    """The dtype to store: ``dtype``, else the model's; one ``from_pretrained`` reads back as such."""
-    if dtype is not None:
-        try:
-            return resolve_dtype(dtype)
-        except ValueError:
-            raise ValueError(
-                f"save_pretrained: dtype={dtype!r} is not a precision from_pretrained reads back: "
-                f"use bfloat16, float16 or float32"
-            ) from None
-    have = next(model.parameters()).dtype
-    if have not in DTYPES.values():
-        raise ValueError(
-            f"save_pretrained: the model's weights are {str(have).removeprefix('torch.')}, which "
-            f"from_pretrained does not read back as such (it reads bfloat16, float16, float32): pass dtype="
-        )
-    return have
-
-
-def stored_state(model, dtype: torch.dtype) -> dict:
-    """{name: tensor} as stored (on the CPU, in ``dtype``); a tensor with NaN or inf values in
-    ``dtype`` is refused by name, as the reader refuses it."""
-    state = {n: t.detach().to("cpu", dtype).contiguous() for n, t in stored_tensors(model).items()}
-    bad = [n for n, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
-    if bad:
-        name = str(dtype).removeprefix("torch.")
-        raise ValueError(
-            f"save_pretrained: {len(bad)} tensor(s) hold NaN or inf once stored as {name}: "
-            f"{listing(bad)}; from_pretrained refuses such a checkpoint"
-            + (" (float16 overflows past 65504: store bfloat16 or float32)" if dtype == torch.float16 else "")
-        )
-    return state
-
-
-def config_text(model, dtype: torch.dtype, identity: dict) -> str:
-    """config.json's text: the model's config as stored in ``dtype`` (``served_as``) with the
-    family's ``identity``, checked as the reader checks it."""
-    cfg = {**served_as(model.config.to_dict(), dtype), **identity}
-    try:
-        text = json.dumps(cfg, indent=2) + "\n"
-        check_field_types(json.loads(text))
-        check_supported(cfg)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"save_pretrained: from_pretrained would refuse the model's config: {e}") from None
-    return text
-
-
-def file_layout(state: dict, max_shard_bytes, shard_of) -> dict:
-    """{weight file name: its tensor names}: ``model.safetensors``, or the shards of an index."""
-    groups = shard_groups(state, max_shard_bytes, shard_of)
-    if len(groups) == 1 and max_shard_bytes is None and shard_of is None:
-        return {SINGLE: groups[0]}
-    return {f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors": names for i, names in enumerate(groups)}
-
-
-def save_dir(path, names) -> Path:
-    """The directory to save into, created when absent; ``ValueError`` for one that is not a
-    directory, a link to nothing, a shipped or read-only one, or a name of ``names`` taken by a
-    directory."""
-    root = Path(path)
-    if root.is_symlink() and not root.exists():
-        raise ValueError(f"save_pretrained: {root} is a symbolic link to {os.readlink(root)!r}, which does not exist")
-    if root.exists() and not root.is_dir():
-        raise ValueError(f"save_pretrained: {root} exists and is not a directory")
-    for name in names:
-        check_writable(root / name)
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def weight_files_of(root: Path) -> set:
-    """The weight files of an earlier save in ``root`` (names): ``model.safetensors``, the index,
-    the files named as shards, and the plain ``.safetensors`` names its index lists; directories
-    never."""
-    names = {e.name for e in root.iterdir() if e.name in (SINGLE, INDEX) or SHARD.fullmatch(e.name)}
-    names |= listed_shards(root)
-    return {n for n in names if (root / n).is_symlink() or not (root / n).is_dir()}
-
-
-def listed_shards(root: Path) -> set:
-    """The shard names an existing index lists that are plain ``.safetensors`` names in ``root``."""
-    try:
-        wmap = read_json(root / INDEX, "the weight index").get("weight_map")
-    except ValueError:  # absent or unreadable: nothing listed
-        return set()
-    shards = wmap.values() if isinstance(wmap, dict) else []
-    return {f for f in shards if isinstance(f, str) and f.endswith(".safetensors") and plain_name(f)}
-
-
-def plain_name(name: str) -> bool:
-    """A file name of the directory itself: no folder, no ``..``."""
-    return name not in ("", ".", "..") and "\\" not in name and Path(name).name == name
-
-
-def write_files(stage, state: dict, config: str, layout: dict, save_file) -> None:
-    """The checkpoint's files into the ``atomic_files`` ``stage``: weights, index, config last."""
-    for fname, names in layout.items():
-        save_file({n: state[n] for n in names}, str(stage.path(fname)), metadata={"format": "pt"})
-    if SINGLE not in layout:
-        total = sum(t.numel() * t.element_size() for t in state.values())
-        wmap = {n: fname for fname, names in layout.items() for n in names}
-        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(wmap.items()))}
-        stage.write_text(INDEX, json.dumps(index, indent=2) + "\n")
-    stage.write_text(CONFIG, config)
-
-
-def served_as(cfg: dict, stored: torch.dtype) -> dict:
-    """The config with ``torch_dtype`` the stored dtype (what loaders read it as) and, where the
-    model is served in another precision (its config's ``decision_precision``, else its old
-    ``torch_dtype`` / ``dtype``), that precision kept as ``decision_precision``, by its canonical
-    name (``precision_name``; a value naming no float type serves as "auto", docs/spec.md section
-    2.1, and is written so; a ``decision_precision`` naming none is refused, as its reader
-    refuses it): what is written, ``from_pretrained`` reads back."""
-    cfg = dict(cfg)
-    found = [(k, cfg.pop(k)) for k in SERVED if k in cfg]  # every key popped
-    key, served = next(((k, v) for k, v in found if v), (None, None))
-    cfg["torch_dtype"] = str(stored).removeprefix("torch.")
-    if key == "decision_precision" and precision_name(served) is None:  # the reader refuses it
-        raise ValueError(
-            f"save_pretrained: the model's config has decision_precision={served!r}, a precision "
-            f"from_pretrained does not read: use one of {', '.join(PRECISIONS)} (or an alias: {', '.join(ALIASES)})"
-        )
-    served = None if served is None else (precision_name(served) or "auto")
-    if served is not None and served != cfg["torch_dtype"]:
-        cfg["decision_precision"] = served
-    return cfg
-
-
-def shard_groups(state: dict, max_shard_bytes, shard_of) -> list:
-    """Tensor names grouped into shards (non-empty groups, in order)."""
-    if shard_of is not None:
-        groups = {}
-        for n in state:
-            groups.setdefault(int(shard_of(n)), []).append(n)
-        return [groups[k] for k in sorted(groups)]
-    if max_shard_bytes is None:
-        return [list(state)]
-    groups, size = [[]], 0
-    for n, t in state.items():
-        b = t.numel() * t.element_size()
-        if groups[-1] and size + b > max_shard_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(n)
-        size += b
-    return groups

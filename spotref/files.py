@@ -5,9 +5,6 @@ the destination's own directory, which is flushed, fsynced and then renamed over
 destination (``os.replace``, atomic on POSIX and Windows). A crash or Ctrl-C mid-write leaves
 the old file intact and no temporary file behind; a reader never sees half a file.
 
-``atomic_files`` writes several files of one directory so (a checkpoint): all their bytes first,
-then the renames; nothing else in the directory, nor the directory itself, is touched.
-
 A kill (SIGKILL) cannot run the cleanup: it leaves ``.NAME.PID.XXXX.tmp`` beside the
 destination. The next write to the same destination removes such files whose process is gone.
 
@@ -133,83 +130,6 @@ def atomic_path(path):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-@contextlib.contextmanager
-def atomic_files(directory):
-    """Write several files of the existing ``directory`` together, each whole (a ``Staging``).
-
-    Inside the block, ``stage.path(name)`` (or ``stage.write_text``) gives a temporary file
-    ``.NAME.PID.XXXX.tmp`` in ``directory`` to write ``name``'s bytes to, and ``stage.remove(name)``
-    marks a file of ``directory`` to delete. When the block ends without an error every temporary
-    file is fsynced, then renamed onto its name (``os.replace``, in the order staged), then the
-    marked files are removed: the long part (writing the bytes) changes nothing a reader sees. On
-    any error (KeyboardInterrupt included) the temporary files are removed and ``directory`` is
-    left as it was. Nothing else in ``directory`` is touched: not its other entries, not the
-    directory itself (its inode, its mode), and a name that is a link is replaced by the new file,
-    never written through."""
-    stage = Staging(Path(directory))
-    try:
-        yield stage
-        stage.commit()
-    except BaseException:
-        stage.discard()
-        raise
-
-
-class Staging:
-    """The files one ``atomic_files`` block writes and removes in ``directory``."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.pending: dict[str, Path] = {}  # name -> its temporary file, until renamed
-        self.removals: list[str] = []
-
-    def path(self, name: str) -> Path:
-        """A temporary file in the directory for ``name`` (for writers that want a file name)."""
-        dest = check_writable(self.directory / name)
-        clean_stale(dest)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.{os.getpid()}.", suffix=".tmp")
-        os.close(fd)
-        self.pending[name] = Path(tmp)
-        return Path(tmp)
-
-    def write_text(self, name: str, text: str) -> None:
-        self.path(name).write_text(text, encoding="utf-8")
-
-    def remove(self, name: str) -> None:
-        """Delete ``name`` (the name only: a link, not what it leads to) after the renames."""
-        self.removals.append(name)
-
-    def commit(self) -> None:
-        for tmp in self.pending.values():
-            with open(tmp, "rb+") as f:  # on disk before the renames
-                os.fsync(f.fileno())
-        for name, tmp in list(self.pending.items()):
-            os.chmod(tmp, _mode(self.directory / name))  # mkstemp makes 0600 files
-            os.replace(tmp, self.directory / name)
-            del self.pending[name]
-        for name in self.removals:
-            (self.directory / name).unlink(missing_ok=True)
-        fsync_dir(self.directory)
-
-    def discard(self) -> None:
-        for tmp in self.pending.values():
-            tmp.unlink(missing_ok=True)
-
-
-def fsync_dir(directory: Path) -> None:
-    """The directory's entries (renames, removals) on disk, where the system allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _umask() -> int:

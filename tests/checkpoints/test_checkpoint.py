@@ -7,9 +7,10 @@ import pytest
 import torch
 from helpers import SDAR_FILES
 
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 pytest.importorskip("safetensors")
 REAL = SDAR_FILES

@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from spotref.api import serving_precision
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import DreamConfig
 from spotref.spec.dream import DreamModel
+from workbench.checkpoint_writer import save_pretrained
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 

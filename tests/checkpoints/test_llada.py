@@ -21,10 +21,11 @@ import torch
 
 import spotref
 from spotref import checkpoint
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import LLaDAConfig, SDARConfig
 from spotref.spec.llada import LLaDAModel
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 

@@ -12,8 +12,9 @@ import torch
 from helpers import tiny_config
 
 import spotref
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 pytest.importorskip(
     "transformers",

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from spotref.checkpoint import save_pretrained
 from spotref.cli.conform import summary
 from spotref.cli.main import main
 from spotref.conformance_cases import tiny_config
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 DECODERS = """
 import spotref
-from spotref.checkpoint import save_pretrained
+from workbench.checkpoint_writer import save_pretrained
 
 def correct(model, prompt, n, **kw):
     return spotref.generate(model, prompt, n, **kw)

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 import spotref
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.cli.main import main
 from spotref.configs import SDARConfig
 from spotref.load import targets
 from spotref.load.tokenizer import load_tokenizer
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")

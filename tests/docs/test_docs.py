@@ -18,7 +18,7 @@ reviewed change to this file.
 
 Placeholders are replaced per block by ``SUBS`` (explicit and minimal; each must still occur in
 its block). ``<tiny_sdar>`` is a tiny random SDAR model written in the official checkpoint layout
-by ``spotref.checkpoint.save_pretrained`` (SDAR-8B's vocabulary size, MASK id and bf16 storage);
+by ``workbench.checkpoint_writer.save_pretrained`` (SDAR-8B's vocabulary size, MASK id and bf16 storage);
 ``<tiny_sdar_tok>`` is the same directory with the real SDAR tokenizer files from
 ../shared/sdar-8b-chat added (the tests that need it skip when those files are absent).
 """
@@ -112,8 +112,8 @@ CODE = [key for key, b in BLOCKS.items() if b["lang"] in ("python", "bash")]
 @pytest.fixture(scope="module")
 def tiny_sdar(tmp_path_factory) -> Path:
     """A tiny random SDAR checkpoint in the official layout, SDAR-8B's vocabulary and MASK id."""
-    from spotref.checkpoint import save_pretrained
     from spotref.spec.sdar import SDARModel
+    from workbench.checkpoint_writer import save_pretrained
 
     cfg = tiny_config(
         151936,

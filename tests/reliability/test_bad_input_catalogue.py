@@ -9,8 +9,9 @@ from helpers import tiny_model
 
 import spotref
 from spotref.api import Speculator
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
+from workbench.checkpoint_writer import save_pretrained
 
 
 def spec(**kw):
@@ -211,7 +212,7 @@ def test_heldout_refuses_an_unbounded_or_odd_count(n):
 @pytest.mark.parametrize("path", [123, None, b"/tmp/ck", ""])
 def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_name(path, tmp_path):
     pytest.importorskip("safetensors")
-    from spotref.checkpoint import save_pretrained
+    from workbench.checkpoint_writer import save_pretrained
 
     with pytest.raises(ValueError, match="the checkpoint directory must be a path"):
         from_pretrained(path)

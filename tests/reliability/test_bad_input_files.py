@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import spotref
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
 from spotref.load.drafters import ORDER_DIR
 from spotref.load.targets import DEFAULT_TARGET, TARGETS_DIR
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 pytest.importorskip("safetensors")
 INDEX = "model.safetensors.index.json"

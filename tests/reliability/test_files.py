@@ -117,7 +117,7 @@ def test_run_dirs_left_empty_are_removed_and_the_rest_kept(tmp_path):
 
 def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
     """order.save and save_pretrained die half-way: the files already there survive."""
-    from spotref.checkpoint import save_pretrained
+    from workbench.checkpoint_writer import save_pretrained
 
     path = tmp_path / "d.pt"
     save_order_model(path, order.OrderModel(8), {"note": "old"})

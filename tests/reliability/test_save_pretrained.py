@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 
 pytest.importorskip("safetensors")
 INDEX = "model.safetensors.index.json"

@@ -11,10 +11,11 @@ import pytest
 
 import spotref
 from spotref import files
-from spotref.checkpoint import from_pretrained, save_pretrained
+from spotref.checkpoint import from_pretrained
 from spotref.cli import main as spotref_cli
 from spotref.files import atomic_write_text, check_writable, shipped_writes
 from workbench import cli as workbench_cli
+from workbench.checkpoint_writer import save_pretrained
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = Path(spotref.__file__).resolve().parent
@@ -208,19 +209,19 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_whole(tmp_path, monkeypat
     pytest.importorskip("safetensors")
     import torch
 
-    from spotref import checkpoint
+    from workbench import checkpoint_writer
 
     a = tiny(0)
-    checkpoint.save_pretrained(a, tmp_path / "ck")
-    real = checkpoint.write_files
+    checkpoint_writer.save_pretrained(a, tmp_path / "ck")
+    real = checkpoint_writer.write_files
 
     def interrupted(*args):
         real(*args)
         raise KeyboardInterrupt  # Ctrl-C after every file's bytes, before the renames
 
-    monkeypatch.setattr(checkpoint, "write_files", interrupted)
+    monkeypatch.setattr(checkpoint_writer, "write_files", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
+        checkpoint_writer.save_pretrained(tiny(1, vocab=48), tmp_path / "ck")
     loaded = from_pretrained(tmp_path / "ck")
     assert loaded.config.vocab_size == 40 and torch.equal(loaded.lm_head.weight, a.lm_head.weight)
     assert not list(tmp_path.glob(".ck.*")) and not list((tmp_path / "ck").glob("*.tmp"))

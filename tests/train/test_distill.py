@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from spotref.checkpoint import save_pretrained
 from spotref.configs import SDARConfig
 from spotref.spec.sdar import SDARModel
+from workbench.checkpoint_writer import save_pretrained
 from workbench.train.train_canvas import distill_term
 from workbench.train.train_export import load_teacher, read_checkpoint
 from workbench.train.train_loop import train
