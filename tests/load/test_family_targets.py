@@ -12,9 +12,10 @@ from spotref.checkpoint import stored_tensors
 from spotref.configs import DreamConfig, LLaDAConfig
 from spotref.conformance import spot_drafter
 from spotref.load.bpe import ByteTokenizer
-from spotref.load.targets import list_targets, load_target, save_target
+from spotref.load.targets import list_targets, load_target
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
+from workbench.target_writer import save_target
 from workbench.train.canvas_start import DROPPED, canvas_from_sdar, counterparts
 
 pytest.importorskip("safetensors")

@@ -187,7 +187,7 @@ def test_each_file_is_stored_once_and_a_shared_one_is_never_overwritten(tmp_path
     its SHA-256 checked; other bytes for a file another target names are refused before any write."""
     from helpers import tiny_model
 
-    from spotref.load.targets import save_target
+    from workbench.target_writer import save_target
 
     tok, model = ByteTokenizer(), tiny_model(V=258, B=4, mask_id=257)
     meta = lambda m, name: {"name": name, "config": m.config.to_dict()}

@@ -33,7 +33,7 @@ fold keeps ``w`` and replaces ``1 / rms(q)`` by one scale per layer and head, th
 ``c = E[rms] / E[rms^2]`` over the calibration tokens (``c q`` nearest ``q / rms(q)``):
 ``W_q[h] <- c_h diag(w) W_q[h]``, the same for keys. It lives with
 the trainers because nothing but a training run starts from it; the result is saved as a target
-with ``spotref.load.targets.save_target``.
+with ``workbench.target_writer.save_target``.
 """
 
 from __future__ import annotations

@@ -22,10 +22,11 @@ from spotref.checkpoint import from_pretrained
 from spotref.configs import SDARConfig
 from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
-from spotref.load.targets import load_target, save_target
+from spotref.load.targets import load_target
 from spotref.spec.sdar import SDARModel
 from workbench.data import gsm
 from workbench.data.corpora import CORPORA, open_corpus
+from workbench.target_writer import save_target
 from workbench.train.canvas_start import canvas_from_sdar
 from workbench.train.train_canvas import canvas_heldout_loss, canvas_model
 from workbench.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
