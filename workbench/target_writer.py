@@ -12,11 +12,11 @@ import torch
 
 from spotref.checkpoint import stored_tensors
 from spotref.files import atomic_write, atomic_write_text
-from spotref.load.targets import FAMILIES, _files_named, _sha256, metadata_files
+from spotref.load.targets import MODELS, _files_named, _sha256, metadata_files
 
 
 def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Path:
-    """Write a target of any family (``FAMILIES``) as ``load_target`` reads it: its weights
+    """Write a target of any family (``MODELS``) as ``load_target`` reads it: its weights
     (float16, the tied head left out) and its tokenizer, each stored once (``stored_file``: a
     file of the directory that holds these very bytes already, else ``NAME.safetensors`` /
     ``NAME.tokenizer.json``, written atomically), then ``NAME.json`` (``meta`` with "config" the
@@ -28,8 +28,8 @@ def save_target(model, tokenizer, meta: dict, directory: Path, name: str) -> Pat
     except ImportError:
         raise ImportError("exporting needs the 'safetensors' package: pip install 'spotref[cli]'") from None
     directory, family = Path(directory), getattr(model, "family", "sdar")
-    if family not in FAMILIES:
-        raise ValueError(f"save_target: model.family must be one of {', '.join(map(repr, FAMILIES))}, got {family!r}")
+    if family not in MODELS:
+        raise ValueError(f"save_target: model.family must be one of {', '.join(map(repr, MODELS))}, got {family!r}")
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in stored_tensors(model).items()}
     raw, text = save(sd), tokenizer.to_json().encode("utf-8")
     weights = stored_file(directory, name, ".safetensors", raw)

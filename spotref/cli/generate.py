@@ -39,8 +39,7 @@ from spotref.cli.argtypes import (
 from spotref.cli.options import Options
 from spotref.configs import CONFIGS, with_rope_theta
 from spotref.files import check_writable
-from spotref.load.targets import FAMILIES as TARGET_FAMILIES
-from spotref.load.targets import Shape, load_target, target_shape
+from spotref.load.targets import MODELS, Shape, load_target, target_shape
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.names import DRAFTERS, resolve_drafter
 from spotref.spec.decode import CANVAS_FAMILIES, family
@@ -311,7 +310,7 @@ def model_shape(spec: str, block_length=None):
 def directory_shape(path: Path):
     """A checkpoint directory's ``Shape`` from its config.json (None where it cannot be read)."""
     family_name = CANVAS_TYPES.get(read_config_type(path), "sdar")
-    cls = TARGET_FAMILIES[family_name]
+    cls = MODELS[family_name]
     try:
         cfg = CONFIGS[family_name].from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
     except (OSError, ValueError, TypeError, KeyError, AttributeError):

@@ -1,6 +1,6 @@
 """Bundled targets: small real SDAR models trained here (``spotref.train.train_target``) on grade-school
 math (``gsm-*``, the default ``gsm-b32``) and on Python's own text (``stdlib-*``); a target may be
-of any family (``FAMILIES``: SDAR, LLaDA, Dream).
+of any family (``MODELS``: SDAR, LLaDA, Dream).
 
 Each target is its metadata ``NAME.json`` in ``spotref/load/targets/`` (family, config, tokenizer,
 corpus, training command and time, held-out loss, quality numbers) and the two files it names
@@ -59,7 +59,7 @@ FROM_WORKBENCH = (
     "the repository's workbench draws others "
     "(workbench.data.corpora.open_corpus(target.meta.get('corpus')).heldout(n, seed, split))"
 )
-FAMILIES = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
+MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
 
 
 @dataclass
@@ -214,7 +214,7 @@ def target_shape(name: str, directory: Path | str = TARGETS_DIR) -> Shape | None
     path = Path(directory, f"{name}.json")
     try:
         meta = read_meta(path)
-        cls = FAMILIES[family_of(meta)]
+        cls = MODELS[family_of(meta)]
         cfg = target_config(meta["config"], path, cls)
     except (ValueError, TypeError, KeyError):
         return None
@@ -293,8 +293,8 @@ def read_meta(path: Path) -> dict:
         if not isinstance(value, kind) or isinstance(value, bool):
             json_type = {dict: "an object", str: "a string", int: "an integer"}[kind]
             raise ValueError(f"the target metadata {path}: {field!r} must be {json_type}, got {value!r}")
-    if family_of(meta) not in FAMILIES:
-        known = ", ".join(map(repr, FAMILIES))
+    if family_of(meta) not in MODELS:
+        known = ", ".join(map(repr, MODELS))
         raise ValueError(f"the target metadata {path}: 'family' must be one of {known}, got {meta['family']!r}")
     return meta
 
@@ -341,7 +341,7 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None):
         sd = load(raw)
     except Exception as e:  # safetensors' own error types
         raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
-    cls = FAMILIES[family_of(meta)]
+    cls = MODELS[family_of(meta)]
     return build_model(target_config(meta["config"], meta_path or path, cls), sd, cls)
 
 

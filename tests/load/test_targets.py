@@ -8,7 +8,7 @@ import torch
 
 import spotref
 from spotref.load.bpe import ByteTokenizer
-from spotref.load.targets import DEFAULT_TARGET, FAMILIES, family_of, list_targets, load_target
+from spotref.load.targets import DEFAULT_TARGET, MODELS, family_of, list_targets, load_target
 from workbench.data.corpora import open_corpus
 
 pytest.importorskip("tokenizers")
@@ -60,7 +60,7 @@ def test_shipped_metadata_names_no_path_of_the_machine_it_was_trained_on():
 def test_load_target_contract(name):
     target = load_target(name)
     m = target.model
-    assert isinstance(m, FAMILIES[family_of(target.meta)]) and not m.training  # SDARModel, or a canvas family's
+    assert isinstance(m, MODELS[family_of(target.meta)]) and not m.training  # SDARModel, or a canvas family's
     assert all(p.dtype == torch.float32 for p in m.parameters())
     assert m.block_size and m.mask_id == target.tokenizer.mask_id
     assert target.name == name and target.meta["heldout_loss"] > 0
