@@ -38,6 +38,7 @@ import tempfile
 from collections import Counter
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -454,7 +455,7 @@ def run_conformance(
     conformance = hypothesis_test(check, seen, strategy, max_examples, database, progress, settings, failed)
     if seed is not None:
         conformance = hypothesis().seed(check_int("seed", seed, 0))(conformance)
-    with replaying(replay_file, failed, efficiency), _storage(database is None):
+    with replaying(replay_file, failed, efficiency), _storage(database is None), _no_local_constants():
         conformance()
     if progress:
         progress(f"conformance: passed, {seen['cases']} cases identical to exact decoding {happened(seen)}")
@@ -611,6 +612,30 @@ def _storage(private: bool):
             yield
         finally:
             configuration.set_hypothesis_home_dir(before)
+
+
+@contextlib.contextmanager
+def _no_local_constants():
+    """Hypothesis draws some numbers from the constants in the source of the local modules the
+    process has loaded, so one seed drew other cases after other imports; the kit's runs draw
+    without them (an internal of Hypothesis: where it is not there, nothing is changed)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:
+        yield
+        return
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if not hasattr(providers, "_get_local_constants") or not hasattr(cache, "clear"):
+        yield
+        return
+    cache.clear()  # the values it drew from before, the local constants among them
+    empty = Constants()
+    with mock.patch.object(providers, "_get_local_constants", lambda: empty):
+        try:
+            yield
+        finally:
+            cache.clear()
 
 
 def coverage(case: Case, outcome: dict) -> list[str]:
