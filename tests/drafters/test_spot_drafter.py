@@ -316,7 +316,9 @@ def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
         data,
     )
     assert after["header"]["curves"] == want and "curves_command" in after["header"]
-    assert after["header"]["node_calibration"] == train_drafter.node_calibration(sd, data)
+    log = train_drafter.NodeLog(sd, 64)  # the node calibration, from the rounds simulated at N = 64 alone
+    train_drafter.curves({"spot": log}, data, budgets=(64,))
+    assert after["header"]["node_calibration"] == log.tables()
     fit = after["header"]["train_accuracy"]  # the model and the stale order on training states
     assert fit["0"]["model"] == train_drafter.accuracy(sd.model, data[0.0])
     assert fit["0"]["stale"] == train_drafter.confidence_accuracy(data[0.0])
