@@ -12,6 +12,12 @@ COMMANDS = {  # name: (one-line help, module, its add-options function, its entr
         "add_arguments",
         "run",
     ),
+    "train-universal": (
+        "train one SPOT drafter on several bundled targets (the universal drafter)",
+        "workbench.train.train_universal",
+        "add_arguments",
+        "run",
+    ),
     "bench": (
         "every drafter side by side on every bundled target; writes a report into "
         "runs/bench-TIME/ (docs/results.md with --update-shipped)",

@@ -189,7 +189,7 @@ def one_line_warning(prog: str, message, category, filename, lineno, file=None, 
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
     """A tool's ``main``: parse ``argv`` (default: the command line, kept as ``args.argv`` for
     the tool's report) and ``run(args)`` ``guarded``."""
-    p = argparse.ArgumentParser(prog=prog, description=plain(doc))
+    p = argparse.ArgumentParser(prog=prog, description=plain(doc), allow_abbrev=False)
     add_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -74,11 +74,11 @@ def parser_for(command: str | None, commands: dict | None = None, prog: str = "s
     """``prog``'s parser over ``commands`` (default: spotref's; ``about``: its description); only
     ``command``'s options are built (the others' imports cost)."""
     commands = COMMANDS if commands is None else commands
-    parser = argparse.ArgumentParser(prog=prog, description=about or __doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=about or __doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"spotref {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help, *_) in commands.items():
-        p = sub.add_parser(name, help=help, description=help)
+        p = sub.add_parser(name, help=help, description=help, allow_abbrev=False)  # --targets is not --targets-dir
         if name == command:
             entry(name, 2, commands)(p)
     return parser

@@ -51,6 +51,6 @@ class Options:
     @classmethod
     def parse(cls, add_arguments, argv: list[str]):
         """The options of a command line, parsed by a parser that ``add_arguments`` builds."""
-        p = argparse.ArgumentParser()
+        p = argparse.ArgumentParser(allow_abbrev=False)
         add_arguments(p)
         return cls.from_namespace(p.parse_args(argv))

@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -43,9 +42,7 @@ from spotref.cli.argtypes import (
     positive_int,
     positive_real,
     seed_int,
-    target_list,
     tool_main,
-    turn_list,
 )
 from spotref.cli.options import Options
 from spotref.cli.report import progress
@@ -62,7 +59,7 @@ from spotref.train import train_sets as ts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", help="bundled target name (spotref.list_targets()); with --targets, the drafter's name")
+    p.add_argument("target", help="bundled target name (spotref.list_targets())")
     p.add_argument("--prompts", type=positive_int, default=120, help="training prompts per temperature")
     p.add_argument("--test-prompts", type=positive_int, default=24, help="held-out prompts per temperature")
     p.add_argument("--seeds", type=positive_int, default=2, help="noise seeds per prompt at T = 1")
@@ -111,28 +108,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_threads(p)
     p.add_argument("--set-steps", type=positive_int, default=1500, help="set-head training steps")
-    add_universal_arguments(p)
-
-
-def add_universal_arguments(p: argparse.ArgumentParser) -> None:
-    """One drafter of several targets (the universal drafter)."""
-    p.add_argument(
-        "--targets",
-        type=target_list,
-        help="train one drafter on the trajectories of several targets, NAME[:PROMPTS],... "
-        "(PROMPTS: that target's training prompts, default --prompts); batches alternate between them",
-    )
-    p.add_argument(
-        "--held-out",
-        type=target_list,
-        help="with --targets: targets it does not train on, measured on their held-out prompts",
-    )
-    p.add_argument(
-        "--turns",
-        type=turn_list,
-        help="with --targets: batches per cycle of some targets, NAME=K,... (default 1 each); a cycle "
-        "draws from every target in --targets order, then again from those with K >= 2, and so on",
-    )
 
 
 @dataclass(frozen=True)
@@ -162,21 +137,6 @@ class DrafterOptions(Options):
     set_prompts: int  # training prompts per temperature and threshold for the set head
     threads: int  # torch CPU threads
     set_steps: int  # set-head training steps
-    targets: tuple | None = None  # --targets: ((name, training prompts or None), ...)
-    held_out: tuple | None = None  # --held-out: ((name, None), ...)
-    turns: tuple | None = None  # --turns: ((name, batches per cycle), ...)
-
-
-def cycle(names: list, turns: tuple | None) -> list:
-    """Indices into ``names`` (the --targets order) of one cycle of batches: every target once,
-    then those with at least 2 turns once more, and so on; ``ValueError`` for a --turns name not
-    in ``names``."""
-    k = dict(turns or ())
-    unknown = sorted(set(k) - set(names))
-    if unknown:
-        raise ValueError(f"--turns names {', '.join(unknown)}, not in --targets ({', '.join(names)})")
-    rounds = max(k.values(), default=1)
-    return [i for r in range(rounds) for i, n in enumerate(names) if k.get(n, 1) > r]
 
 
 def trajectory_spec(options: DrafterOptions) -> TrajectorySpec:
@@ -409,13 +369,6 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
     t0 = time.time()
-    if options.targets:
-        if options.curves_only:
-            raise ValueError("--curves-only re-measures one target's drafter: leave out --targets")
-        return universal_sets(options, t0) if options.sets_only else train_universal(options, t0)
-    for flag, given in (("--held-out", options.held_out), ("--turns", options.turns)):
-        if given:
-            raise ValueError(f"{flag} goes with --targets (a drafter trained on several targets)")
     target = load_target(options.target, options.targets_dir or TARGETS_DIR)
     if options.curves_only:
         return remeasure(target, options)
@@ -543,120 +496,6 @@ def remeasure(target, options: DrafterOptions) -> int:
     header["curves_command"] = command(options)
     print("offline commits per round:", json.dumps(header["curves"]))
     print("nodes reached by path probability:", json.dumps(header["node_calibration"]))
-    save_order_model(out, model, header)
-    print(f"wrote {out}")
-    return 0
-
-
-# --- one drafter for several targets (--targets) ------------------------------------------------
-
-
-def measured_targets(options: DrafterOptions) -> list[str]:
-    """The --targets names, then the --held-out ones; ``ValueError`` for a name in both."""
-    trained, held = [n for n, _ in options.targets], [n for n, _ in options.held_out or ()]
-    both = sorted(set(trained) & set(held))
-    if both:
-        raise ValueError(f"--targets and --held-out share {', '.join(both)}: a held-out target is not trained on")
-    return trained + held
-
-
-def universal_data(options: DrafterOptions) -> dict:
-    """{target name: (its training trajectories {T: ...}, None for a held-out target; its
-    held-out trajectories {T: ...})}, each recorded (or read from the cache) with the target's
-    own --targets prompt count; ``ValueError`` for a target both trained on and held out."""
-    o, base = options, trajectory_spec(options)
-    trained = dict(o.targets)
-    data = {}
-    for name in measured_targets(o):
-        target = load_target(name, o.targets_dir or TARGETS_DIR)
-        spec = dataclasses.replace(base, prompts=trained.get(name) or o.prompts)
-        train_sets = {T: recorded(target, spec, "train", T) for T in (0.0, 1.0)} if name in trained else None
-        data[name] = (train_sets, {T: recorded(target, spec, "test", T) for T in (0.0, 1.0)})
-    return data
-
-
-def per_target_accuracy(model, data: dict) -> dict:
-    """{target: {"trained_on", "block_size", "heldout_accuracy" {T: ...}, "confidence_accuracy"
-    {T: ...}}}: next-commit accuracy on each target's held-out prompts, printed as it goes."""
-    key, out = order.temperature_key, {}
-    for name, (train_sets, test_sets) in data.items():
-        acc = {key(T): accuracy(model, ds) for T, ds in test_sets.items()}
-        base = {key(T): confidence_accuracy(ds) for T, ds in test_sets.items()}
-        out[name] = dict(
-            trained_on=train_sets is not None,
-            block_size=next(iter(test_sets.values())).block_size,
-            heldout_accuracy=acc,
-            confidence_accuracy=base,
-        )
-        role = "trained on" if train_sets is not None else "held out"
-        print(
-            f"{name} ({role}): held-out next-commit accuracy T=0 {acc['0']:.3f}, T=1 {acc['1']:.3f}; "
-            f"stale-confidence order T=0 {base['0']:.3f}, T=1 {base['1']:.3f}"
-        )
-    return out
-
-
-def train_universal(options: DrafterOptions, t0: float) -> int:
-    """``--targets``: one order model trained on the trajectories of several targets (batches
-    alternate between them, ``--turns`` batches per cycle each: ``cycle``), measured on every
-    target's held-out prompts (--held-out ones too), saved with ``any_block_size``
-    (``load_drafter`` runs it on any target) and without a target fingerprint (no target picks
-    it for ``drafter="spot"``). No set head, curves or calibrated graph: those are per target."""
-    o = options
-    out = out_path(o)
-    print(f"train-drafter: the checkpoint will be written to {out}", file=sys.stderr)
-    trained = [n for n, _ in o.targets]
-    order_of_turns = cycle(trained, o.turns)
-    data = universal_data(o)
-    parts = [tj.Trajectories.concat(list(tr.values())) for tr, _ in data.values() if tr is not None]
-    model = initial_model(parts[0].block_size, o)
-    print(f"trajectories: train {', '.join(f'{len(p)}' for p in parts)} states ({time.time() - t0:.0f} s)")
-    train(model, [parts[i] for i in order_of_turns], o)
-    per_target = per_target_accuracy(model, data)
-    save_order_model(
-        out,
-        model,
-        dict(
-            target=dict(name=o.target, trained_on=trained, held_out=[n for n, _ in o.held_out or ()]),
-            any_block_size=True,
-            per_target=per_target,
-            n_params=order.n_params(model),
-            training=dict(
-                command=command(o),
-                seconds=round(time.time() - t0),
-                train_states={n: len(p) for n, p in zip(trained, parts)},
-                date=time.strftime("%Y-%m-%d"),
-            ),
-        ),
-    )
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
-    return 0
-
-
-def universal_sets(options: DrafterOptions, t0: float) -> int:
-    """``--targets --sets-only``: the checkpoint (``source_path``) with a fresh set
-    head trained on the threshold trajectories of --targets (a batch of each in turn), its order
-    model kept; held-out set accuracy on every --targets and --held-out target."""
-    o, names = options, measured_targets(options)
-    src, out = source_path(o), out_path(o)
-    model, header = load_order_model(src)
-    model = order.with_set_head(order.without_set_head(model))
-    trained, spec = [n for n, _ in o.targets], trajectory_spec(o)
-    data = {n: ts.recorded_sets(load_target(n, o.targets_dir or TARGETS_DIR), spec, n in trained) for n in names}
-    parts = [tj.Trajectories.concat([tr for tr, _ in data[n].values()]) for n in trained]
-    ts.train_sets(model, parts, o.set_steps, o.batch, o.lr, o.tf_depth, o.seed)
-    per_target = {}
-    for name, d in data.items():
-        acc, base = ts.heldout_set_accuracy(model, d, f"{name} ({'trained on' if name in trained else 'held out'}): ")
-        per_target[name] = dict(trained_on=name in trained, heldout_accuracy=acc, confidence_accuracy=base)
-    header["sets"] = dict(
-        taus=list(ts.TAUS),
-        per_target=per_target,
-        train_states={n: len(p) for n, p in zip(trained, parts)},
-        seconds=round(time.time() - t0),
-        command=command(o),
-    )
-    header["n_params"] = order.n_params(model)
     save_order_model(out, model, header)
     print(f"wrote {out}")
     return 0

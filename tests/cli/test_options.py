@@ -215,6 +215,7 @@ def test_every_spotref_command_has_one_options_class_matching_its_parser():
         "bench": "BenchOptions",
         "quality": "QualityOptions",
         "train-drafter": "DrafterOptions",
+        "train-universal": "UniversalOptions",
         "conform": "ConformOptions",
         "calibrate-sets": "CalibOptions",
     }

@@ -1,4 +1,5 @@
-"""One drafter trained on several targets (``train-drafter NAME --targets A,B --held-out C``):
+"""One drafter trained on several targets (``python -m workbench train-universal NAME --targets A,B
+--held-out C``, workbench/train/train_universal.py):
 batches alternate between the targets' trajectories, each target is measured on its own
 held-out prompts, and the checkpoint runs on a target of any block size, exactly."""
 
@@ -12,12 +13,14 @@ from helpers import tiny_model
 
 import spotref
 from spotref.cli import argtypes
+from spotref.cli.main import parser_for
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
 from spotref.load import drafters as loaded
 from spotref.record.trajectories import record
 from spotref.train import train_drafter
 from spotref.train import train_sets as ts
+from workbench.train import train_universal as tu
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]]
 
@@ -36,12 +39,12 @@ def targets():
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
-    train_drafter.add_arguments(p)
+    tu.add_arguments(p)
     return p
 
 
 def options(*argv):
-    return train_drafter.DrafterOptions.parse(train_drafter.add_arguments, list(argv))
+    return tu.UniversalOptions.parse(tu.add_arguments, list(argv))
 
 
 def fake_targets(monkeypatch, targets, asked):
@@ -66,8 +69,8 @@ def test_trains_on_several_targets_and_measures_each(targets, monkeypatch, tmp_p
     monkeypatch.setattr(train_drafter, "batch", lambda ds, r, d: drawn.append(ds.block_size) or real_batch(ds, r, d))
     out = tmp_path / "universal.pt"
     o = options("universal", "--targets", "tiny-b4:5,tiny-b8", "--held-out", "tiny-out", "--prompts", "3")
-    o = train_drafter.DrafterOptions(**{**o.__dict__, "out": str(out), "steps": 6, "batch": 8, "tf_depth": 2})
-    assert train_drafter.train_universal(o, time.time()) == 0
+    o = tu.UniversalOptions(**{**o.__dict__, "out": str(out), "steps": 6, "batch": 8, "tf_depth": 2})
+    assert tu.train_universal(o, time.time()) == 0
     assert drawn[:6] == [4, 8] * 3  # one batch per step, the targets in turn (then the measurements)
     assert ("tiny-b4", "train", 5) in asked and ("tiny-b8", "train", 3) in asked  # NAME:PROMPTS
     assert ("tiny-out", "test", 3) in asked and ("tiny-out", "train", 3) not in asked  # held out: measured only
@@ -84,11 +87,9 @@ def test_a_held_out_target_is_not_trained_on(targets, monkeypatch, tmp_path):
     fake_targets(monkeypatch, targets, [])
     o = options("u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-b8", "--out", str(tmp_path / "u.pt"))
     with pytest.raises(ValueError, match="share tiny-b8"):
-        train_drafter.train_universal(o, time.time())
+        tu.train_universal(o, time.time())
     with pytest.raises(ValueError, match="share tiny-b8"):
-        train_drafter.universal_sets(o, time.time())
-    with pytest.raises(ValueError, match="--held-out goes with --targets"):
-        train_drafter.run(parser().parse_args(["tiny-b4", "--held-out", "tiny-b8"]))
+        tu.universal_sets(o, time.time())
 
 
 @pytest.mark.slow
@@ -99,17 +100,17 @@ def test_turns_give_a_target_more_batches_per_cycle(targets, monkeypatch, tmp_pa
     real_batch = train_drafter.batch
     monkeypatch.setattr(train_drafter, "batch", lambda ds, r, d: drawn.append(ds.block_size) or real_batch(ds, r, d))
     o = options("u", "--targets", "tiny-b8,tiny-b4", "--turns", "tiny-b8=2", "--prompts", "3")
-    o = train_drafter.DrafterOptions(**{**o.__dict__, "out": str(tmp_path / "u.pt"), "steps": 6, "batch": 8})
-    assert train_drafter.train_universal(o, time.time()) == 0
+    o = tu.UniversalOptions(**{**o.__dict__, "out": str(tmp_path / "u.pt"), "steps": 6, "batch": 8})
+    assert tu.train_universal(o, time.time()) == 0
     assert drawn[:6] == [8, 4, 8] * 2
 
 
 def test_cycle_orders_the_turns_and_refuses_an_unknown_name():
-    assert train_drafter.cycle(["a", "b", "c"], None) == [0, 1, 2]
-    assert train_drafter.cycle(["a", "b", "c"], (("c", 2),)) == [0, 1, 2, 2]
-    assert train_drafter.cycle(["a", "b", "c"], (("a", 3), ("c", 2))) == [0, 1, 2, 0, 2, 0]
+    assert tu.cycle(["a", "b", "c"], None) == [0, 1, 2]
+    assert tu.cycle(["a", "b", "c"], (("c", 2),)) == [0, 1, 2, 2]
+    assert tu.cycle(["a", "b", "c"], (("a", 3), ("c", 2))) == [0, 1, 2, 0, 2, 0]
     with pytest.raises(ValueError, match="--turns names d, not in --targets"):
-        train_drafter.cycle(["a", "b"], (("d", 2),))
+        tu.cycle(["a", "b"], (("d", 2),))
 
 
 def test_turn_list_and_turns_without_targets_are_refused(tmp_path):
@@ -117,8 +118,17 @@ def test_turn_list_and_turns_without_targets_are_refused(tmp_path):
     for bad in ("a", "a=0", "a=x", "=2"):
         with pytest.raises(ValueError, match="NAME=K"):
             argtypes.turn_list(bad)
-    with pytest.raises(ValueError, match="--turns goes with --targets"):
-        train_drafter.run(parser().parse_args(["gsm-b32", "--turns", "gsm-b32=2", "--out", str(tmp_path / "x.pt")]))
+    with pytest.raises(SystemExit):  # --targets is required
+        parser().parse_args(["gsm-b32", "--turns", "gsm-b32=2", "--out", str(tmp_path / "x.pt")])
+
+
+def test_the_installed_train_drafter_trains_one_target(capsys):
+    """Several targets' drafter is the workbench's command; spotref train-drafter has no --targets."""
+    p = parser_for("train-drafter")  # the command line's, abbreviations refused: --targets is not --targets-dir
+    for flag in ("--targets", "--held-out", "--turns"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["train-drafter", "gsm-b32", flag, "a"])
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
 
 
 def test_target_list_refuses_a_malformed_entry():
@@ -158,7 +168,7 @@ def test_sets_only_with_targets_trains_one_set_head_on_several_targets(targets, 
     before, kept = loaded.load_order_model(src)[0].state_dict(), src.read_bytes()
     argv = ["u", "--targets", "tiny-b4,tiny-b8", "--held-out", "tiny-out", "--sets-only", "--init", str(src)]
     argv += ["--out", str(ck)]
-    assert train_drafter.run(parser().parse_args(argv + ["--data-dir", str(tmp_path / "data"), *SETS_ARGS])) == 0
+    assert tu.run(parser().parse_args(argv + ["--data-dir", str(tmp_path / "data"), *SETS_ARGS])) == 0
     assert drawn[:6] == [4, 8] * 3  # one batch per step, the trained targets in turn
     assert src.read_bytes() == kept  # --init is read, --out written
     model, header = loaded.load_order_model(ck)
@@ -179,7 +189,7 @@ def test_sets_only_with_targets_trains_one_set_head_on_several_targets(targets, 
 def test_curves_only_with_targets_is_refused(tmp_path):
     """--curves-only measures one target's drafter; with --targets it was silently ignored."""
     with pytest.raises(ValueError, match="--curves-only re-measures one target's drafter"):
-        train_drafter.run(parser().parse_args(["u", "--targets", "a,b", "--curves-only", "--out", str(tmp_path / "x")]))
+        tu.run(parser().parse_args(["u", "--targets", "a,b", "--curves-only", "--out", str(tmp_path / "x")]))
 
 
 @pytest.mark.slow
