@@ -200,26 +200,3 @@ def run_allowed(run, args):
     """``run(args)``, shipped files writable only with ``--update-shipped`` (``spotref.files``)."""
     with shipped_writes(getattr(args, "update_shipped", False)):
         return run(args)
-
-
-def target_list(text: str) -> tuple:
-    """``--targets`` / ``--held-out``: ``NAME[:PROMPTS],...`` -> ((name, prompts or None), ...);
-    ``ValueError`` naming a malformed entry."""
-    out = []
-    for item in text.split(","):
-        name, _, n = item.strip().partition(":")
-        if not name or (n and not (n.isdigit() and int(n) > 0)):
-            raise ValueError(f"a target list needs NAME[:PROMPTS] entries separated by commas, got {item!r}")
-        out.append((name, int(n) if n else None))
-    return tuple(out)
-
-
-def turn_list(text: str) -> tuple:
-    """``--turns``: ``NAME=K,...`` -> ((name, K), ...), K >= 1; ``ValueError`` naming a malformed entry."""
-    out = []
-    for item in text.split(","):
-        name, _, k = item.strip().partition("=")
-        if not name or not (k.isdigit() and int(k) > 0):
-            raise ValueError(f"--turns needs NAME=K entries (K >= 1) separated by commas, got {item!r}")
-        out.append((name, int(k)))
-    return tuple(out)

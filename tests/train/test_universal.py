@@ -12,7 +12,6 @@ import torch
 from helpers import tiny_model
 
 import spotref
-from spotref.cli import argtypes
 from spotref.cli.main import parser_for
 from spotref.drafters import order
 from spotref.drafters.spot import SpotDrafter
@@ -114,10 +113,10 @@ def test_cycle_orders_the_turns_and_refuses_an_unknown_name():
 
 
 def test_turn_list_and_turns_without_targets_are_refused(tmp_path):
-    assert argtypes.turn_list("a=2,b=1") == (("a", 2), ("b", 1))
+    assert tu.turn_list("a=2,b=1") == (("a", 2), ("b", 1))
     for bad in ("a", "a=0", "a=x", "=2"):
         with pytest.raises(ValueError, match="NAME=K"):
-            argtypes.turn_list(bad)
+            tu.turn_list(bad)
     with pytest.raises(SystemExit):  # --targets is required
         parser().parse_args(["gsm-b32", "--turns", "gsm-b32=2", "--out", str(tmp_path / "x.pt")])
 
@@ -132,11 +131,11 @@ def test_the_installed_train_drafter_trains_one_target(capsys):
 
 
 def test_target_list_refuses_a_malformed_entry():
-    assert argtypes.target_list("a:3,b") == (("a", 3), ("b", None))
-    assert argtypes.target_list("a:") == (("a", None),)
+    assert tu.target_list("a:3,b") == (("a", 3), ("b", None))
+    assert tu.target_list("a:") == (("a", None),)
     for bad in ("a:x", "a:0", ",b"):
         with pytest.raises(ValueError, match="NAME\\[:PROMPTS\\]"):
-            argtypes.target_list(bad)
+            tu.target_list(bad)
 
 
 def tiny_target(name, model):

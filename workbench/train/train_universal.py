@@ -17,10 +17,33 @@ import sys
 import time
 from dataclasses import dataclass
 
-from spotref.cli.argtypes import target_list, tool_main, turn_list
+from spotref.cli.argtypes import tool_main
 from spotref.train import train_drafter as td
 
 PROG = "python -m workbench train-universal"
+
+
+def target_list(text: str) -> tuple:
+    """``--targets`` / ``--held-out``: ``NAME[:PROMPTS],...`` -> ((name, prompts or None), ...);
+    ``ValueError`` naming a malformed entry."""
+    out = []
+    for item in text.split(","):
+        name, _, n = item.strip().partition(":")
+        if not name or (n and not (n.isdigit() and int(n) > 0)):
+            raise ValueError(f"a target list needs NAME[:PROMPTS] entries separated by commas, got {item!r}")
+        out.append((name, int(n) if n else None))
+    return tuple(out)
+
+
+def turn_list(text: str) -> tuple:
+    """``--turns``: ``NAME=K,...`` -> ((name, K), ...), K >= 1; ``ValueError`` naming a malformed entry."""
+    out = []
+    for item in text.split(","):
+        name, _, k = item.strip().partition("=")
+        if not name or not (k.isdigit() and int(k) > 0):
+            raise ValueError(f"--turns needs NAME=K entries (K >= 1) separated by commas, got {item!r}")
+        out.append((name, int(k)))
+    return tuple(out)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
