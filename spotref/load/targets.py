@@ -57,7 +57,9 @@ HELDOUT_FILE = "heldout-{corpus}.json.gz"  # one per corpus of the bundled targe
 TRAINING_ONLY = ("seed", "options", "generator")  # corpus record fields no held-out prompt depends on
 FROM_WORKBENCH = (
     "the repository's workbench draws others "
-    "(workbench.data.corpora.open_corpus(target.meta.get('corpus')).heldout(n, seed, split))"
+    "(workbench.data.corpora.open_corpus(target.meta.get('corpus')).heldout(n, seed, split)), and writes "
+    "the sets of the targets of a directory DIR beside them "
+    "(python -m workbench.data.heldout --targets-dir DIR --out DIR)"
 )
 MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
 
@@ -68,6 +70,7 @@ class Target:
     model: SDARModel | LLaDAModel | DreamModel  # the metadata's family; eval mode, float32
     tokenizer: object  # encode(str) -> list[int], decode(list[int]) -> str
     meta: dict
+    directory: Path = TARGETS_DIR  # where it was loaded from: its held-out sets are looked for there first
 
     @property
     def eos_id(self) -> int:
@@ -122,8 +125,9 @@ class Target:
                 f"the held-out prompts of (seed, split) {shipped}; {FROM_WORKBENCH}"
             )
         key = corpus_key(self.meta.get("corpus"))
-        sets = shipped_heldout(key["name"])
-        if sets is None or sets["corpus"] != key:
+        found = (shipped_heldout(key["name"], d) for d in dict.fromkeys([str(self.directory), str(TARGETS_DIR)]))
+        sets = next((s for s in found if s is not None and s["corpus"] == key), None)
+        if sets is None:
             raise ValueError(
                 f"heldout: the held-out prompts of {self.name!r}'s corpus ({key['name']!r}) are not shipped: "
                 f"the installed package ships those of the bundled targets' corpora "
@@ -151,18 +155,23 @@ def shipped_corpora(directory: Path | str = TARGETS_DIR) -> list[str]:
     return sorted(p.name[len(head) : -len(tail)] for p in Path(directory).glob(HELDOUT_FILE.format(corpus="*")))
 
 
-@functools.lru_cache(maxsize=None)
 def shipped_heldout(corpus: str, directory: Path | str = TARGETS_DIR) -> dict | None:
-    """The held-out sets shipped for a corpus (read when first asked for; None where none is):
+    """The held-out sets of a corpus in ``directory`` (None where there are none):
     ``{"corpus": its key (corpus_key), "sets": {(seed, split): [(prompt, answer), ...]}}``.
     The file (gzip'd JSON) holds each set's prompts and answers; a prompt is its text, or
     ``[document, start, stop]``, a slice of one of the file's ``documents`` (the stdlib
-    corpus's held-out files, each stored once)."""
-    if corpus not in shipped_corpora(directory):
-        return None
+    corpus's held-out files, each stored once). Read once per version of the file."""
     path = Path(directory, HELDOUT_FILE.format(corpus=corpus))
+    if corpus not in shipped_corpora(directory) or not path.is_file():
+        return None
+    return read_heldout(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def read_heldout(path: str, mtime_ns: int) -> dict:
+    """``shipped_heldout``'s reading of the file ``path`` as of ``mtime_ns`` (the cache's key)."""
     try:
-        raw = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
+        raw = json.loads(gzip.decompress(Path(path).read_bytes()).decode("utf-8"))
         docs = [d["text"] for d in raw["documents"]]
         text = lambda p: p if isinstance(p, str) else docs[p[0]][p[1] : p[2]]
         pairs = lambda s: [(text(p), a) for p, a in zip(s["prompts"], s["answers"], strict=True)]
@@ -242,7 +251,7 @@ def load_target(name: str | os.PathLike = DEFAULT_TARGET, directory: Path | str 
     )
     model = _load_model(inside(meta_path, meta["weights"]["file"], "weights.file"), meta, meta_path)
     check_pair(model.config, tokenizer, meta_path)
-    return Target(meta.get("name", meta_path.stem), model, tokenizer, meta)
+    return Target(meta.get("name", meta_path.stem), model, tokenizer, meta, meta_path.parent)
 
 
 def inside(meta_path: Path, name: str, field: str) -> Path:

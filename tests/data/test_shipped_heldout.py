@@ -159,7 +159,9 @@ def test_the_tool_writes_a_directory_the_installed_reader_reads(tmp_path):
 
 
 def test_the_tool_writes_the_shipped_directory_only_with_the_flag(capsys, monkeypatch):
-    monkeypatch.setattr(tool, "write_heldout", lambda out, n: [check_writable(Path(out, "heldout-gsm.json.gz"))])
+    monkeypatch.setattr(
+        tool, "write_heldout", lambda out, n, directory: [check_writable(Path(out, "heldout-gsm.json.gz"))]
+    )
     assert tool.main(["--out", str(TARGETS_DIR), "--n", "2"]) == 2
     assert "shipped file" in capsys.readouterr().err
     assert tool.main(["--update-shipped", "--n", "2"]) == 0  # the flag lets the write guard pass

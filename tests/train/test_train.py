@@ -660,8 +660,16 @@ def test_a_file_corpus_trains_and_gives_held_out_prompts(tmp_path, fmt):
     train(args)
     target = load_target("tiny", directory=tmp_path / "targets")
     assert target.meta["corpus"]["name"] == "file" and target.meta["corpus"]["format"] == fmt
-    with pytest.raises(ValueError, match="corpus \\('file'\\) are not shipped.*workbench"):
+    with pytest.raises(ValueError, match="corpus \\('file'\\) are not shipped.*--targets-dir"):
         target.heldout(4, seed=0)  # the installed package ships the bundled targets' sets alone
+    from workbench.data import heldout as heldout_tool
+
+    targets = str(tmp_path / "targets")  # the workbench writes the directory's sets beside its targets
+    assert heldout_tool.main(["--targets-dir", targets, "--out", targets, "--n", "8"]) == 0
+    drawn = open_corpus(target.meta["corpus"])
+    assert target.heldout(8, seed=0) == drawn.heldout(8, 0) and target.heldout(3, 1, "test") == drawn.heldout(
+        3, 1, "test"
+    )
     corpus = open_corpus(target.meta["corpus"])  # the workbench draws this target's prompts
     prompts = corpus.heldout(4, seed=1)
     assert prompts == corpus.heldout(4, seed=1) and all(a is None for _, a in prompts)

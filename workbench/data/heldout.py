@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     where.add_argument("--out", default=None, help="the directory to write into (default: a new runs/heldout-*)")
     where.add_argument("--update-shipped", action="store_true", help=f"write into {TARGETS_DIR} (the shipped files)")
     p.add_argument("--n", type=positive_int, default=N, help=f"pairs per (seed, split) (default {N})")
+    p.add_argument(
+        "--targets-dir", default=None, help="draw the sets of the targets in this directory (default: the bundled)"
+    )
     args = p.parse_args(argv)
     return guarded(PROG, lambda: run(args))
 
@@ -138,7 +141,7 @@ def run(args) -> int:
     out = TARGETS_DIR if args.update_shipped else Path(args.out) if args.out else run_dir("heldout")
     out.mkdir(parents=True, exist_ok=True)
     with shipped_writes(args.update_shipped):  # the flag is what lets the shipped files change
-        for path in write_heldout(out, args.n):
+        for path in write_heldout(out, args.n, Path(args.targets_dir or TARGETS_DIR)):
             print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return 0
 
