@@ -14,6 +14,7 @@ measured, so a run cut short keeps what it measured. Ratios are read within one 
 """
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -146,7 +147,9 @@ def measure_shape(a, name: str, record: dict, out: Path) -> None:
                 entry["cells"].append({"block": B, "states": N, "way": way, "ms": ms})
                 print(f"{name} B={B} N={N} {way}: {ms:.1f} ms", flush=True)
                 atomic_write_text(out, json.dumps({"args": vars(a), "shapes": record}, indent=1) + "\n")
-        del model
+            del ways, fn  # their closures hold the model
+        del model  # freed before the next block's is built: two 8B models do not fit in 24 GiB
+        gc.collect()
 
 
 def table(record: dict) -> str:

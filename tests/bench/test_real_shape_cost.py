@@ -59,3 +59,23 @@ def test_an_unknown_shape_is_named(tmp_path, capsys):
 def test_a_toy_shape_builds_in_bf16(name, monkeypatch):
     monkeypatch.setattr(rsc, "SHAPES", TOY)
     assert {p.dtype for p in rsc.build(name, 4).parameters()} == {rsc.torch.bfloat16}
+
+
+def test_each_blocks_model_is_freed_before_the_next_is_built(tmp_path, monkeypatch):
+    """Two SDAR-8B models do not fit in 24 GiB: the run was killed building the block-32 model
+    while the passes' closures still held the block-4 one."""
+    import weakref
+
+    monkeypatch.setattr(rsc, "SHAPES", TOY)
+    built, alive, real = [], [], rsc.build
+
+    def build(name, block):
+        alive.append(sum(r() is not None for r in built))  # models still held when this one is built
+        model = real(name, block)
+        built.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(rsc, "build", build)
+    argv = ["--shapes", "sdar-toy", "--blocks", "4,8,16", "--states", "1,2", "--reps", "1", "--prefix", "8"]
+    assert rsc.main([*argv, "--out", str(tmp_path / "c.json")]) == 0
+    assert alive == [0, 0, 0, 0]  # the parameter count's (on the meta device), then one per block
