@@ -9,9 +9,7 @@ median of repeated passes; ratios from one run.
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
@@ -28,6 +26,7 @@ from spotref.files import atomic_write_text, check_writable  # noqa: E402
 from spotref.spec.dream import DreamModel  # noqa: E402
 from spotref.spec.llada import LLaDAModel  # noqa: E402
 from spotref.spec.sdar import SDARModel  # noqa: E402
+from workbench.bench.timing import median_ms  # noqa: E402
 
 V, H, I, LAYERS, HEADS, KV, B = 1024, 192, 512, 4, 6, 2, 32  # gsm-b32's shape
 
@@ -45,16 +44,6 @@ def models() -> dict:
                                    pad_token_id=0, bos_token_id=0, eos_token_id=0,
                                    max_position_embeddings=4096))  # fmt: skip
     return {name: m.to(torch.bfloat16).eval() for name, m in (("sdar", sdar), ("llada", llada), ("dream", dream))}
-
-
-def median_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def pass_fn(name: str, model, N: int, P: int, G: int, one_forward: bool):

@@ -6,9 +6,7 @@ drafted decoding at small widths, all in one process (ratios from one run; docs/
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
@@ -18,6 +16,7 @@ import torch  # noqa: E402
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
+from workbench.bench.timing import median_ms  # noqa: E402
 
 PROG = "python benchmarks/cpu_width.py"
 
@@ -30,16 +29,6 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def median_ms(fn, reps: int = 21) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return round(statistics.median(times) * 1e3, 2)
-
-
 def curve(model) -> dict:
     """{N: (rows alone ms, width N ms)} after a 128-token prefix."""
     cache = model.prefill(torch.randint(2, 1000, (128,), generator=torch.Generator().manual_seed(0)))
@@ -48,8 +37,8 @@ def curve(model) -> dict:
         s = torch.randint(2, 1000, (N, model.block_size), generator=torch.Generator().manual_seed(N))
         s[:, ::2] = model.mask_id
         out[N] = {
-            "rows_ms": median_ms(lambda: model.denoise(cache, s)),
-            "width_ms": median_ms(lambda: model.denoise(cache, s, one_forward=True)),  # a pass at width N
+            "rows_ms": round(median_ms(lambda: model.denoise(cache, s), 21), 2),
+            "width_ms": round(median_ms(lambda: model.denoise(cache, s, one_forward=True), 21), 2),  # a pass at width N
         }
         print(N, out[N], flush=True)
     return out

@@ -16,9 +16,7 @@ measured, so a run cut short keeps what it measured. Ratios are read within one 
 import argparse
 import gc
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -33,6 +31,7 @@ from spotref.spec import sdar as sdar_module  # noqa: E402
 from spotref.spec.dream import DreamModel  # noqa: E402
 from spotref.spec.llada import LLaDAModel  # noqa: E402
 from spotref.spec.sdar import SDARModel  # noqa: E402
+from workbench.bench.timing import median_ms  # noqa: E402
 
 PROG = "python benchmarks/real_shape_cost.py"
 QWEN3_VOCAB = 151936  # SDAR's vocabulary (Qwen3's)
@@ -91,16 +90,6 @@ def available_bytes() -> int:
         return 0
 
 
-def median_ms(fn, reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return round(statistics.median(times) * 1e3, 1)
-
-
 def sdar_passes(model, N: int, prefix: int) -> dict:
     """The three ways to run a pass of N block states over a cache of ``prefix`` tokens."""
     g = torch.Generator().manual_seed(N)
@@ -143,7 +132,7 @@ def measure_shape(a, name: str, record: dict, out: Path) -> None:
             ways = sdar_passes(model, N, a.prefix) if family == "sdar" else canvas_passes(model, N, a.canvas)
             for way, fn in ways.items():
                 with torch.no_grad():
-                    ms = median_ms(fn, a.reps)
+                    ms = round(median_ms(fn, a.reps), 1)
                 entry["cells"].append({"block": B, "states": N, "way": way, "ms": ms})
                 print(f"{name} B={B} N={N} {way}: {ms:.1f} ms", flush=True)
                 atomic_write_text(out, json.dumps({"args": vars(a), "shapes": record}, indent=1) + "\n")

@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+import torch
+
 from spotref.cli.argtypes import tool_main
 from spotref.train import train_drafter as td
 
@@ -80,8 +82,8 @@ class UniversalOptions(td.DrafterOptions):
 
 def run(args: argparse.Namespace) -> int:
     options = UniversalOptions.from_namespace(args)
-    td.torch.set_num_threads(options.threads)
-    td.torch.manual_seed(options.seed)
+    torch.set_num_threads(options.threads)
+    torch.manual_seed(options.seed)
     if options.curves_only:
         raise ValueError("--curves-only re-measures one target's drafter: use spotref train-drafter")
     t0 = time.time()
