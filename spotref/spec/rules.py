@@ -170,8 +170,7 @@ class DecisionRule:
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: (M, V) -> (M, V) float64, what the step's noise perturbs in the draw."""
-        z = self.filtered(logits)
-        return FAMILIES[self.family].score(self, z, torch.softmax(z, -1))
+        return FAMILIES[self.family].score(self, self.filtered(logits), None)
 
     def perturbed(self, y: torch.Tensor, positions, noise: BlockNoise, step: int) -> torch.Tensor:
         """Scores y (M, V) perturbed by the step's noise at ``positions`` (a copy of y at T = 0,
@@ -274,7 +273,9 @@ def dream_filter(z: torch.Tensor, top_k: int | None, top_p: float | None) -> tor
 
 
 def gumbel_score(rule, z, p):
-    """SDAR's and Dream's scores: ``log p`` in float64 (``p`` itself at T = 0, drawn without noise)."""
+    """SDAR's and Dream's scores: ``log p`` in float64 (``p`` itself at T = 0, drawn without noise);
+    ``p = softmax(z)`` in D, made here where the caller has none."""
+    p = torch.softmax(z, -1) if p is None else p
     return p.double().log() if rule.temperature > 0 else p.double()
 
 
@@ -336,7 +337,7 @@ class Family:
     confidences: tuple  # the confidence measures it takes, its default first
     divides: bool  # the scores are of L / T (SDAR, Dream), or of L (LLaDA: T enters the draw only)
     filter: Callable  # (z, top_k, top_p) -> z, the filtered-out entries at -inf
-    score: Callable  # (rule, z, p) -> (M, V) float64, what the noise perturbs
+    score: Callable  # (rule, z, p = softmax(z) or None) -> (M, V) float64, what the noise perturbs
     measure: Callable  # (rule, logits, p, x) -> c (M,) float64, the tokens' confidences
     noise: Callable | None = None  # the noise of the uniforms (None: Gumbel, added; else divided by)
     check: Callable = lambda rule: None  # the family's own refusals of parameters

@@ -151,6 +151,7 @@ class PerOpTorch:
 
 def log_in_the_rules_dtype(rule, z, p):
     """The draw over ``log p`` taken in D (bf16, say), not float64 (SDAR's and Dream's rules)."""
+    p = torch.softmax(z, -1) if p is None else p
     return p.log().double() if rule.temperature > 0 else p.double()
 
 
