@@ -2,10 +2,9 @@
 
 A model of a real shape (``SHAPES``: SDAR-0.6B to 8B, LLaDA-8B, Dream-7B; the numbers of their
 config.json files) with random weights in bf16, the dtype they are served in; for each block
-length B and each count N of states, one verify pass timed three ways: rows alone (N forwards of
-one row, batch invariant by construction), one forward of N rows as spotref runs a fixed width
-(padded on CPU to a multiple of 64 tokens, ``spotref.spec.sdar.padded_rows``), and the same
-forward unpadded (what the padding costs; not batch invariant, never used to decode). A canvas
+length B and each count N of states, one verify pass timed two ways: rows alone (N forwards of
+one row, batch invariant by construction) and one forward of N rows as spotref runs a fixed
+width (batch invariant as docs/spec.md section 4 builds it: silu row by row, no padding). A canvas
 family's pass is N canvases of ``--canvas`` tokens (its block length changes nothing in a pass).
 The median of ``--reps`` passes after one warm-up; every cell is written to ``--out`` as it is
 measured, so a run cut short keeps what it measured. Ratios are read within one run.
@@ -18,7 +17,6 @@ import gc
 import json
 import sys
 from pathlib import Path
-from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
@@ -27,7 +25,6 @@ import torch  # noqa: E402
 from spotref.cli.argtypes import guarded, int_list, positive_int  # noqa: E402
 from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
-from spotref.spec import sdar as sdar_module  # noqa: E402
 from spotref.spec.dream import DreamModel  # noqa: E402
 from spotref.spec.llada import LLaDAModel  # noqa: E402
 from spotref.spec.sdar import SDARModel  # noqa: E402
@@ -91,20 +88,15 @@ def available_bytes() -> int:
 
 
 def sdar_passes(model, N: int, prefix: int) -> dict:
-    """The three ways to run a pass of N block states over a cache of ``prefix`` tokens."""
+    """The two ways to run a pass of N block states over a cache of ``prefix`` tokens."""
     g = torch.Generator().manual_seed(N)
     V, B = model.config.vocab_size, model.block_size
     cache = model.prefill(torch.randint(2, V, (prefix // B * B,), generator=g))
     states = torch.randint(2, V, (N, B), generator=g)
 
-    def unpadded():
-        with mock.patch.object(sdar_module, "padded_rows", lambda n, length, device: n):
-            return model.denoise(cache, states, one_forward=True)
-
     return {
         "rows alone": lambda: model.denoise(cache, states),
         "one forward": lambda: model.denoise(cache, states, one_forward=True),
-        "one forward, unpadded": unpadded,
     }
 
 

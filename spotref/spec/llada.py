@@ -42,7 +42,7 @@ import functools
 import torch
 from torch import nn
 
-from spotref.spec.sdar import RMSNorm, rope
+from spotref.spec.sdar import RMSNorm, rope, silu_rows
 
 
 class LLaDABlock(nn.Module):
@@ -66,7 +66,7 @@ class LLaDABlock(nn.Module):
         """x: (N, L, D); cos, sin: (L, d) float32 -> (N, L, D)."""
         x = x + self.attention(self.attn_norm(x), cos, sin)
         h = self.ff_norm(x)
-        return x + self.ff_out(nn.functional.silu(self.ff_proj(h)) * self.up_proj(h))
+        return x + self.ff_out(silu_rows(self.ff_proj(h)) * self.up_proj(h))
 
     def attention(self, x, cos, sin):
         """x: (N, L, D) normed -> attn_out(attention): (N, L, D). No mask: every position sees every

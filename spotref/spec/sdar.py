@@ -23,21 +23,21 @@ pass. Two ways to run a pass give that:
   N: the ``Block`` pads its states to the width) run as ONE forward: every matmul over all the
   rows' tokens at once, attention over the shared prefix cache without a copy per row (scores
   against the prefix and against the row's own block, one softmax over both). At a fixed shape
-  every kernel's choice is fixed, so a row's logits do not depend on where it sits or what the
-  other rows hold. One property of the CPU kernels needs more: AVX-512 runs the last
-  ``n mod 32`` floats of a buffer on a scalar path with another ``exp``, so on CPU the rows are
-  padded (copies of row 0) to the least count whose tokens are a multiple of 64
-  (``padded_rows``) and no vectorised elementwise loop has a tail. Measured bit-identical on CPU
-  under every capability level this machine has, 1 and 2 threads (``tests/exactness/test_batch_invariance.py``);
-  ``benchmarks/gpu_check.py`` checks the same on a GPU (docs/gpu.md). Logits are not identical
-  across widths, so every pass of one decode, exact decoding's included, runs at one width.
+  every kernel's choice is fixed, so a row's logits do not depend on what the other rows hold.
+  Where a row sits needs one more step: an elementwise kernel with a transcendental runs the last
+  ``n mod 32`` floats of its buffer, and of each thread's share of it, on a scalar path with
+  another ``exp`` (AVX-512, AVX2), so ``silu`` runs row by row (``silu_rows``): every row's buffer
+  is split as the row alone's. (RMSNorm's ``rsqrt`` is a division and a square root, correctly
+  rounded on both paths; softmax runs within a row.) Measured bit-identical on CPU under every
+  capability level this machine has, 1 and 2 threads (``tests/exactness/test_batch_invariance.py``,
+  whose worker fails on a flattened ``silu``); ``benchmarks/gpu_check.py`` checks the same on a
+  GPU (docs/gpu.md). Logits are not identical across widths, so every pass of one decode, exact
+  decoding's included, runs at one width.
 
 Both run the same layer code; rows alone is a forward of one row, row by row.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -59,6 +59,12 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (N, h, L, d); cos, sin: (L, d). Rotate-half RoPE, as Qwen3."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def silu_rows(x: torch.Tensor) -> torch.Tensor:
+    """x: (N, L, I) -> silu(x), one kernel call per row, so a row's floats take the vector or the
+    scalar path as they do in the row alone (see the module docstring)."""
+    return torch.stack([nn.functional.silu(row) for row in x])
 
 
 class Attention(nn.Module):
@@ -128,8 +134,8 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(H, I, bias=False)
         self.down_proj = nn.Linear(I, H, bias=False)
 
-    def forward(self, x):  # SwiGLU
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x):  # SwiGLU; x: (N, L, H)
+        return self.down_proj(silu_rows(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -242,11 +248,8 @@ class SDARModel(nn.Module):
         return torch.cat([self.lm_head(self._run(ids[i : i + 1], cache)[0]) for i in range(len(ids))])
 
     def _one_forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """ids: (N, L) -> logits (N, L, V) from ONE forward of the N rows, padded with copies of
-        row 0 to ``padded_rows`` (the kernels' row count; N itself on an accelerator)."""
-        N, L = ids.shape
-        ids = torch.cat((ids, ids[:1].expand(padded_rows(N, L, ids.device) - N, L)))
-        return self.lm_head(self._run(ids, cache)[0])[:N]  # the lm_head over every row: one shape
+        """ids: (N, L) -> logits (N, L, V) from ONE forward of the N rows."""
+        return self.lm_head(self._run(ids, cache)[0])  # the lm_head over every row: one shape
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -311,13 +314,3 @@ class SDARModel(nn.Module):
         assert block.shape == (self.block_size,), f"store block {tuple(block.shape)}"
         _, new = self._run(block[None].to(self.lm_head.weight.device), cache)
         cache.append(new)
-
-
-def padded_rows(N: int, L: int, device) -> int:
-    """The rows one forward of N rows of L tokens runs: N on an accelerator; on CPU the least count
-    >= N whose tokens (rows x L) are a multiple of 64, so no elementwise kernel's vector loop has
-    a scalar tail (see the module docstring). A property of the kernels, not of the decode."""
-    if torch.device(device).type != "cpu":
-        return N
-    step = 64 // math.gcd(L, 64)
-    return -(-N // step) * step

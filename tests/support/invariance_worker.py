@@ -1,5 +1,8 @@
 """Run by tests/exactness/test_batch_invariance.py in a subprocess per ATEN_CPU_CAPABILITY level (the level
-is read once, when torch starts). Prints one JSON line: the kernel path and every failing case."""
+is read once, when torch starts). Prints one JSON line: the kernel path and every failing case.
+
+``--flat-silu`` runs silu over the flattened batch (one kernel call for every row), the kernel
+behaviour spotref.spec.sdar.silu_rows exists to avoid: the TAILS cases must then fail."""
 
 import itertools
 import json
@@ -9,11 +12,15 @@ import torch
 from helpers import tiny_config
 
 from spotref.audit import batch_invariance
+from spotref.spec import sdar
 from spotref.spec.sdar import SDARModel
 
 BLOCKS = (1, 3, 5, 7, 9, 16)
 INTERMEDIATE = (24, 40, 100)  # not multiples of 16 or 32
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# float32 passes where every row is real (rows == width) and the silu buffer has a vector tail at
+# its end and, with 2 threads (buffers >= 32768 floats are split), at the threads' boundary: (B, I, rows)
+TAILS = ((16, 1001, 5), (7, 999, 11), (5, 101, 13), (9, 1003, 7))
 
 
 def model(B, I, dtype, seed):
@@ -23,6 +30,8 @@ def model(B, I, dtype, seed):
 
 
 def main() -> int:
+    if "--flat-silu" in sys.argv:
+        sdar.silu_rows = torch.nn.functional.silu
     failures, checked = [], 0
     for threads in (1, 2):
         torch.set_num_threads(threads)
@@ -35,6 +44,13 @@ def main() -> int:
                 checked += 1
                 if r["equal_rows"] != r["rows"]:
                     failures.append({**r, "dtype": str(dtype), "intermediate_size": I, "threads": threads})
+        for j, (B, I, rows) in enumerate(TAILS):
+            r = batch_invariance(
+                model(B, I, torch.float32, j), prefix_len=B, rows=rows, seed=j, fused=bool(j % 2), width=rows
+            )
+            checked += 1
+            if r["equal_rows"] != r["rows"]:
+                failures.append({**r, "dtype": "torch.float32", "intermediate_size": I, "threads": threads})
     print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "checked": checked, "failures": failures}))
     return 0
 
