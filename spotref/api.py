@@ -172,10 +172,12 @@ def generate(
     ("confidence", "confidence-chain", "calibrated", "spot"), a trained order model
     (``spotref.load_drafter``) or any ``drafter(view) -> Draft``; budget: the node budget N or
     "auto"; depth: the depth cap D. precision: the rule's dtype (None: the model's serving
-    precision); width: None (each row of a pass alone) or W >= budget (every pass one forward of W
-    rows: exact decoding at width W); confidence: None, the family's own; block_length: None, the
-    model's own (``check_canvas``); trace: True records every round into ``Result.trace`` (docs/spec.md
-    8). The keywords are a ``DecodeOptions``, checked before the first forward (``ValueError`` naming one).
+    precision); width: None (each row of a pass alone; with ``budget="auto"``, the cost model picks
+    rows alone or a width, reported in ``stats["width"]``) or W >= budget (every pass one forward
+    of W rows: exact decoding at width W, the decode SPOT at W is identical to); confidence: None,
+    the family's own; block_length: None, the model's own (``check_canvas``); trace: True records
+    every round into ``Result.trace`` (docs/spec.md 8). The keywords are a ``DecodeOptions``,
+    checked before the first forward (``ValueError`` naming one).
     """
     options = DecodeOptions.of(locals())
     model = resolve_model(model, lambda m: check_decode(m, prompt_ids, max_new_tokens, options))
@@ -187,6 +189,7 @@ def generate(
     tokens = decode(model, prompt, n, stops, fill, stats, bool(options.fused_store), options.block_length)
     measured = {k: v for k, v in vars(stats).items() if not k.startswith("_")}
     stats = {**measured, "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
+    stats.update(budget=spec.budget, width=spec.width)  # as decoded: budget="auto" chooses both
     return Result(tokens, stats["passes"], stats, traced(rec, spec, tokens, stats, len(prompt), max_new_tokens, stops))
 
 
@@ -254,8 +257,10 @@ class Speculator:
 
     ``drafter``: the drafter asked for, resolved; ``round_drafter``: the one each round calls (the
     blocks'): ``drafter`` for an int budget; for ``budget="auto"`` the choice this Speculator measured
-    (``resolve_budget``), N = ``budget``. To reuse that measurement, decode with
-    ``drafter=spec.round_drafter, budget=spec.budget``.
+    (``resolve_budget``), N = ``budget``, at ``width`` (without a width asked for, auto chooses it:
+    None, rows alone, or W; the blocks are then identical to exact decoding at that width). To
+    reuse that measurement, decode with ``drafter=spec.round_drafter, budget=spec.budget,
+    width=spec.width``.
     """
 
     def __init__(
@@ -286,17 +291,18 @@ class Speculator:
         self.family, self.rule = family, self.options.rule(sizes)
         self.depth, self.width, self.core = self.options.depth, self.options.width, resolve_core(core)
         self.drafter = None if drafter is None else resolve_drafter(drafter, model, self.rule.block_size)
-        self.round_drafter, self.budget = self.resolve_budget(self.options.budget, model)
+        self.round_drafter, self.budget, self.width = self.resolve_budget(self.options.budget, model)
 
     def resolve_budget(self, budget, model) -> tuple:
-        """(round drafter, N): an int budget: ``drafter`` at N; ``"auto"``: the cost model's choice
-        (N <= width) for the model and this rule on this machine, measured now and kept by no one
-        else (``names.auto_budget``): the drafter or its variant, each round's tree cut to the nodes
-        worth their verify time (``drafters.budget.RoundBudget``)."""
+        """(round drafter, N, width): an int budget: ``drafter`` at N and the width asked for;
+        ``"auto"``: the cost model's choice for the model and this rule on this machine, measured
+        now and kept by no one else (``names.auto_budget``): the drafter or its variant, each round's
+        tree cut to the nodes worth their verify time (``drafters.budget.RoundBudget``), N <= the
+        width asked for, or without one the width chosen too (None: rows alone)."""
         if budget != "auto":
-            return self.drafter, int(budget)
+            return self.drafter, int(budget), self.width
         if self.drafter is None:
-            return None, 1
+            return None, 1, self.width
         if model is None:
             raise ValueError('budget="auto" measures the model on this machine: use Speculator.for_model(model, ...)')
         return auto_budget(model, self.drafter, self.depth, self.rule, self.width)

@@ -187,15 +187,15 @@ def known_names() -> str:
 
 
 def auto_budget(model, drafter, depth: int, rule, width: int | None = None) -> tuple:
-    """budget="auto": (the drafter cut per round, the cost model's N) for this model, drafter,
-    depth, decision rule and width on this machine (``spotref.drafters.budget.auto_drafter``);
-    with a width, N <= width and the pass is measured at that width. Measured at each call, kept
-    nowhere: a ``Speculator`` measures for itself, and a caller reuses its choice only by passing
-    it on (``Speculator.round_drafter`` and ``budget``)."""
+    """budget="auto": (the drafter cut per round, the cost model's N, the width) for this model,
+    drafter, depth, decision rule and width on this machine (``spotref.drafters.budget.auto_way``);
+    with a width, N <= width and the pass is measured at that width; without, the width is chosen
+    too (None: rows alone). Measured at each call, kept nowhere: a ``Speculator`` measures for
+    itself, and a caller reuses its choice only by passing it on (``Speculator.round_drafter``,
+    ``budget`` and ``width``)."""
     from spotref.drafters import budget  # the cost model loads when asked for
 
-    verify = budget.verify_times(model, width=width, block_length=rule.block_size)
-    return budget.auto_drafter(model, drafter, depth, rule, verify)
+    return budget.auto_way(model, drafter, depth, rule, width)
 
 
 # --- cores ------------------------------------------------------------------------------------

@@ -7,8 +7,11 @@ average: the drafter's offline acceptance curve, measured on held-out trajectori
 drafter was trained (``SpotDrafter.header["curves"]``; ``CalibratedDrafter.curves``), else a
 conservative prior. The choice is ``argmax_N E(N) / t(N)`` over ``BUDGETS``. On a CPU, t(N) grows
 almost linearly past a few rows, so the answer is a small tree; on a GPU with an 8B target,
-t(N) is nearly flat and the answer is large. ``python -m workbench.bench.costmodel`` prints the
-table behind the choice.
+t(N) is nearly flat and the answer is large. Unless the caller fixes a width, the way to verify
+is chosen with N (``auto_way``): rows alone, or one forward at a fixed width W, where a pass of W
+states may cost what one costs (a real model's shape, even on a CPU: docs/results-cpu-shapes.md);
+the decode is then identical to exact decoding at that width, which ``generate`` reports
+(``stats["width"]``). ``python -m workbench.bench.costmodel`` prints the table behind the choice.
 
 Per round (``RoundBudget``): the drafter drafts at that N, and each round's tree is then cut to
 the nodes worth their verify time. Node n (in order of falling path probability, ``Draft.probs``)
@@ -41,14 +44,20 @@ PRIOR = {1: 1.0, 64: 2.5}  # E(N) for a drafter without a measured curve (log-in
 
 
 def verify_times(
-    model, budgets=BUDGETS, context: int = 128, repeats: int = 3, width=None, block_length: int | None = None
+    model,
+    budgets=BUDGETS,
+    context: int = 128,
+    repeats: int = 3,
+    width=None,
+    block_length: int | None = None,
+    limit: float = math.inf,
 ) -> dict:
     """{N: seconds} of one target pass over N states of a block after ``context`` tokens, through
     the model's target (``decode.bind``: SDAR's prefix cache of the context, or a whole canvas of
     the context and ``context`` more positions; ``context`` at most half the model's positions),
     rows alone; ``width``: the pass at that fixed width, W rows as one forward, measured once: the
     cost of every N <= width. Blocks of ``block_length`` (None: ``model.block_size``; SDAR decodes
-    in its own)."""
+    in its own). ``limit``: rows alone, no N is measured after one whose pass took longer."""
     B, V, mask_id = block_length or model.block_size, model.config.vocab_size, model.mask_id
     g = torch.Generator().manual_seed(0)
     context = min(context, model.config.max_position_embeddings // 2 // B * B)  # a canvas that fits
@@ -59,6 +68,8 @@ def verify_times(
         states = np.full((N, B), mask_id, dtype=np.int64)
         states[:, : B // 2] = _tokens((N, B // 2), V, mask_id, g).numpy()  # half committed
         out[N] = _median_time(lambda: target.verify(states, width is not None), repeats)
+        if out[N] > limit:
+            break
     if width is None:
         return out
     return dict.fromkeys((n for n in budgets if n <= width), out[width])
@@ -106,27 +117,61 @@ def choose_budget(times: dict, commits: dict) -> int:
 
 
 def auto_drafter(model, drafter, depth: int, rule: DecisionRule, verify: dict) -> tuple:
-    """``budget="auto"``: (the drafter, cut per round by ``RoundBudget`` when N > 1; N) under the
-    decoding's ``rule``, with ``verify`` the measured pass costs ({N: seconds}, ``verify_times``:
-    at a width, the N <= width). A drafter with ``variants()`` (the SPOT drafter: order-model
-    calls per level or per round) is replaced by the variant whose best N commits the most per
-    second."""
+    """``budget="auto"`` at one way of verifying: (the drafter, cut per round by ``RoundBudget``
+    when N > 1; N) under the decoding's ``rule``, with ``verify`` the measured pass costs ({N:
+    seconds}, ``verify_times``: at a width, the N <= width). A drafter with ``variants()`` (the SPOT
+    drafter: order-model calls per level or per round) is replaced by the variant whose best N
+    commits the most per second."""
     if drafter is None:
         return None, 1
-    tv, temperature = verify, rule.temperature
-    budgets = sorted(tv)
+    drafts = [(d, draft_times(d, model, rule, sorted(verify), depth=depth)) for d in variants(drafter)]
+    return cut(best_round(drafts, verify, rule.temperature), verify, rule.temperature)
+
+
+def variants(drafter) -> list:
+    return getattr(drafter, "variants", lambda: [drafter])()
+
+
+def best_round(drafts: dict, verify: dict, temperature: float) -> tuple:
+    """(commits per second, drafter, N): the best of ``drafts`` ([(drafter, {N: draft seconds})]) at
+    the pass costs ``verify``, by each drafter's expected commits ``E(N)``."""
     best = None
-    for d in getattr(drafter, "variants", lambda: [drafter])():
-        td = draft_times(d, model, rule, budgets, depth=depth)
-        t = {N: tv[N] + td[N] for N in budgets}
-        e = {N: expected_commits(d, N, temperature) for N in budgets}
+    for d, td in drafts:
+        t = {N: verify[N] + td[N] for N in verify}
+        e = {N: expected_commits(d, N, temperature) for N in verify}
         N = choose_budget(t, e)
         if best is None or e[N] / t[N] > best[0]:
-            best = (e[N] / t[N], d, N, e, t)
-    _, drafter, N, e, t = best
-    if N == 1:
-        return drafter, 1
-    return RoundBudget.at(drafter, tv, e[N] / t[N], temperature), N
+            best = (e[N] / t[N], d, N)
+    return best
+
+
+def cut(best: tuple, verify: dict, temperature: float) -> tuple:
+    """(round drafter, N) of ``best_round``'s choice: cut per round (``RoundBudget``) when N > 1."""
+    rate, drafter, N = best
+    return (drafter, 1) if N == 1 else (RoundBudget.at(drafter, verify, rate, temperature), N)
+
+
+def auto_way(model, drafter, depth: int, rule: DecisionRule, width: int | None = None) -> tuple:
+    """``budget="auto"``: (round drafter, N, width). With a width: ``auto_drafter`` at it. Without:
+    the way to verify too, rows alone or one forward at a width W in ``BUDGETS`` (exact decoding at
+    that width being then the decode SPOT is identical to), whichever commits the most per second
+    (ties: rows alone, then the smaller W). A pass costing more than ``max E / min E`` times the
+    first state's pass and draft cannot pay, so no larger one is measured."""
+    B, T = rule.block_size, rule.temperature
+    if drafter is None or width is not None:
+        return (*auto_drafter(model, drafter, depth, rule, verify_times(model, width=width, block_length=B)), width)
+    drafts = [(d, draft_times(d, model, rule, BUDGETS, depth=depth)) for d in variants(drafter)]
+    e = [expected_commits(d, N, T) for d, _ in drafts for N in BUDGETS]
+    first = verify_times(model, budgets=(1,), block_length=B)[1] + min(td[1] for _, td in drafts)
+    limit = first * max(e) / max(min(e), 1e-9)
+    ways = {None: verify_times(model, block_length=B, limit=limit)}
+    for W in BUDGETS[1:]:
+        ways[W] = verify_times(model, width=W, block_length=B)
+        if ways[W][W] > limit:
+            break
+    best = {w: best_round(drafts, verify, T) for w, verify in ways.items()}
+    w = max(best, key=lambda w: (best[w][0], w is None, -(w or 0)))
+    return (*cut(best[w], ways[w], T), w)
 
 
 def calibration_table(probs, reached, bins=BINS) -> list:

@@ -222,14 +222,14 @@ def test_auto_measures_for_each_decode_and_a_choice_passed_on_is_reused(monkeypa
 
     m = tiny_model(V=40, B=4)
     calls = []
-    real = bd.auto_drafter
-    monkeypatch.setattr(bd, "auto_drafter", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = bd.auto_way
+    monkeypatch.setattr(bd, "auto_way", lambda *a, **k: calls.append(1) or real(*a, **k))
     for _ in range(3):
         spotref.generate(m, [1, 2, 3], 8, drafter="confidence", budget="auto")
     assert len(calls) == 3
     spec = Speculator.for_model(m, drafter="confidence", budget="auto")
-    again = spotref.generate(m, [1, 2, 3], 8, drafter=spec.round_drafter, budget=spec.budget)
-    assert len(calls) == 4 and again.tokens == spotref.generate(m, [1, 2, 3], 8).tokens
+    again = spotref.generate(m, [1, 2, 3], 8, drafter=spec.round_drafter, budget=spec.budget, width=spec.width)
+    assert len(calls) == 4 and again.tokens == spotref.generate(m, [1, 2, 3], 8, width=spec.width).tokens
 
 
 def test_two_speculators_with_budget_auto_share_no_measurement(monkeypatch):
@@ -283,3 +283,73 @@ def test_auto_measures_under_the_decoding_rule_each_time():
     seen.clear()
     Speculator.for_model(m, **auto, threshold=0.9, seed=6)
     assert seen and set(seen) == {(*{**base, "threshold": 0.9}.values(), 6)}  # measured again: nothing kept
+
+
+class FlatCost(torch.nn.Module):
+    """An SDAR model whose every forward costs a fixed sleep, whatever its rows: the verify curve of
+    a weight-bound model (a real shape at a few tokens a row), rows alone N times one pass."""
+
+    def __init__(self, model, seconds: float):
+        super().__init__()
+        self.inner, self.seconds = model, seconds
+        self.config, self.block_size, self.mask_id = model.config, model.block_size, model.mask_id
+        self.lm_head = model.lm_head
+
+    def prefill(self, ids):
+        return self.inner.prefill(ids)
+
+    def store(self, cache, block):
+        self.inner.store(cache, block)
+
+    def denoise(self, cache, states, one_forward=False):
+        import time
+
+        time.sleep(self.seconds * (1 if one_forward else len(states)))
+        return self.inner.denoise(cache, states, one_forward)
+
+
+def curved(slope: float, width_slope: float):
+    """A ``verify_times`` stand-in: rows alone 1 + slope (N - 1) per pass; at a width W, 1 + width_slope (W - 1)."""
+
+    def times(model, budgets=budget.BUDGETS, width=None, limit=float("inf"), **kw):
+        if width is not None:
+            return dict.fromkeys((n for n in budgets if n <= width), 1.0 + width_slope * (width - 1))
+        return {N: 1.0 + slope * (N - 1) for N in budgets}
+
+    return times
+
+
+@pytest.mark.parametrize(
+    "slope, width_slope, way", [(1.0, 0.0, "a width"), (1.0, 1.0, "rows alone"), (0.0, 0.0, "rows alone")]
+)
+def test_auto_chooses_how_to_verify_as_well_as_how_much(monkeypatch, slope, width_slope, way):
+    """Without a width, auto compares rows alone with each fixed width: a flat width curve beside
+    linear rows alone picks a width (N = W > 1); widths costing their rows, or rows alone as cheap
+    as one pass, keep rows alone (ties go to rows alone)."""
+    model = tiny_model(V=61, B=8)
+    d = spot_for(model)
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}
+    monkeypatch.setattr(budget, "draft_times", lambda *a, **k: dict.fromkeys(budget.BUDGETS, 0.0))
+    monkeypatch.setattr(budget, "verify_times", curved(slope, width_slope))
+    drafter, N, width = budget.auto_way(model, d, 8, rule_of(model))
+    if way == "a width":
+        assert width is not None and 1 < N <= width
+    else:
+        assert width is None and N == (1 if slope else 64)
+    assert budget.auto_way(model, d, 8, rule_of(model), width=4)[1:] == (4, 4)  # one cost for every N <= W
+
+
+@pytest.mark.slow
+def test_auto_on_a_flat_curve_model_verifies_at_a_width_and_says_which_exact_decoding_it_equals():
+    """A model whose pass costs the same at any row count (a sleep per forward): budget="auto"
+    measures, picks a width and N > 1, reports both in stats, and its tokens are exact decoding's
+    at that width (the decode SPOT at W is identical to)."""
+    model = FlatCost(tiny_model(V=61, B=8, init=1.0, seed=2), 0.004)
+    d = spot_for(model.inner)
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 4.0}}}}
+    auto = spotref.generate(model, [1, 2, 3], 24, drafter=d, budget="auto", depth=6)
+    assert auto.stats["width"] is not None and auto.stats["budget"] > 1
+    assert auto.stats["budget"] <= auto.stats["width"]
+    exact = spotref.generate(model.inner, [1, 2, 3], 24, width=auto.stats["width"])
+    assert auto.tokens == exact.tokens
+    assert spotref.generate(model.inner, [1, 2, 3], 24).stats["width"] is None
