@@ -11,7 +11,9 @@ is inside the time too. The tokens are the trained target's: each run is checked
 decoding at the same width.
 
 A run is ``DRAFTER[:N][@W]``: ``exact``, ``exact@4``, ``spot:4@4`` (the target's SPOT drafter,
-budget 4, width 4), ``spot:2`` (rows alone), ``calibrated:4@4``, ``spot:auto`` (budget="auto"
+budget 4, width 4), ``spot:2`` (rows alone), ``calibrated:4@4``, ``oracle:4@4`` and
+``oracle-order:4@4`` (the ceilings: a chain of the exact decode's true decisions, or of its true
+positions with the stale tokens, as the benchmark's oracle rows), ``spot:auto`` (budget="auto"
 picks N and the width, measured once on the replay target before the problems, its time reported
 apart as a server would pay it once). Results go to ``--out`` as each run ends, so a run cut short
 keeps them.
@@ -35,11 +37,14 @@ import torch  # noqa: E402
 
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
+from spotref.conformance import oracle_drafter  # noqa: E402
 from spotref.files import atomic_write_text, check_writable  # noqa: E402
 from spotref.names import resolve_drafter  # noqa: E402
 
 PROG = "python benchmarks/replay.py"
-RUNS = "exact,exact@2,exact@4,exact@8,spot:2,spot:2@2,spot:4@4,spot:8@8,calibrated:4@4,spot:auto"
+ORACLES = ("oracle", "oracle-order")  # the ceilings: the true decisions; the true order with stale tokens
+DRAFTERS = ", ".join(("spot", "calibrated", *ORACLES))
+RUNS = "exact,exact@2,exact@4,exact@8,spot:2,spot:2@2,spot:4@4,spot:8@8,calibrated:4@4,spot:auto,oracle-order:2@2,oracle-order:4@4,oracle:2@2,oracle:4@4"  # noqa: E501
 
 
 class Replay:
@@ -84,12 +89,12 @@ def parse_run(text: str) -> dict:
     drafter, _, budget = head.partition(":")
     number = lambda v: v.isdigit() and int(v) > 0  # noqa: E731
     if (
-        drafter not in ("exact", "spot", "calibrated")
+        drafter not in ("exact", "spot", "calibrated", *ORACLES)
         or (drafter == "exact" and budget)
         or not (number(budget) or budget in ("", "auto"))
         or not (number(width) or width == "")
     ):
-        raise ValueError(f"--runs: {text!r} is not exact[@W], spot:N[@W], spot:auto or calibrated:N[@W]")
+        raise ValueError(f"--runs: {text!r} is not exact[@W], spot:auto or DRAFTER:N[@W], DRAFTER one of {DRAFTERS}")
     kw = {"width": int(width) if width else None}
     if drafter != "exact":
         kw.update(drafter=drafter, budget=budget if budget == "auto" else int(budget or 16))
@@ -156,7 +161,9 @@ def replay_run(target, decider, real, problems: list, tokens: int, kw: dict, exa
     tokens are ``decider``'s (the target's model, or it in other blocks) exact decoding at the
     width it ran (``exact``: a cache by width)."""
     model = Replay(decider, real, drafted="drafter" in kw)
-    if "drafter" in kw:  # the target's own drafter, looked up by the target (not by the replay)
+    kw = dict(kw)
+    oracle = kw.get("drafter") if kw.get("drafter") in ORACLES else None
+    if "drafter" in kw and not oracle:  # the target's own drafter, looked up by the target (not by the replay)
         kw = {**kw, "drafter": resolve_drafter(kw["drafter"], target.model)}
     measure_s = 0.0
     if kw.get("budget") == "auto":  # measured once, as a server would, then every problem decoded with it
@@ -167,20 +174,27 @@ def replay_run(target, decider, real, problems: list, tokens: int, kw: dict, exa
     stops, passes, rows, wall, generated, same, width = target.stop_ids, 0, 0, 0.0, 0, True, kw["width"]
     draft_s = 0.0
     for i, prompt in enumerate(problems):
+        if oracle:  # the exact decode's own trajectory, proposed as a chain
+            truth = exact_decode(decider, prompt, i, tokens, stops, width, exact)
+            kw["drafter"] = oracle_drafter(truth, stale_tokens=oracle != "oracle")
         t = time.perf_counter()
         out = spotref.generate(model, prompt, tokens, stop_ids=stops, **kw)
         wall += time.perf_counter() - t
         width = out.stats["width"]
-        key = (width, i)
-        if key not in exact:
-            exact[key] = spotref.generate(decider, prompt, tokens, stop_ids=stops, width=width).tokens
-        same &= out.tokens == exact[key]
+        same &= out.tokens == exact_decode(decider, prompt, i, tokens, stops, width, exact).tokens
         passes, generated = passes + out.passes, generated + len(out.tokens)
         rows, draft_s = rows + sum(out.stats["draft_nodes"]), draft_s + out.stats["draft_s"]
     return {"passes": passes, "rows": rows, "generated": generated, "wall_s": round(wall, 3), "width": width,
             "budget": out.stats["budget"] if "drafter" in kw else None, "draft_s": round(draft_s, 3),
             "auto_measure_s": round(measure_s, 3),
             "tokens_per_s": generated / wall, "identical": bool(same)}  # fmt: skip
+
+
+def exact_decode(decider, prompt, i: int, tokens: int, stops, width, exact: dict):
+    """``decider``'s exact decoding of problem ``i`` at ``width``, decoded once (``exact``: by (width, i))."""
+    if (width, i) not in exact:
+        exact[(width, i)] = spotref.generate(decider, prompt, tokens, stop_ids=stops, width=width)
+    return exact[(width, i)]
 
 
 def table(record: dict) -> str:

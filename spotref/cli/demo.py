@@ -205,9 +205,11 @@ def clip(text: str, n: int = SHOWN) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def show(env: Setup, i: int, runs: dict) -> None:
-    """Prompt ``i``: its text, the expected answer, the output and every SPOT run's verdict."""
-    exact = runs["exact"][i]
+def show(env: Setup, i: int, runs: dict, widths: dict | None = None) -> None:
+    """Prompt ``i``: its text, the expected answer, the output and every SPOT run's verdict (a run
+    at another width than exact decoding's, ``widths``: against exact decoding at its width,
+    checked as it decoded)."""
+    exact, widths = runs["exact"][i], widths or {}
     text = env.decode([t for t in exact.tokens if t not in (env.stops or ())])
     print(f"\n--- held-out prompt {i + 1} ---\n{clip(env.texts[i])}")
     if env.answers[i] is not None:
@@ -216,9 +218,22 @@ def show(env: Setup, i: int, runs: dict) -> None:
         print(f"--- expected answer: {env.answers[i]}; the model's: {'-' if got is None else got} ({verdict})")
     print(f"--- output (exact decoding, {exact.passes} passes) ---\n{text[:SHOWN]}")
     for key, results in runs.items():
-        if key != "exact":
+        if key == "exact":
+            continue
+        if widths.get(key) == widths.get("exact"):
             same = "identical" if results[i].tokens == exact.tokens else "DIFFERENT"
-            print(f"--- {key}: {same}, {results[i].passes} passes")
+        else:
+            same = f"identical{at_width(widths, key)}"
+        print(f"--- {key}: {same}, {results[i].passes} passes")
+
+
+def at_width(widths: dict, key: str) -> str:
+    """ " to exact decoding at width W" where run ``key`` decoded at another width than exact decoding."""
+    return "" if widths[key] == widths["exact"] else f" to exact decoding at {way(widths[key])}"
+
+
+def way(width) -> str:
+    return "rows alone" if width is None else f"width {width}"
 
 
 def run(args) -> int:
@@ -237,31 +252,38 @@ def demo(o: DemoOptions) -> int:
     drafter = o.drafter or best_drafter(model)
     kw = dict(temperature=o.temperature, seed=o.seed, stop_ids=stops, fused_store=o.fused_store, width=o.width)
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
-    budgets = {f"{name_of} N={b}": (drafter, b) for b in o.budgets}
-    if o.budget_auto:  # the cost model's N for these settings, each round's tree cut
+    budgets = {f"{name_of} N={b}": (drafter, b, o.width) for b in o.budgets}
+    if o.budget_auto:  # the cost model's N (and, without --width, its way to verify) for these settings
         auto = spotref.Speculator.for_model(
             model, drafter=drafter, budget="auto", depth=o.depth, temperature=o.temperature, seed=o.seed, width=o.width
         )
-        budgets[f"{name_of} auto (N={auto.budget})"] = (auto.round_drafter, auto.budget)  # its measurement, reused
+        shown = "" if auto.width == o.width else f", {way(auto.width)}"
+        budgets[f"{name_of} auto (N={auto.budget}{shown})"] = (auto.round_drafter, auto.budget, auto.width)  # reused
     runs = {"exact": [], **{key: [] for key in budgets}}
+    widths = {"exact": o.width, **{key: w for key, (_, _, w) in budgets.items()}}
     kw["trace"] = o.trace is not None
     for prompt in progress(prompts, "prompts"):
-        exact = spotref.generate(model, prompt, length, **kw)
-        runs["exact"].append(exact)
-        for key, (d, b) in budgets.items():
-            spot = spotref.generate(model, prompt, length, drafter=d, budget=b, depth=o.depth, **kw)
-            if spot.tokens != exact.tokens:
-                raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding ({key}) on prompt {prompt[:8]}")
+        exact = {o.width: spotref.generate(model, prompt, length, **kw)}
+        runs["exact"].append(exact[o.width])
+        for key, (d, b, w) in budgets.items():
+            spot = spotref.generate(model, prompt, length, drafter=d, budget=b, depth=o.depth, **{**kw, "width": w})
+            if w not in exact:  # the decode SPOT at width w is identical to
+                exact[w] = spotref.generate(model, prompt, length, **{**kw, "width": w})
+            if spot.tokens != exact[w].tokens:
+                raise SystemExit(f"spotref demo: OUTPUT DIFFERS from exact decoding at {way(w)} ({key}), {prompt[:8]}")
             runs[key].append(spot)
         if o.trace is not None:
             save_trace(o.trace, len(runs["exact"]), {key: results[-1] for key, results in runs.items()}, env)
     for i in range(min(o.show, len(prompts)) if env.decode else 0):
-        show(env, i, runs)
+        show(env, i, runs, widths)
+    others = sorted({way(w) for w in widths.values() if w != o.width})
     print(
         f"\nmodel: {name}; {len(prompts)} prompt{'s' * (len(prompts) != 1)} x at most {length} new tokens, "
         f"T = {o.temperature}, "
         f"depth cap {o.depth}{', fused store' if o.fused_store else ''}; "
-        f"every output identical to exact decoding: yes\n"
+        f"every output identical to exact decoding: yes"
+        + (f" (at {way(o.width)}; the auto row's to exact decoding at {', '.join(others)})" if others else "")
+        + "\n"
     )
     print(table(COLUMNS, summary_rows(runs)))
     print(f"\n{LEGEND}")
@@ -313,8 +335,9 @@ def why(model, options: DemoOptions) -> str:
         f"\nA verify pass of N states costs t(N) / t(1) = {t[N] / t[1]:.2f} at N = {N} on this "
         f"machine ({path}; t(1) = {t[1] * 1e3:.1f} ms): SPOT gains tokens/s only where its pass "
         f'reduction exceeds that ratio plus the drafter\'s time; budget="auto" picks the N with '
-        f"the most expected commits per second from this curve (docs/gpu.md: on a GPU the curve "
-        f"is flat at a fixed width)."
+        f"the most expected commits per second from this curve and from one forward at each width. "
+        f"A model of a real size pays little more for several states than for one, on a CPU too: "
+        f"docs/results-cpu-shapes.md replays the bundled gsm-b32 target's passes at SDAR-1.7B's cost."
     )
 
 

@@ -101,14 +101,24 @@ def _median_time(fn, repeats: int) -> float:
     return float(np.median(ts))
 
 
-def expected_commits(drafter, N: int, temperature: float) -> float:
-    """E(N): the drafter's measured curve, log2-interpolated, else ``PRIOR``."""
+def expected_commits(drafter, N: int, temperature: float, block_size: int | None = None) -> float:
+    """E(N): the drafter's measured curve, log2-interpolated, else ``PRIOR``; ``PRIOR`` too in blocks
+    of ``block_size`` other than those the curve was measured in (``curve_block``): a curve measured
+    in blocks of 32 promises commits a block of 4 cannot hold."""
     curves = getattr(drafter, "curves", None) or {}
-    curve = curves.get(order.temperature_key(temperature)) or PRIOR
+    measured = curve_block(drafter)
+    same = block_size is None or measured is None or measured == block_size
+    curve = (curves.get(order.temperature_key(temperature)) if same else None) or PRIOR
     pts = sorted((int(n), float(c)) for n, c in curve.items())
     x = math.log2(N)
     xs, ys = [math.log2(n) for n, _ in pts], [c for _, c in pts]
     return float(np.interp(x, xs, ys))
+
+
+def curve_block(drafter) -> int | None:
+    """The block length a drafter's curves were measured in: its order model's (a SPOT drafter), or
+    its checkpoint's (``measured_block``: a calibrated drafter); None where it is not known."""
+    return getattr(getattr(drafter, "model", None), "block_size", None) or getattr(drafter, "measured_block", None)
 
 
 def choose_budget(times: dict, commits: dict) -> int:
@@ -125,20 +135,20 @@ def auto_drafter(model, drafter, depth: int, rule: DecisionRule, verify: dict) -
     if drafter is None:
         return None, 1
     drafts = [(d, draft_times(d, model, rule, sorted(verify), depth=depth)) for d in variants(drafter)]
-    return cut(best_round(drafts, verify, rule.temperature), verify, rule.temperature)
+    return cut(best_round(drafts, verify, rule), verify, rule.temperature)
 
 
 def variants(drafter) -> list:
     return getattr(drafter, "variants", lambda: [drafter])()
 
 
-def best_round(drafts: dict, verify: dict, temperature: float) -> tuple:
+def best_round(drafts: list, verify: dict, rule: DecisionRule) -> tuple:
     """(commits per second, drafter, N): the best of ``drafts`` ([(drafter, {N: draft seconds})]) at
-    the pass costs ``verify``, by each drafter's expected commits ``E(N)``."""
+    the pass costs ``verify``, by each drafter's expected commits ``E(N)`` under ``rule``."""
     best = None
     for d, td in drafts:
         t = {N: verify[N] + td[N] for N in verify}
-        e = {N: expected_commits(d, N, temperature) for N in verify}
+        e = {N: expected_commits(d, N, rule.temperature, rule.block_size) for N in verify}
         N = choose_budget(t, e)
         if best is None or e[N] / t[N] > best[0]:
             best = (e[N] / t[N], d, N)
@@ -161,7 +171,7 @@ def auto_way(model, drafter, depth: int, rule: DecisionRule, width: int | None =
     if drafter is None or width is not None:
         return (*auto_drafter(model, drafter, depth, rule, verify_times(model, width=width, block_length=B)), width)
     drafts = [(d, draft_times(d, model, rule, BUDGETS, depth=depth)) for d in variants(drafter)]
-    e = [expected_commits(d, N, T) for d, _ in drafts for N in BUDGETS]
+    e = [expected_commits(d, N, T, B) for d, _ in drafts for N in BUDGETS]
     first = verify_times(model, budgets=(1,), block_length=B)[1] + min(td[1] for _, td in drafts)
     limit = first * max(e) / max(min(e), 1e-9)
     ways = {None: verify_times(model, block_length=B, limit=limit)}
@@ -169,7 +179,7 @@ def auto_way(model, drafter, depth: int, rule: DecisionRule, width: int | None =
         ways[W] = verify_times(model, width=W, block_length=B)
         if ways[W][W] > limit:
             break
-    best = {w: best_round(drafts, verify, T) for w, verify in ways.items()}
+    best = {w: best_round(drafts, verify, rule) for w, verify in ways.items()}
     w = max(best, key=lambda w: (best[w][0], w is None, -(w or 0)))
     return (*cut(best[w], ways[w], T), w)
 

@@ -29,9 +29,10 @@ class CalibratedDrafter:
 
     name = "calibrated"
 
-    def __init__(self, tables: dict, curves: dict | None = None):
+    def __init__(self, tables: dict, curves: dict | None = None, measured_block: int | None = None):
         self.tables = {k: dict(v) for k, v in tables.items()}  # "0" / "1" -> {ranks: count}
         self.curves = curves or {}  # for the cost model
+        self.measured_block = measured_block  # the block length the curves were measured in (None: unknown)
         self._shapes = {}
 
     @classmethod
@@ -39,7 +40,8 @@ class CalibratedDrafter:
         cal = header.get("calibrated")
         if not isinstance(cal, dict) or not cal:
             raise ValueError(f"the drafter checkpoint {path} holds no calibrated graph")
-        return cls({k: {tuple(r): c for r, c in v} for k, v in cal.items()}, header.get("curves", {}).get("calibrated"))
+        tables = {k: {tuple(r): c for r, c in v} for k, v in cal.items()}
+        return cls(tables, header.get("curves", {}).get("calibrated"), (header.get("config") or {}).get("block_size"))
 
     def to_header(self) -> dict:
         return {

@@ -35,6 +35,8 @@ CASES = [  # (script, arguments, what the error line says)
     ("real_shape_cost.py", ["--shapes", "sdar-70b"], "--shapes: unknown ['sdar-70b']; known: sdar-0.6b"),
     ("real_shape_cost.py", ["--states", "1,x"], "argument --states: must be an integer, got 'x'"),
     ("real_shape_cost.py", ["--out", "{file}/x.json"], "is not a writable directory"),
+    ("replay.py", ["--runs", "fast"], "--runs: 'fast' is not exact[@W]"),
+    ("replay.py", ["--shape", "llada-8b"], "--shape: 'llada-8b' is not an SDAR shape"),
     ("rule_cost.py", ["--bogus"], "unrecognized arguments: --bogus"),
     ("sets_adaptation.py", ["--target", "nope", "--sources", "stdlib-b16"], "unknown target 'nope'"),
     ("sets_adaptation.py", ["--target", "stdlib-b32", "--sources", "nope"], "no SPOT drafter named 'nope'"),

@@ -48,7 +48,7 @@ def test_every_run_is_written_checked_and_tabled(tmp_path, monkeypatch, capsys):
     assert list(record["runs"]) == runs.split(",")
     assert all(r["identical"] and r["generated"] > 0 and r["passes"] > 0 for r in record["runs"].values())
     assert record["runs"]["exact@2"]["width"] == 2 and record["runs"]["spot:2@2"]["budget"] == 2
-    assert record["runs"]["exact"]["rows"] == record["runs"]["exact"]["passes"] - 2  # less prefill and one store
+    assert 0 < record["runs"]["exact"]["rows"] < record["runs"]["exact"]["passes"]  # one row a verify; prefill, stores
     text = capsys.readouterr().out
     assert "| spot:2@2 | 2 |" in text and "| exact | rows alone |" in text
 

@@ -353,3 +353,19 @@ def test_auto_on_a_flat_curve_model_verifies_at_a_width_and_says_which_exact_dec
     exact = spotref.generate(model.inner, [1, 2, 3], 24, width=auto.stats["width"])
     assert auto.tokens == exact.tokens
     assert spotref.generate(model.inner, [1, 2, 3], 24).stats["width"] is None
+
+
+def test_a_curve_counts_only_in_the_blocks_it_was_measured_in():
+    """A drafter's offline curve was measured in its order model's blocks: decoding in blocks of
+    another length (gsm-b32's drafter at block 4), auto takes the conservative prior instead."""
+    d = spot_for(tiny_model(V=61, B=8))
+    d.header = {"curves": {"spot": {"0": {"1": 1.0, "64": 6.0}}}}
+    assert budget.curve_block(d) == 8
+    assert budget.expected_commits(d, 64, 0.0, 8) == budget.expected_commits(d, 64, 0.0) == 6.0
+    assert budget.expected_commits(d, 64, 0.0, 4) == budget.PRIOR[64]
+    from spotref.drafters.calibrated import CalibratedDrafter
+
+    header = {"calibrated": {"0": [[[0], 3]]}, "curves": {"calibrated": {"0": {"1": 1.0, "64": 5.0}}}}
+    cal = CalibratedDrafter.from_header({**header, "config": {"block_size": 32}})
+    assert budget.curve_block(cal) == 32 and budget.expected_commits(cal, 64, 0.0, 4) == budget.PRIOR[64]
+    assert budget.expected_commits(CalibratedDrafter.from_header(header), 64, 0.0, 4) == 5.0  # not known: its curve
