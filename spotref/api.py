@@ -198,7 +198,7 @@ def check_decode(model, prompt_ids, max_new_tokens, options: DecodeOptions) -> t
     and ``max_new_tokens`` against its vocabulary and positions, a canvas family's canvas too
     (``check_canvas``); ``model``: a model, or a target's ``Shape`` (``resolve_model``)."""
     prompt = check_prompt(prompt_ids, model.config.vocab_size, model.mask_id)
-    check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
+    max_new_tokens = check_length(len(prompt), max_new_tokens, model.config.max_position_embeddings)
     options = options.check(model)
     check_canvas(model, len(prompt), max_new_tokens, options.block_length)
     return prompt, options

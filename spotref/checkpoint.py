@@ -163,6 +163,8 @@ def read_json(path: Path, what: str) -> dict:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read {what} {str(path)!r}: {e}") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ValueError(f"cannot read {what} {str(path)!r}: its JSON nests too deep to be a config") from None
     if not isinstance(d, dict):
         raise ValueError(f"{what} {str(path)!r} is not a JSON object (got {type(d).__name__})")
     return d
@@ -205,6 +207,8 @@ def resolve_device(device) -> torch.device:
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r}: spotref runs on cpu or cuda")
+    if dev.type == "cpu" and dev.index not in (None, 0):  # torch parses "cpu:9"; nothing can be put there
+        raise ValueError(f"device {device!r}: the CPU is one device, cpu (or cpu:0)")
     return dev
 
 

@@ -74,13 +74,16 @@ def check_values(name: str, x) -> None:
 # ---- generate's arguments --------------------------------------------------------------------
 
 
-def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> None:
-    check_int("max_new_tokens", max_new_tokens, 0)
+def check_length(prompt_len: int, max_new_tokens, max_positions: int) -> int:
+    """max_new_tokens as a Python int (a numpy integer never reaches the arithmetic: it wraps),
+    checked to fit the model's positions after the prompt."""
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
     if prompt_len + max_new_tokens > max_positions:
         raise ValueError(
             f"prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the "
             f"model's max_position_embeddings ({max_positions})"
         )
+    return max_new_tokens
 
 
 MIN_TEMPERATURE = 1e-6

@@ -103,7 +103,10 @@ class SDARConfig(ConfigDict):
     def from_json(cls, path) -> "SDARConfig":
         """The config of a config.json file; ``STATED``'s keys must be in it (``rope_theta`` may be
         in ``rope_parameters``, as transformers 5 writes it)."""
-        raw = with_rope_theta(json.loads(Path(path).read_text()))
+        try:
+            raw = with_rope_theta(json.loads(Path(path).read_text()))
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise ValueError(f"cannot read config.json {str(path)!r}: its JSON nests too deep to be a config") from None
         cls.check_stated(raw)
         return cls.from_dict(raw)
 
@@ -124,6 +127,7 @@ CONFIG_SIZES = (
 
 
 CONFIG_REALS = ("rms_norm_eps", "rope_theta", "initializer_range")
+FLOAT32_MAX = 3.4028234663852886e38  # the forward computes these in float32: beyond it, inf
 
 
 def check_config(c) -> None:
@@ -133,8 +137,16 @@ def check_config(c) -> None:
         check_int(f"SDARConfig.{name}", getattr(c, name), 1, INT_MAX)
     for name in CONFIG_REALS:
         value = getattr(c, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ValueError(f"SDARConfig.{name} must be a positive finite number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= FLOAT32_MAX:
+            raise ValueError(
+                f"SDARConfig.{name} must be a positive finite number, got {value!r:.60} (at most "
+                f"{FLOAT32_MAX:.4g}: the forward computes it in float32)"
+            )
+        setattr(c, name, float(value))  # an int of 31 digits is no tensor scalar: the forward takes floats
+    if not c.rms_norm_eps < 1:
+        raise ValueError(
+            f"SDARConfig.rms_norm_eps must be below 1 (an epsilon: a mean square's), got {c.rms_norm_eps!r}"
+        )
     if c.head_dim % 2:
         raise ValueError(f"SDARConfig.head_dim must be even (RoPE rotates pairs), got {c.head_dim}")
     if not c.rope_theta > 1:
@@ -399,8 +411,8 @@ def check_llada_config(c: LLaDAConfig) -> None:
     for name in ("embedding_size", "n_kv_heads", "mlp_hidden_size"):
         if getattr(c, name) is not None:
             check_int(f"LLaDAConfig.{name}", getattr(c, name), 1, INT_MAX)
-    check_real("LLaDAConfig.rms_norm_eps", c.rms_norm_eps, 0.0, open_lo=True)
-    check_real("LLaDAConfig.rope_theta", c.rope_theta, 1.0, open_lo=True)
+    c.rms_norm_eps = check_real("LLaDAConfig.rms_norm_eps", c.rms_norm_eps, 0.0, 1.0, open_lo=True, open_hi=True)
+    c.rope_theta = check_real("LLaDAConfig.rope_theta", c.rope_theta, 1.0, FLOAT32_MAX, open_lo=True)
     check_real("LLaDAConfig.init_std", c.init_std, 0.0)
     if not isinstance(c.weight_tying, bool):
         raise ValueError(f"LLaDAConfig.weight_tying must be True or False, got {c.weight_tying!r}")
@@ -493,9 +505,9 @@ def check_dream_config(c: DreamConfig) -> None:
     grouped K/V heads, token ids inside the vocabulary)."""
     for name in DREAM_SIZES:
         check_int(f"DreamConfig.{name}", getattr(c, name), 1, INT_MAX)
-    check_real("DreamConfig.rms_norm_eps", c.rms_norm_eps, lo=0, open_lo=True)
+    c.rms_norm_eps = check_real("DreamConfig.rms_norm_eps", c.rms_norm_eps, 0, 1, open_lo=True, open_hi=True)
     check_real("DreamConfig.initializer_range", c.initializer_range, lo=0, open_lo=True)
-    check_real("DreamConfig.rope_theta", c.rope_theta, lo=1, open_lo=True)
+    c.rope_theta = check_real("DreamConfig.rope_theta", c.rope_theta, 1, FLOAT32_MAX, open_lo=True)
     h, kvh = c.num_attention_heads, c.num_key_value_heads
     if c.hidden_size % h or c.head_dim % 2:
         raise ValueError(

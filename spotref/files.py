@@ -64,6 +64,14 @@ def check_writable(path) -> Path:
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
     path = Path(path)
+    if path.is_symlink():  # the file it leads to is what gets written (the link stays): check that
+        real = Path(os.path.realpath(path))
+        if real.exists() and not real.is_file() or not real.exists() and real.parent.is_relative_to("/proc"):
+            raise ValueError(
+                f"{path} leads to {real}, which is not a regular file (a pipe, a device or a socket): spotref "
+                f"writes a file whole and renames it onto its path; write to a file"
+            )
+        check_writable(real)
     if shipped(path) and not _SHIPPED_WRITES.get():
         raise ValueError(
             f"{path} is a shipped file (inside the spotref package or docs/): pass "
@@ -114,9 +122,12 @@ def atomic_path(path):
     without an error (for writers that want a file name, as ``safetensors.save_file``).
 
     The parent directory is created. On any error (KeyboardInterrupt included) the temporary
-    file is removed and ``path`` is left as it was. ``check_writable`` first.
+    file is removed and ``path`` is left as it was. ``check_writable`` first. A ``path`` that is a
+    symbolic link stays one: the file it leads to is replaced (``--trace /dev/stdout`` with the
+    output redirected to a file replaces that file, never the link in /dev).
     """
     path = check_writable(path)
+    path = Path(os.path.realpath(path)) if path.is_symlink() else path  # a link stays one: its file is replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")

@@ -63,7 +63,7 @@ def save_pretrained(
     head is not written (``lm_head.weight`` absent means tied, as in Qwen3 checkpoints).
     ``identity``: config.json's ``architectures`` and ``model_type`` (None: the model's family's, ``IDENTITIES``).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save  # bytes: its save_file leaves a .tmpXXXXXX of its own when killed
 
     check_path("save_pretrained: path", path)
     dtype = stored_dtype(model, dtype)
@@ -80,7 +80,7 @@ def save_pretrained(
         root = save_dir(path, written)
         stale = sorted(weight_files_of(root) - set(written))
         with atomic_files(root) as stage:
-            write_files(stage, state, config, layout, save_file)
+            write_files(stage, state, config, layout, save)
             for name in stale:
                 stage.remove(name)
     return Path(path)
@@ -180,10 +180,12 @@ def plain_name(name: str) -> bool:
     return name not in ("", ".", "..") and "\\" not in name and Path(name).name == name
 
 
-def write_files(stage, state: dict, config: str, layout: dict, save_file) -> None:
-    """The checkpoint's files into the ``atomic_files`` ``stage``: weights, index, config last."""
+def write_files(stage, state: dict, config: str, layout: dict, save) -> None:
+    """The checkpoint's files into the ``atomic_files`` ``stage``: weights, index, config last.
+    Every byte goes through the stage's own temporary files (``save``: safetensors' bytes), so a
+    kill leaves only those, which the next save removes."""
     for fname, names in layout.items():
-        save_file({n: state[n] for n in names}, str(stage.path(fname)), metadata={"format": "pt"})
+        stage.path(fname).write_bytes(save({n: state[n] for n in names}, metadata={"format": "pt"}))
     if SINGLE not in layout:
         total = sum(t.numel() * t.element_size() for t in state.values())
         wmap = {n: fname for fname, names in layout.items() for n in names}

@@ -313,7 +313,7 @@ def directory_shape(path: Path):
     cls = MODELS[family_name]
     try:
         cfg = CONFIGS[family_name].from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     block_size = cfg.block_size if family_name == "sdar" else cls.block_size
     return Shape(cfg, family_name, block_size) if cfg.mask_token_id is not None else None
@@ -323,7 +323,7 @@ def read_config_type(path: Path):
     """config.json's ``model_type`` (None where it cannot be read: the reader then names why)."""
     try:
         return json.loads((path / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 

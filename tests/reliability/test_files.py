@@ -128,7 +128,7 @@ def test_drafter_and_checkpoint_writers_are_atomic(tmp_path, monkeypatch):
         save_order_model(path, order.OrderModel(8), {"note": "new"})
     import safetensors.torch
 
-    monkeypatch.setattr(safetensors.torch, "save_file", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(safetensors.torch, "save", lambda *a, **k: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         save_pretrained(tiny_model(seed=1), root)
     monkeypatch.undo()
