@@ -321,6 +321,8 @@ def check_case(case: Case, generate_fn, efficiency: bool = False) -> dict:
     assert_identical(exact, tokens, case.block_size, len(case.prompt), case.family)
     if passes > exact.passes:
         raise Divergence(f"{passes} passes, exact decoding needed {exact.passes}")
+    if passes < len(exact.stats["blocks"]):  # each block decoded is verified at least once
+        raise Divergence(f"{passes} passes for {len(exact.stats['blocks'])} decoded blocks: each needs a verify pass")
     if efficiency and case.drafter == "oracle":
         check_oracle_accepted(exact, got, min(case.kwargs["depth"], case.kwargs["budget"] - 1))
     return {"passes": passes, "exact_passes": exact.passes, "tokens": len(exact.tokens), "drafted": drafted(got)}
@@ -372,12 +374,12 @@ def checked_result(got) -> tuple:
     return [int(t) for t in tokens], int(passes)
 
 
-def probe_case() -> Case:
-    """The one small case ``run_conformance`` runs first: SDAR, 8 tokens, blocks of 2, the
-    confidence drafter, every option at its plainest."""
-    config = tiny_config("sdar", 8, 7, 2, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
+def probe_case(family: str = "sdar") -> Case:
+    """The one small case ``run_conformance`` runs first: ``family`` (SDAR by default), 8 tokens,
+    blocks of 2, the confidence drafter, every option at its plainest."""
+    config = tiny_config(family, 8, 7, 2, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
     kwargs = DecodeOptions(confidence="filtered", precision="auto", budget=4, depth=2).kwargs(leave_out=NOT_CASE)
-    return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, "sdar")
+    return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, family)
 
 
 def check_oracle_accepted(exact, got, d_eff: int):
@@ -413,6 +415,7 @@ def run_conformance(
     vocab=None,
     dtype=None,
     model=None,
+    families=None,
     **settings,
 ) -> Counter:
     """Run the suite on ``generate_fn``; raises AssertionError (with the minimal case) on failure.
@@ -437,9 +440,8 @@ def run_conformance(
     Returns what was covered (``coverage``'s keys; "cases": the distinct cases checked): what
     happened, not what was asked ("decoded": cases with a token; "drafted", "drafter=NAME": some
     verify pass held a drafted row, read from ``result.stats["draft_nodes"]``). strategy: the
-    cases to draw (default ``cases()``; e.g. ``cases(block_sizes=(5, 7, 9))``); vocab, dtype,
-    model: the default strategy's knobs (``cases``). progress: a callable given a line at every
-    tenth of the cases and the verdict (e.g. ``print``); default None. seed: an int makes the run
+    cases (default ``cases()``); vocab, dtype, model, families: its knobs. progress: a callable
+    given a line at every tenth of the cases and the verdict; default None. seed: an int makes the run
     reproducible (the same cases in the same order); None, a fresh random run. replay_file: where
     a failure writes its minimal case (``save_replay``; the exception's note and ``replay_file``
     attribute name it; ``replay_conformance`` reruns it); None (default), nowhere."""
@@ -448,8 +450,8 @@ def run_conformance(
     hypothesis()  # a missing dependency named before any case runs
     if not callable(generate_fn):
         raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
-    strategy = chosen_strategy(strategy, batch_invariance, vocab=vocab, dtype=dtype, model=model)
-    run_case(probe_case(), generate_fn)  # a result of the wrong type, named now: not after shrinking
+    strategy = chosen_strategy(strategy, batch_invariance, vocab=vocab, dtype=dtype, model=model, families=families)
+    run_case(probe_case((families or FAMILIES)[0]), generate_fn)  # a wrong result named now, not after shrinking
     seen, database, failed = Counter(), example_database(database), []
     check = partial(check_case, generate_fn=generate_fn, efficiency=efficiency)
     conformance = hypothesis_test(check, seen, strategy, max_examples, database, progress, settings, failed)
@@ -466,9 +468,11 @@ def chosen_strategy(strategy, batch_invariance: bool, **knobs):
     """``strategy``, or the default ``cases`` with ``knobs`` (vocab, dtype, model; ``ValueError``
     when they come with a strategy of the caller's, or name a bad value)."""
     if strategy is None:
-        return cases(batch=batch_invariance, **knobs)
+        return cases(batch=batch_invariance, **{k: v for k, v in knobs.items() if k != "families" or v is not None})
     if any(v is not None for v in knobs.values()):
-        raise ValueError("vocab, dtype and model set the default strategy: give them to cases(), not with strategy")
+        raise ValueError(
+            "vocab, dtype, model and families set the default strategy: give them to cases(), not with strategy"
+        )
     return strategy
 
 

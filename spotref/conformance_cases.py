@@ -133,8 +133,8 @@ def cases(
     drafters=DRAFTERS,
 ):
     """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
-    those drawn; the first (SDAR, the cheapest: no canvas to re-run) in about half the cases
-    besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
+    those drawn (``("sdar",)``: SDAR alone); the first (SDAR, the cheapest) in about half the
+    cases besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
     (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
     corner (no token asked, blocks of 1, budget 1, depth 0). aims: 10 cases in 11 aimed at a
     boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
@@ -151,13 +151,13 @@ def cases(
     overrides the last), SDAR in its own block size, a canvas family in the block lengths of
     ``block_sizes`` whose canvases fit its positions (``families``, ``init_ranges`` and the
     near-tie aims do not apply). drafters: the drafters drawn from (names of ``DRAFTERS``)."""
-    vocab, dtypes, model, sizes = checked_knobs(vocab, dtype, model, block_sizes, drafters)
+    vocab, dtypes, model, sizes = checked_knobs(vocab, dtype, model, block_sizes, drafters, families)
     st = hypothesis().strategies
 
     @st.composite
     def case(draw):
         if model is None:
-            family = families[0] if draw(st.booleans()) else draw(st.sampled_from(families))
+            family = families[0] if draw(st.booleans()) else draw(st.sampled_from(tuple(families)))
         else:
             family = model_family(pretrained(model, dtypes[0]))
         corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
@@ -272,12 +272,17 @@ def pretrained(path: str, dtype: str | None):
     return from_pretrained(path, dtype=MODEL_DTYPES[dtype] if dtype else None)
 
 
-def checked_knobs(vocab, dtype, model, block_sizes, drafters=DRAFTERS) -> tuple:
+def checked_knobs(vocab, dtype, model, block_sizes, drafters=DRAFTERS, families=FAMILIES) -> tuple:
     """``cases``' knobs as it uses them: (vocab (lo, hi), dtypes (a tuple of names, or (None,):
     a checkpoint's own), model (an absolute directory, or None), the block sizes drawn from (a
     checkpoint's: ``checkpoint_block_sizes``)); ``ValueError`` naming a bad one:
     a vocabulary outside [3, ``MAX_VOCAB``] (or given with a checkpoint, which has its own), a
-    dtype not in ``MODEL_DTYPES``, a model directory that is not a checkpoint, drafters not of ``DRAFTERS``."""
+    dtype not in ``MODEL_DTYPES``, a model directory that is not a checkpoint, drafters not of
+    ``DRAFTERS``, families not of ``FAMILIES`` (or narrowed with a checkpoint, which has its own)."""
+    if isinstance(families, str) or not families or not set(families) <= set(FAMILIES):
+        raise ValueError(f"families must be a non-empty sequence of {FAMILIES}, got {families!r}")
+    if model is not None and tuple(families) != tuple(FAMILIES):
+        raise ValueError("families: a checkpoint (model) has its own family; give one or the other")
     if vocab is not None and model is not None:
         raise ValueError("vocab: a checkpoint (model) has its own vocabulary; give one or the other")
     lo, hi = vocab_range(VOCAB if vocab is None else vocab)
@@ -399,7 +404,9 @@ def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
     case without the boundary is returned as it is (``aim`` None).
 
     - "tau": a threshold equal to a confidence of the first decision (below the largest, or
-      tied with it): ``c > tau``, not ``>=``;
+      tied with it): ``c > tau``, not ``>=``; one time in two ("tau-rounding") just below it,
+      where rounding to the confidences' dtype gives it: ``c > tau`` exactly, not with tau
+      rounded to that dtype (as torch compares a ``D`` tensor with a Python float);
     - "top-k" (not LLaDA): near-tie weights in bf16, mostly at T > 0 (T = 1 for T = 0 two times
       in three), k where a row's
       k-th logit ties with the next (every tie kept; mostly the smallest such k), and the
@@ -432,10 +439,35 @@ def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
         return filter_aimed(as_sdar(case) if case.family == "llada" else case, aim, pick)
     if aim == "draw" and case.family != "llada":
         return draw_aimed(case, pick)
+    rounding = pick % 2  # one in two: tau just below a confidence, rounding onto it in D; at T > 0, where
+    if rounding:  # the position committed a step early draws another token, so the output shows it
+        case = with_kwargs(case, temperature=case.kwargs["temperature"] or 1.0)
     first = first_decision(case)
     values = [] if first is None else sorted(v for v in set(first[2].tolist()) if 0 < v < 1)
     candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
-    return reached(case, "tau", threshold=candidates[pick % len(candidates)]) if candidates else case
+    if not candidates:
+        return case
+    c = candidates[pick // 2 % len(candidates)]
+    below = rounding_onto(c, first[0].dtype(first[1])) if rounding else None
+    return reached(case, "tau", threshold=c) if below is None else reached(case, "tau-rounding", threshold=below)
+
+
+def rounding_onto(c: float, dtype: torch.dtype) -> float | None:
+    """A threshold just below ``c`` (a value of ``dtype``) that ``dtype`` rounds to ``c`` (through
+    float32, as torch converts a Python float): just above the midpoint between ``c`` and the
+    value of ``dtype`` below it. ``c > tau`` exactly (docs/spec.md section 2) is True there; with
+    tau rounded to the confidences' dtype first (a ``D`` tensor compared with the Python float in
+    torch) it is False. None in float64 (nothing rounds)."""
+    if dtype == torch.float64:
+        return None
+    t = torch.tensor([c], dtype=dtype)
+    if dtype == torch.bfloat16:  # the bf16 below: one step down in its 16 bits
+        prev = float((t.float().view(torch.int32) - (1 << 16)).view(torch.float32))
+    else:
+        prev = float(torch.nextafter(t, torch.zeros_like(t)))
+    mid = (prev + c) / 2  # exact in float64; in float32 too below float32 (torch rounds through it)
+    tau = float(np.nextafter(np.float32(mid), np.float32(c))) if dtype != torch.float32 else float(np.nextafter(mid, c))
+    return tau if prev < tau < c and not bool((t > tau).item()) else None
 
 
 def with_kwargs(case: Case, **kw) -> Case:

@@ -10,13 +10,24 @@ that case is written to a replay file (``--write-replay``, default ``conform-rep
 ``--replay FILE`` reruns exactly that case and prints its verdict. ``--model DIR`` decodes with a
 checkpoint directory's model instead of toy models; ``--vocab`` and ``--dtype`` set the toy models'
 vocabulary size and dtype. Bad input (a missing or corrupt replay file, a bad knob) is status 2.
+
+The cases run in a child process that this one watches (``supervise``), so the verdict never
+depends on the decoder's process ending well: a decoder that ends the process (``os._exit``, a
+crash, a signal) or does not return from one call within ``--case-seconds`` (at most the
+``--minutes`` budget, but never less than 10 s) fails with a message saying which.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
+import queue
+import signal
+import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -27,11 +38,15 @@ import torch
 from spotref.cli.argtypes import add_threads, positive_int, real_range, seed_int, tool_main
 from spotref.cli.options import Options
 from spotref.conformance import MAX_EXAMPLES, ResultTypeError, replay_conformance, run_conformance
-from spotref.conformance_cases import MODEL_DTYPES, vocab_range
+from spotref.conformance_cases import FAMILIES, MODEL_DTYPES, vocab_range
 
 CHUNK = 10  # cases per progress line (one Hypothesis run each)
 PROG = "python -m spotref.cli.conform"
 REPLAY_FILE = "conform-replay.json"  # where a failure's minimal case is written by default
+CASE_SECONDS = 60.0  # the longest one decoder call may take (a toy case decodes in well under a second)
+MIN_CALL_SECONDS = 10.0  # the least a call is given under a --minutes budget (the first chunk always runs)
+WORKER = "SPOTREF_CONFORM_WORKER"  # set in the child process that runs the cases
+MARK = "\x1espotref-conform:"  # the child's lines to its watcher: "call", "return", "verdict N"
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,8 @@ class ConformOptions(Options):
     model: str | None
     vocab: int | tuple | None
     dtype: str | None
+    case_seconds: float
+    family: tuple | None
 
 
 def add_arguments(p):
@@ -72,6 +89,18 @@ def add_arguments(p):
     p.add_argument("--model", metavar="DIR", type=directory, help="a checkpoint directory to decode with (toy models)")
     p.add_argument("--vocab", metavar="N|LO:HI", type=vocab_arg, help="the toy models' vocabulary size (8:300)")
     p.add_argument("--dtype", choices=tuple(MODEL_DTYPES), help="the models' dtype (toy models: float32)")
+    p.add_argument(
+        "--family",
+        type=family_arg,
+        default=None,
+        help=f"the families drawn, comma-separated, of {', '.join(FAMILIES)} (default: every one)",
+    )
+    p.add_argument(
+        "--case-seconds",
+        type=real_range(0.0, open_lo=True),
+        default=CASE_SECONDS,
+        help=f"fail a decoder call that has not returned after this long (default {CASE_SECONDS:g})",
+    )
 
 
 def directory(text: str) -> str:
@@ -79,6 +108,15 @@ def directory(text: str) -> str:
     if not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"no directory {text!r} (a checkpoint directory: config.json and weights)")
     return text
+
+
+def family_arg(text: str) -> tuple:
+    """``--family``: e.g. ``sdar`` or ``llada,dream``: a decoder of those families only."""
+    names = tuple(dict.fromkeys(text.split(",")))
+    bad = [n for n in names if n not in FAMILIES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, bad))}: the families are {', '.join(FAMILIES)}")
+    return names
 
 
 def vocab_arg(text: str):
@@ -129,12 +167,15 @@ def guarded_decoder(fn):
     0) become ``DecoderRaised`` naming them; Ctrl-C stays Ctrl-C."""
 
     def decoder(*args, **kwargs):
+        tell("call")
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             raise
         except BaseException as e:
             raise DecoderRaised(f"the decoder raised {described(e)}") from None
+        finally:
+            tell("return")
 
     return decoder
 
@@ -157,7 +198,7 @@ def described(e: BaseException) -> str:
 
 SUMMARY = (  # (label, the coverage keys of its line: a prefix "dim=" or the keys themselves)
     ("aimed at", "aim="),
-    ("drafted by", "drafter="),
+    ("drafter", "drafter="),  # the drafter the suite gave (whether it was used: the first line)
     ("family", "family="),
     ("model", "model="),
     ("temperature", ("T=0", "T<=1", "T>1")),
@@ -183,6 +224,8 @@ def summary(seen: Counter) -> list[str]:
     lines = [("cases", f"{n} checked: {seen['decoded']} decoded a token, {seen['drafted']} drafted")]
     if seen["drafting-unreported"]:
         lines[0] = (lines[0][0], f"{lines[0][1]}, {seen['drafting-unreported']} did not report drafting")
+    elif n and not seen["drafted"]:
+        lines[0] = (lines[0][0], f"{lines[0][1]} (no verify pass held a drafted row: the drafters given went unused)")
     placed = set(HAPPENED)
     for label, keys in SUMMARY:
         mine = [k for k in seen if k.startswith(keys)] if isinstance(keys, str) else [k for k in keys if k in seen]
@@ -198,25 +241,45 @@ def summary(seen: Counter) -> list[str]:
     return [f"  {label:<{width}}  {text}" for label, text in lines]
 
 
+def tell(event: str) -> None:
+    """In the child process, a line for the watcher (``supervise``); nothing elsewhere."""
+    if os.environ.get(WORKER) == "1":
+        print(f"{MARK}{event}", flush=True)
+
+
 def run(args) -> int:
     args = ConformOptions.from_namespace(args)
+    if os.environ.get(WORKER) != "1":
+        load_function(args.target)  # a bad target is refused here, before a child starts
+        budget = math.inf if args.minutes is None else max(60 * args.minutes, MIN_CALL_SECONDS)
+        return supervise(list(args.argv), min(args.case_seconds, budget))
+    status = cases_or_replay(args)
+    tell(f"verdict {status}")
+    return status
+
+
+def cases_or_replay(args) -> int:
     torch.set_num_threads(args.threads)
     if args.replay is not None:
         return replay(args)
     if args.model is not None and args.vocab is not None:
         raise ValueError("--vocab: a checkpoint (--model) has its own vocabulary; give one or the other")
+    if args.model is not None and args.family is not None:
+        raise ValueError("--family: a checkpoint (--model) has its own family; give one or the other")
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
     knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "vocab", "dtype", "model")}
+    knobs["families"] = args.family
     while seen["cases"] < args.max_examples:
         if chunk and args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
             print(f"conform: time is up ({args.minutes:g} min)")
             break
-        n = min(CHUNK, args.max_examples - seen["cases"])
+        n, done = min(CHUNK, args.max_examples - seen["cases"]), seen["cases"]
         try:
             got = run_conformance(fn, max_examples=n, seed=seed + chunk, replay_file=args.write_replay, **knobs)
         except (AssertionError, DecoderRaised, ResultTypeError) as e:  # a difference, a raise, a wrong result
-            print(f"conform: FAILED (seed {seed + chunk}): {e}")
+            again = f"--seed {seed + chunk} --max-examples {n}" if chunk else f"--max-examples {n}"
+            print(f"conform: FAILED in cases {done + 1} to {done + n} (rerun them alone: {again}): {e}")
             if getattr(e, "replay_file", None):
                 print(f"conform: the minimal case is in {e.replay_file}; rerun it with --replay {e.replay_file}")
             return 1
@@ -231,7 +294,8 @@ def run(args) -> int:
 def replay(args) -> int:
     """``--replay FILE``: the file's one case on the decoder; status 0 when identical to exact
     decoding, 1 when not (the difference printed), 2 for a missing or corrupt file."""
-    knobs = [o for o, v in (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype)) if v]
+    given = (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype), ("--family", args.family))
+    knobs = [o for o, v in given if v]
     if knobs or args.batch_invariance:
         raise ValueError(
             f"--replay reruns the file's own case: {', '.join(knobs or ['--batch-invariance'])} does not apply"
@@ -247,6 +311,56 @@ def replay(args) -> int:
         f"({got['tokens']} tokens, {got['passes']} passes; exact decoding {got['exact_passes']})"
     )
     return 0
+
+
+def supervise(argv: list, limit: float) -> int:
+    """Run the cases in a child process (this module with ``argv``) and relay its output; its
+    verdict is this one's. A child that ends without one, or a decoder call longer than ``limit``
+    seconds (the child is then killed), is a failure, status 1."""
+    code = "import sys; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; " + (
+        "from spotref.cli.conform import main; raise SystemExit(main(sys.argv[1:]))"
+    )  # no '' first on the path: a folder named spotref here must not shadow the package
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding this spotref package: first
+    path = os.pathsep.join([root, *(p for p in sys.path if p and p != root)])  # then this process's path
+    env = {**os.environ, WORKER: "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, **pipes)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, child.stdout), lines.put(None)], daemon=True).start()
+    errors = threading.Thread(target=lambda: [*map(sys.stderr.write, child.stderr)], daemon=True)
+    errors.start()  # the child's errors, as they come
+    verdict, calls, since = None, 0, None  # since: when the call in progress began
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=None if since is None else max(0.0, since + limit - time.monotonic()))
+            except queue.Empty:
+                child.kill()
+                child.wait()
+                print(f"conform: FAILED: the decoder did not return within {limit:g} s (call {calls}): killed")
+                return 1
+            if line is None:
+                break
+            text, _, event = line.partition(MARK)
+            sys.stdout.write(text if event else line)
+            event = event.strip()
+            calls, since = (calls + 1, time.monotonic()) if event == "call" else (calls, None if event else since)
+            verdict = int(event.split()[1]) if event.startswith("verdict ") else verdict
+    except BaseException:
+        child.kill()
+        raise
+    status = child.wait()
+    errors.join()
+    if verdict is None and status != 2:  # 2: bad input, its message printed by the child
+        print(f"conform: FAILED: the decoder's process ended ({ended(status)}) during call {calls}, with no verdict")
+        return 1
+    return status if verdict is None else verdict
+
+
+def ended(status: int) -> str:
+    if status < 0:
+        return f"killed by {signal.Signals(-status).name}"
+    return f"exit status {status}"
 
 
 def elapsed(start: float) -> str:

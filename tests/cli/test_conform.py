@@ -57,7 +57,7 @@ def test_the_summary_is_an_aligned_line_per_dimension():
     assert summary(seen) == [
         "  cases        12 checked: 11 decoded a token, 8 drafted",
         "  aimed at     top-k 5, tau 4, none 3",
-        "  drafted by   spot 5",
+        "  drafter      spot 5",
         "  family       sdar 7, dream 5",
         "  temperature  T=0 3, T<=1 5, T>1 4",
         "  store        fused-store 2",
@@ -73,7 +73,10 @@ def test_a_lossy_decoder_fails_with_the_first_difference_and_a_replay_file(decod
     the lossy decoder fails it again, a correct one passes it."""
     assert main(["conform", "my_decoders:lossy", "--max-examples", "20", "--seed", "0"]) == 1
     out = capsys.readouterr().out
-    assert "conform: FAILED (seed 0): " in out and "rerun it with --replay conform-replay.json" in out
+    assert (
+        "conform: FAILED in cases 1 to 10 (rerun them alone: --max-examples 10): " in out
+        and "rerun it with --replay conform-replay.json" in out
+    )
     doc = json.loads((tmp_path / "conform-replay.json").read_text())
     assert doc["failure"] in out and doc["first_difference"]["got"] is None  # lossy: one token short
     assert {"model", "prompt", "max_new_tokens", "drafter", "options"} <= set(doc)

@@ -279,7 +279,10 @@ def test_conform_a_module_that_fails_to_import_is_one_line(decoders, capsys, tar
 def test_conform_a_decoder_that_raises_exits_or_misreports_fails_in_one_line(decoders, capsys, function, culprit):
     assert main(["conform", f"round4_decoders:{function}", "--max-examples", "1"]) == 1
     out, err = capsys.readouterr()
-    assert "Traceback" not in err + out and f"conform: FAILED (seed 0): {culprit}" in out
+    assert (
+        "Traceback" not in err + out
+        and f"conform: FAILED in cases 1 to 1 (rerun them alone: --max-examples 1): {culprit}" in out
+    )
 
 
 def test_conform_runs_a_chunk_before_the_time_is_up(decoders, capsys):
