@@ -68,6 +68,7 @@ def test_the_checkpoint_writer_leaves_no_temporary_file_of_safetensors(tmp_path,
     assert spotref.from_pretrained(tmp_path / "ck").config.vocab_size == model.config.vocab_size
 
 
+@pytest.mark.slow
 def test_a_save_killed_before_its_renames_leaves_only_files_the_next_save_removes(tmp_path):
     script = textwrap.dedent(
         f"""
@@ -222,6 +223,7 @@ def decoders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, args, message",
     [
@@ -239,6 +241,7 @@ def test_a_decoder_that_exits_crashes_hangs_or_counts_no_pass_fails(decoders, ca
     assert time.perf_counter() - t < 60
 
 
+@pytest.mark.slow
 def test_a_decoder_ignoring_the_drafter_is_told_so_and_a_failure_says_how_to_rerun(decoders, capsys):
     assert spotref_cli.main(["conform", "issue63_decoders:exact_only", "--max-examples", "10"]) == 0
     assert "the drafters given went unused" in capsys.readouterr().out
@@ -247,6 +250,7 @@ def test_a_decoder_ignoring_the_drafter_is_told_so_and_a_failure_says_how_to_rer
     assert "FAILED in cases 1 to 10 (rerun them alone: --max-examples 10)" in out and "seed 4" not in out
 
 
+@pytest.mark.slow
 def test_a_folder_named_spotref_beside_the_decoder_does_not_shadow_the_package(decoders, tmp_path, capsys):
     (tmp_path / "spotref").mkdir()
     (tmp_path / "spotref" / "__init__.py").write_text("raise ImportError('the shadow was imported')\n")
@@ -263,6 +267,7 @@ def generate(model, prompt, n, **kw):
 """
 
 
+@pytest.mark.slow
 def test_a_decoder_of_one_family_is_checked_with_one_option(tmp_path, monkeypatch, capsys):
     (tmp_path / "sdar_only.py").write_text(textwrap.dedent(SDAR_ONLY))
     monkeypatch.chdir(tmp_path)
