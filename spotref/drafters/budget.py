@@ -172,9 +172,9 @@ def auto_way(model, drafter, depth: int, rule: DecisionRule, width: int | None =
         return (*auto_drafter(model, drafter, depth, rule, verify_times(model, width=width, block_length=B)), width)
     drafts = [(d, draft_times(d, model, rule, BUDGETS, depth=depth)) for d in variants(drafter)]
     e = [expected_commits(d, N, T, B) for d, _ in drafts for N in BUDGETS]
-    first = verify_times(model, budgets=(1,), block_length=B)[1] + min(td[1] for _, td in drafts)
-    limit = first * max(e) / max(min(e), 1e-9)
-    ways = {None: verify_times(model, block_length=B, limit=limit)}
+    alone = verify_times(model, budgets=(1,), block_length=B)
+    limit = (alone[1] + min(td[1] for _, td in drafts)) * max(e) / max(min(e), 1e-9)
+    ways = {None: {**alone, **verify_times(model, budgets=BUDGETS[1:], block_length=B, limit=limit)}}
     for W in BUDGETS[1:]:
         ways[W] = verify_times(model, width=W, block_length=B)
         if ways[W][W] > limit:

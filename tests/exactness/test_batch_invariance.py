@@ -38,12 +38,11 @@ def capability_levels() -> list:
     return levels
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("level", capability_levels())
-def test_rows_are_bit_identical_under_each_cpu_capability(level):
+def worker_report(level: str, *args: str) -> dict:
+    """The invariance worker's JSON report under capability ``level`` and 2 threads."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}
     out = subprocess.run(
-        [sys.executable, str(SUPPORT / "invariance_worker.py")],
+        [sys.executable, str(SUPPORT / "invariance_worker.py"), *args],
         env=env,
         cwd=SUPPORT,
         capture_output=True,
@@ -51,7 +50,13 @@ def test_rows_are_bit_identical_under_each_cpu_capability(level):
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", capability_levels())
+def test_rows_are_bit_identical_under_each_cpu_capability(level):
+    report = worker_report(level)
     assert report["capability"].lower() == level, f"asked for {level}, torch ran {report['capability']}"
     assert report["checked"] == 2 * (6 * 3 * 2 + 4)  # threads x (blocks x intermediate sizes x paths + tails)
     assert report["failures"] == [], json.dumps(report["failures"][:3], indent=1)
@@ -62,17 +67,7 @@ def test_rows_are_bit_identical_under_each_cpu_capability(level):
 def test_the_worker_fails_on_a_flattened_silu(level):
     """The worker's check can fail on a real kernel property: silu over the flattened batch puts a
     vector tail (the scalar path, another exp) inside some row, whose logits then differ."""
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "OMP_NUM_THREADS": "2"}
-    out = subprocess.run(
-        [sys.executable, str(SUPPORT / "invariance_worker.py"), "--flat-silu"],
-        env=env,
-        cwd=SUPPORT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = worker_report(level, "--flat-silu")
     assert report["failures"], "a flattened silu went unnoticed"
     assert {f["dtype"] for f in report["failures"]} == {"torch.float32"}
 
