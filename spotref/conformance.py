@@ -46,7 +46,6 @@ import torch
 from spotref.api import LOOP, DecodeOptions, Speculator, generate
 from spotref.checks import is_array
 from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as before the split)
-    AIMS,
     BLOCK_SIZES,
     DRAFTERS,
     FAMILIES,
@@ -56,15 +55,11 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     MODELS,
     NOT_CASE,
     Case,
-    aimed,
     case_from_dict,
     case_to_dict,
-    cases,
-    first_decision,
-    hypothesis,
-    model_sizes,
     tiny_config,
 )
+from spotref.conformance_draws import AIMS, aimed, cases, first_decision, hypothesis, model_sizes  # noqa: F401
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text

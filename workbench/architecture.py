@@ -39,6 +39,7 @@ ENTRY = {
     "spotref.reference",
     "spotref.conformance",
     "spotref.conformance_cases",
+    "spotref.conformance_draws",
     "spotref.audit",
     "spotref",
 }

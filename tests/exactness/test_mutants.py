@@ -18,7 +18,8 @@ from mutants import BATCH_LOSSY, CORRECT, LOSSY, own_drafter
 
 import spotref
 from spotref.conformance import drafter_adapter, replay_conformance, run_conformance
-from spotref.conformance_cases import Case, aimed, cases, tiny_config
+from spotref.conformance_cases import Case, tiny_config
+from spotref.conformance_draws import aimed, cases
 
 SEEDED = [(name, i % 2) for i, name in enumerate(LOSSY)]  # seeds 0 and 1 in turn
 

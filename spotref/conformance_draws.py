@@ -1,0 +1,442 @@
+"""The conformance suite's Hypothesis strategy: cases drawn by construction (``cases``), then aimed
+at the boundaries where implementations differ (``aimed``), each set from exact decoding's own
+numbers. The cases themselves, their tiny models and their JSON form: ``conformance_cases``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from unittest import mock
+
+import numpy as np
+import torch
+
+from spotref.api import generate
+from spotref.conformance_cases import (
+    BLOCK_SIZES,
+    DRAFTERS,
+    INIT_RANGES,
+    MAX_BUDGET,
+    MAX_TEMPERATURE,
+    Case,
+    checked_knobs,
+    decided_in,
+    pretrained,
+    tiny_config,
+    weights_dtype,
+)
+from spotref.spec.decode import FAMILIES
+from spotref.spec.decode import family as model_family
+from spotref.spec.rules import FAMILIES as RULES
+from spotref.spec.rules import PRECISIONS, DecisionRule
+
+# --- the Hypothesis strategy ------------------------------------------------------------------
+
+
+def hypothesis():
+    """The ``hypothesis`` package, or a ``ModuleNotFoundError`` saying how to install it."""
+    try:
+        import hypothesis
+        import hypothesis.strategies  # noqa: F401  (hypothesis.strategies.*)
+    except ModuleNotFoundError as e:
+        if e.name != "hypothesis":
+            raise
+        raise ModuleNotFoundError(
+            'the conformance suite needs Hypothesis: pip install "spotref[conformance]"', name="hypothesis"
+        ) from None
+    return hypothesis
+
+
+def cases(
+    block_sizes=BLOCK_SIZES,
+    init_ranges=INIT_RANGES,
+    families=FAMILIES,
+    aims=True,
+    batch=False,
+    vocab=None,
+    dtype=None,
+    model=None,
+    drafters=DRAFTERS,
+):
+    """Hypothesis strategy of conformance cases (built by construction, no filtering). families:
+    those drawn (``("sdar",)``: SDAR alone); the first (SDAR, the cheapest) in about half the
+    cases besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
+    (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
+    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 10 cases in 11 aimed at a
+    boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
+    cumulative mass, ties between positions, a stop id that occurs, every position at once, a close
+    race of a Gumbel-max draw).
+    batch: the batch-invariance check's cases: always a verify width, and a ``BatchSensitive``
+    model.
+
+    The knobs (``checked_knobs``; a bad one is a ``ValueError`` naming it): vocab, the toy
+    models' vocabulary size, an int or a range ``(lo, hi)`` drawn in (default ``VOCAB``); dtype,
+    the models' dtype, "float32" (the toy models' default), "bfloat16" or "float16", or a
+    sequence of them drawn from; model, a checkpoint directory (``spotref.from_pretrained``)
+    every case decodes with instead of a toy model: its family, vocabulary and dtype (``dtype``
+    overrides the last), SDAR in its own block size, a canvas family in the block lengths of
+    ``block_sizes`` whose canvases fit its positions (``families``, ``init_ranges`` and the
+    near-tie aims do not apply). drafters: the drafters drawn from (names of ``DRAFTERS``)."""
+    vocab, dtypes, model, sizes = checked_knobs(vocab, dtype, model, block_sizes, drafters, families)
+    st = hypothesis().strategies
+
+    @st.composite
+    def case(draw):
+        if model is None:
+            family = families[0] if draw(st.booleans()) else draw(st.sampled_from(tuple(families)))
+        else:
+            family = model_family(pretrained(model, dtypes[0]))
+        corner = draw(st.integers(0, 9)) == 9  # 1 in 10: any length, budget and depth, drafting or not
+        drafting = [b for b in sizes if b >= 2] or list(sizes)
+        B = draw(st.sampled_from(sizes if corner else drafting))  # SDAR's block size, a canvas' block_length
+        served = draw(st.sampled_from(SERVED_DTYPES))  # the toy config's torch_dtype: what precision=None reads
+        cfg = draw(toy_configs(family, B, vocab, init_ranges, served)) if model is None else None
+        model_dtype = draw(st.sampled_from(dtypes))
+        if model is None:
+            V, mask_id, dtype_name = cfg.vocab_size, cfg.mask_token_id, model_dtype
+        else:
+            loaded = pretrained(model, model_dtype)
+            cfg, V, mask_id, dtype_name = loaded.config, loaded.config.vocab_size, loaded.mask_id, weights_dtype(loaded)
+        token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
+        prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
+        kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name)))
+        weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
+        case = Case(cfg, weights, prompt, n, draw(st.sampled_from(tuple(drafters))), kwargs, family, batch)
+        case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
+        aim = draw(st.sampled_from(AIMS)) if aims else None
+        return aimed(case, aim, draw(st.integers(0, 2**16)), "sdar" in families) if aim else case
+
+    return case()
+
+
+SERVED_DTYPES = (None, None, "bfloat16", "float16", "float32")  # a toy config's torch_dtype (None: none)
+
+
+def toy_configs(family: str, B: int, vocab: tuple, init_ranges, served):
+    """Hypothesis strategy of a toy model's config of ``family`` in blocks of ``B``, its
+    vocabulary in ``vocab`` (lo, hi), ``served`` its config's torch_dtype (None: none)."""
+    st = hypothesis().strategies
+
+    @st.composite
+    def config(draw):
+        V = draw(st.integers(*vocab))
+        mask_id = draw(st.integers(0, V - 1))
+        cfg = tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))
+        return cfg if served is None else dataclasses.replace(cfg, extra={**cfg.extra, "torch_dtype": served})
+
+    return config()
+
+
+def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple):
+    """Hypothesis strategy of a case's ``generate`` keywords (``Case.kwargs``); ``decided``: the
+    dtype ``precision=None`` decides in, "auto" the model's (``decided_in``)."""
+    st = hypothesis().strategies
+
+    @st.composite
+    def kwargs(draw):
+        precision = draw(st.sampled_from((*PRECISIONS, None)))
+        d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
+        confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
+        filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
+        kw = dict(
+            temperature=draw(
+                st.just(0.0)
+                | st.integers(1, 60).map(lambda i: i / 20)  # every 0.05
+                | st.floats(0.05, MAX_TEMPERATURE)
+            ),
+            seed=draw(st.integers(0, 2**64 - 1) | st.integers(2**32, 2**64 - 1)),  # half of them past 32 bits
+            threshold=draw(st.none() | st.floats(0.01, 0.99)),
+            top_k=draw(st.none() | st.integers(1, V)) if filters else None,
+            top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
+            confidence=draw(st.sampled_from(confidences)),
+            precision=precision,
+            budget=draw(st.integers(1 if corner else 2, MAX_BUDGET)),
+            depth=draw(st.integers(0 if corner else 1, B)),
+            stop_ids=draw(st.lists(token, min_size=1, max_size=2) | token),  # a list, or one id
+        )
+        widths = st.integers(0, 8).map(lambda e: kw["budget"] + e)
+        kw["width"] = draw(widths if batch else st.none() | widths)
+        if family == "sdar":
+            kw["fused_store"] = draw(st.booleans())
+        else:
+            kw["block_length"] = B
+        return kw
+
+    return kwargs()
+
+
+def model_sizes(init_ranges):
+    """Hypothesis strategy of a tiny model's sizes: ``tiny_config``'s keyword arguments."""
+    st = hypothesis().strategies
+    return st.builds(
+        lambda hk, **kw: dict(heads=hk[0], kv=hk[1], **kw),
+        st.sampled_from([(2, 1), (2, 2), (4, 2)]),
+        hidden=st.sampled_from([16, 32]),
+        layers=st.integers(1, 2),
+        tied=st.booleans(),
+        init=st.sampled_from(init_ranges),
+    )
+
+
+AIMS = (None, "tau", "tau", "top-k", "top-k", "top-p", "top-p", "ties", "stop", "all", "draw")  # None drawn ~1 in 3
+NEAR_TIE_INIT = 1e-3  # weights this small: logits within a few bf16 ulps, ties at every rank
+
+
+class _FirstDecision(Exception):
+    """Stops ``first_decision``'s decoding at its first decision."""
+
+
+def first_decision(case: Case, where: bool = False):
+    """(rule, logits (M, V) of the masked positions, their confidences c (M,) float64) at exact
+    decoding's first decision in ``case``; None when it takes none. where: also the masked
+    positions (M,), the block's noise and the step."""
+    decide, seen = DecisionRule.decide, []
+
+    def recording(rule, logits, state, noise, step):
+        masked = np.flatnonzero(state == rule.mask_id)
+        if len(masked):
+            rows = logits[torch.as_tensor(masked, device=logits.device)]
+            seen.append((rule, rows, rule.drawn(rows, masked, noise, step)[1], masked, noise, step))
+            raise _FirstDecision
+        return decide(rule, logits, state, noise, step)
+
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth")}
+    with mock.patch.object(DecisionRule, "decide", recording), contextlib.suppress(_FirstDecision):
+        generate(case.model(), case.prompt, case.max_new_tokens, **kw)
+    return None if not seen else seen[0] if where else seen[0][:3]
+
+
+DRAW_SEEDS = 256  # the seeds the "draw" aim tries
+
+
+def draw_aimed(case: Case, pick: int) -> Case:
+    """The "draw" aim (``aimed``; not LLaDA): T > 0 in bf16, the noise seed (of ``DRAW_SEEDS``
+    tried) whose first decision holds the closest race of a Gumbel-max draw (the smallest gap
+    between the two best of ``log p + g`` in a row), and the threshold below every confidence,
+    so that row's token shows: a decoder that takes ``log p`` in another precision than float64
+    (or from the unrounded softmax) can flip it."""
+    case = with_kwargs(case, precision="bfloat16", temperature=case.kwargs["temperature"] or 1.0, threshold=None)
+    first = first_decision(case, where=True)
+    if first is None:
+        return case
+    rule, rows, _, masked, noise, step = first
+    scores, B, V = rule.scores(rows), *noise.shape  # log p (M, V) float64: the first decision's rows, whatever the seed
+    pos, shown = torch.as_tensor(masked), torch.as_tensor(shown_rows(case, masked, noise))
+
+    def gap(seed: int) -> float:  # between the two best of a row whose log p differ (else no precision shows)
+        top = (scores + type(noise)(seed, noise.block, B, V)(step)[pos]).topk(2, -1)
+        differ = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
+        return float((top.values[:, 0] - top.values[:, 1]).masked_fill(~(differ[:, 0] & shown), torch.inf).min())
+
+    seed = min((noise_seed(pick, i) for i in range(DRAW_SEEDS)), key=gap)
+    case = with_kwargs(case, seed=seed)
+    c = [v for v in first_decision(case)[2].tolist() if v > 0]
+    return reached(case, "draw", threshold=min(c) / 2) if c and min(c) / 2 < 1 else case
+
+
+def noise_seed(pick: int, i: int) -> int:
+    """The ``i``-th noise seed an aim tries for ``pick``: spread over the whole 64-bit range."""
+    return (pick * DRAW_SEEDS + i) * 0x9E3779B97F4A7C15 % 2**64
+
+
+def shown_rows(case: Case, masked, noise) -> np.ndarray:
+    """(M,) bool: which of the first decision's masked positions ``masked`` (in the block of
+    ``noise``) are in the output, not cut by ``max_new_tokens``."""
+    offset = len(case.prompt) if case.family == "sdar" else 0
+    return noise.block * noise.shape[0] + np.asarray(masked) - offset < case.max_new_tokens
+
+
+def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
+    """``case`` aimed at a boundary where implementations differ, set from exact decoding's
+    numbers (``pick`` chooses among the candidates), its ``aim`` set to the boundary reached; a
+    case without the boundary is returned as it is (``aim`` None).
+
+    - "tau": a threshold equal to a confidence of the first decision (below the largest, or
+      tied with it): ``c > tau``, not ``>=``; one time in two ("tau-rounding") just below it,
+      where rounding to the confidences' dtype gives it: ``c > tau`` exactly, not with tau
+      rounded to that dtype (as torch compares a ``D`` tensor with a Python float);
+    - "top-k" (not LLaDA): near-tie weights in bf16, mostly at T > 0 (T = 1 for T = 0 two times
+      in three), k where a row's
+      k-th logit ties with the next (every tie kept; mostly the smallest such k), and the
+      threshold at the confidence of such a row other than the fallback's: a decoder that drops
+      a tie raises it over the threshold, and the row commits a step early with another draw;
+    - "top-p" (not LLaDA): p equal to the smallest top-entry mass of a row (the mass before its
+      second entry: ``<= p`` keeps it) and the threshold at that row's confidence;
+    - "ties": an empty prompt (identical masked rows: the positions' confidences tie, and ties
+      go to the lowest position);
+    - "stop": a stop id that exact decoding emits in its first block (the cut after it, the
+      blocks after its block never decoded);
+    - "all": near-tie weights in bf16 (at T = 0 two times in three) and a threshold below every
+      confidence: the first decision commits every masked position, so each row's token shows
+      (ties at the top go to the lowest id);
+    - "draw" (not LLaDA): a Gumbel-max race at T > 0 in bf16 (``draw_aimed``).
+    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes (``as_sdar``)
+    where ``sdar`` (SDAR is among the families drawn), else (and a LLaDA checkpoint's) they are
+    "tau"'s; its draw aim is "tau"'s."""
+    if aim == "ties":
+        return reached(dataclasses.replace(case, prompt=[]), "ties", threshold=None)
+    if aim == "stop":
+        return stop_aimed(case, pick)
+    if aim == "all":  # at T = 0 two times in three: the argmax's ties show
+        T = 0.0 if pick % 3 else case.kwargs["temperature"]
+        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
+        first = first_decision(case)
+        c = [] if first is None else [v for v in first[2].tolist() if v > 0]
+        return reached(case, "all", threshold=min(c) / 2) if c else case
+    if aim in ("top-k", "top-p") and (case.family != "llada" or (sdar and case.checkpoint is None)):
+        return filter_aimed(as_sdar(case) if case.family == "llada" else case, aim, pick)
+    if aim == "draw" and case.family != "llada":
+        return draw_aimed(case, pick)
+    rounding = pick % 2  # one in two: tau just below a confidence, rounding onto it in D; at T > 0, where
+    if rounding:  # the position committed a step early draws another token, so the output shows it
+        case = with_kwargs(case, temperature=case.kwargs["temperature"] or 1.0)
+    first = first_decision(case)
+    values = [] if first is None else sorted(v for v in set(first[2].tolist()) if 0 < v < 1)
+    candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
+    if not candidates:
+        return case
+    c = candidates[pick // 2 % len(candidates)]
+    below = rounding_onto(c, first[0].dtype(first[1])) if rounding else None
+    return reached(case, "tau", threshold=c) if below is None else reached(case, "tau-rounding", threshold=below)
+
+
+def rounding_onto(c: float, dtype: torch.dtype) -> float | None:
+    """A threshold just below ``c`` (a value of ``dtype``) that ``dtype`` rounds to ``c`` (through
+    float32, as torch converts a Python float): just above the midpoint between ``c`` and the
+    value of ``dtype`` below it. ``c > tau`` exactly (docs/spec.md section 2) is True there; with
+    tau rounded to the confidences' dtype first (a ``D`` tensor compared with the Python float in
+    torch) it is False. None in float64 (nothing rounds)."""
+    if dtype == torch.float64:
+        return None
+    t = torch.tensor([c], dtype=dtype)
+    if dtype == torch.bfloat16:  # the bf16 below: one step down in its 16 bits
+        prev = float((t.float().view(torch.int32) - (1 << 16)).view(torch.float32))
+    else:
+        prev = float(torch.nextafter(t, torch.zeros_like(t)))
+    mid = (prev + c) / 2  # exact in float64; in float32 too below float32 (torch rounds through it)
+    tau = float(np.nextafter(np.float32(mid), np.float32(c))) if dtype != torch.float32 else float(np.nextafter(mid, c))
+    return tau if prev < tau < c and not bool((t > tau).item()) else None
+
+
+def with_kwargs(case: Case, **kw) -> Case:
+    return dataclasses.replace(case, kwargs={**case.kwargs, **kw})
+
+
+def reached(case: Case, aim: str, **kw) -> Case:
+    """``case`` with ``kw`` set, at the boundary ``aim`` (``Case.aim``: what the coverage reports)."""
+    return dataclasses.replace(case, aim=aim, kwargs={**case.kwargs, **kw})
+
+
+def as_sdar(case: Case) -> Case:
+    """A toy LLaDA ``case`` as an SDAR one: the same sizes, vocabulary, MASK, weights seed, block
+    length, served dtype and request, SDAR's default confidence, no fused store."""
+    c = case.config
+    sizes = dict(hidden=c.d_model, layers=c.n_layers, heads=c.n_heads, kv=c.n_kv_heads, tied=c.weight_tying)
+    cfg = tiny_config("sdar", c.vocab_size, c.mask_token_id, case.block_size, init=c.init_std, **sizes)
+    served = {k: v for k, v in c.extra.items() if k == "torch_dtype"}
+    kw = {k: v for k, v in case.kwargs.items() if k != "block_length"}
+    kw.update(fused_store=False, confidence="filtered")
+    return dataclasses.replace(case, family="sdar", config=dataclasses.replace(cfg, extra=served), kwargs=kw)
+
+
+def near_tie(case: Case) -> Case:
+    """``case`` with near-tie weights (``NEAR_TIE_INIT``)."""
+    init = "init_std" if case.family == "llada" else "initializer_range"
+    return dataclasses.replace(case, config=dataclasses.replace(case.config, **{init: NEAR_TIE_INIT}))
+
+
+def filter_aimed(case: Case, aim: str, pick: int) -> Case:
+    """The "top-k" and "top-p" aims (``aimed``): the filter's boundary in rows ``r`` of the first
+    decision. Two cases in three show a draw (``shown_draw``): T > 0 (top-p: T >= 0.5, where a
+    fast path may differ), a noise seed whose draw in a row of ``r`` is an entry only the
+    boundary keeps, and the threshold below every confidence, so that entry is the output's
+    token. The third: the threshold at ``r``'s confidence under the exact filter (a filter that
+    keeps fewer entries raises it over the threshold, and the row commits a step early), also
+    where no draw shows."""
+    own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]  # the filter shows in the confidence
+    case = with_kwargs(case, top_k=None, top_p=None, threshold=None, confidence=own)
+    draw = pick % 3 != 0  # two in three: a draw shows the boundary's entry
+    T = case.kwargs["temperature"]
+    if aim == "top-k":  # mostly T > 0: a row committed a step early draws another token (at T = 0, the same argmax)
+        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T or (1.0 if draw else 0.0))
+    elif draw and T < FAST_T[0]:
+        case = with_kwargs(case, temperature=FAST_T[pick // 3 % len(FAST_T)])
+    first = first_decision(case, where=True)
+    if first is None:
+        return case
+    rule, rows, _, masked, noise, _ = first
+    ranked = torch.sort(rule.scaled(rows), dim=-1, descending=True, stable=True).values  # (M, V) in D
+    if aim == "top-k":  # the k-th entry tied with the (k + 1)-th, the smallest such k mostly
+        tied = torch.nonzero((ranked[:, :-1] == ranked[:, 1:]) & torch.isfinite(ranked[:, 1:]))  # (n, 2)
+        out = torch.as_tensor(shown_rows(case, masked, noise))[tied[:, 0]]  # in the output: a draw can show
+        tied = tied[out] if draw and bool(out.any()) else tied
+        if len(tied) == 0:
+            return case
+        ks = sorted({int(j) + 1 for j in tied[:, 1]})
+        k = ks[0] if pick % 4 else ks[pick % len(ks)]  # mostly the smallest: dropping a tie shows most
+        r, boundary, kept = tied[tied[:, 1] == k - 1][:, 0].tolist(), {"top_k": k}, k  # the rows tied at k
+    else:  # the smallest top-entry mass below 1 (of a row in the output): its row keeps the second entry
+        masses = torch.softmax(ranked, -1)[:, 0].double()  # (M,) in D, as the filter sums it
+        inside = (masses > 0) & (masses < 1) & (torch.as_tensor(shown_rows(case, masked, noise)) | (not draw))
+        masses = masses.masked_fill(~inside, 2.0)
+        r = int(masses.argmin())
+        if masses[r] >= 1:
+            return case
+        r, boundary, kept = [r], {"top_p": float(masses[r])}, 1
+    case = with_kwargs(case, **boundary)
+    shown = shown_draw(case, aim, r, kept, pick) if draw and case.kwargs["temperature"] > 0 else None
+    if shown is not None:
+        return shown
+    first = first_decision(case)
+    if first is None:
+        return case
+    c = first[2]  # a row other than the fallback's: its raised confidence shows as a commit of its own
+    tau = float(c[next((i for i in r if i != int(c.argmax())), r[0])])
+    return reached(case, aim, threshold=tau) if 0 < tau < 1 else case
+
+
+FAST_T = (0.5, 1.0, 2.0)  # the top-p aim's temperatures for a drawn T below 0.5: a fast path above 0.5 shows
+
+
+def shown_draw(case: Case, aim: str, rows: list, kept: int, pick: int) -> Case | None:
+    """``case`` (T > 0, its filter at a boundary) with a noise seed (of ``DRAW_SEEDS`` tried)
+    whose first decision draws, in one of ``rows`` in the output (the lowest position such), an
+    entry of rank ``kept`` or more in that row's descending order (ties: the lower id first):
+    one that only the boundary keeps (every tie with the k-th; the entry after a mass of
+    exactly p). The threshold goes below every confidence, so every position commits at once
+    and that token is the output's: a filter that drops the entry cannot draw it. None when no
+    row of ``rows`` is in the output or no seed draws such an entry."""
+    rule, logits, _, masked, noise, step = first_decision(case, where=True)
+    rows = [i for i in sorted(rows) if shown_rows(case, masked, noise)[i]]
+    if not rows:
+        return None
+    order = torch.sort(rule.scaled(logits[rows]), dim=-1, descending=True, stable=True).indices  # (R, V)
+
+    def lowest(seed: int) -> int:  # the first of rows whose drawn token is of rank >= kept; len(rows) if none
+        x = rule.drawn(logits, masked, type(noise)(seed, noise.block, *noise.shape), step)[0][rows]
+        beyond = (order == x[:, None]).int().argmax(-1) >= kept
+        return int(beyond.int().argmax()) if bool(beyond.any()) else len(rows)
+
+    best, seed = len(rows), None
+    for i in range(DRAW_SEEDS):  # the first seed at the lowest row: stop at the first that reaches rows[0]
+        s, at = noise_seed(pick, i), lowest(noise_seed(pick, i))
+        best, seed = (at, s) if at < best else (best, seed)
+        if best == 0:
+            break
+    if seed is None:
+        return None
+    case = with_kwargs(case, seed=seed)
+    c = [v for v in first_decision(case)[2].tolist() if v > 0]
+    return reached(case, aim, threshold=min(c) / 2) if c and min(c) / 2 < 1 else None
+
+
+def stop_aimed(case: Case, pick: int) -> Case:
+    """A stop id among the first tokens exact decoding emits (``aimed``'s "stop")."""
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("budget", "depth", "stop_ids")}
+    tokens = generate(case.model(), case.prompt, case.max_new_tokens, **kw).tokens
+    if not tokens:
+        return case
+    tail = len(case.prompt) % case.block_size if case.family == "sdar" else 0  # prompt tokens in the first block
+    first_block = max(1, min(len(tokens) - 1, case.block_size - tail))
+    stop = tokens[pick % first_block]
+    return reached(case, "stop", stop_ids=stop if pick // first_block % 2 else [stop])  # one id, or a list
