@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from unittest import mock
 
 import numpy as np
@@ -27,8 +28,9 @@ from spotref.conformance_cases import (
 )
 from spotref.spec.decode import FAMILIES
 from spotref.spec.decode import family as model_family
+from spotref.spec.noise import BlockNoise
 from spotref.spec.rules import FAMILIES as RULES
-from spotref.spec.rules import PRECISIONS, DecisionRule
+from spotref.spec.rules import PRECISIONS, DecisionRule, filter_top_k_top_p
 
 # --- the Hypothesis strategy ------------------------------------------------------------------
 
@@ -62,12 +64,9 @@ def cases(
     those drawn (``("sdar",)``: SDAR alone); the first (SDAR, the cheapest) in about half the
     cases besides its share of the rest, and cases shrink towards it. Nine cases in ten can draft
     (blocks of 2 or more, budget >= 2, depth >= 1, 2 or more tokens asked); the tenth may be any
-    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 10 cases in 11 aimed at a
-    boundary (``aimed``: a threshold equal to a confidence, ties at the k-th logit, top-p at a
-    cumulative mass, ties between positions, a stop id that occurs, every position at once, a close
-    race of a Gumbel-max draw).
-    batch: the batch-invariance check's cases: always a verify width, and a ``BatchSensitive``
-    model.
+    corner (no token asked, blocks of 1, budget 1, depth 0). aims: 13 cases in 14 aimed at a
+    boundary where implementations differ (``aimed``). batch: the batch-invariance check's
+    cases: always a verify width, and a ``BatchSensitive`` model.
 
     The knobs (``checked_knobs``; a bad one is a ``ValueError`` naming it): vocab, the toy
     models' vocabulary size, an int or a range ``(lo, hi)`` drawn in (default ``VOCAB``); dtype,
@@ -103,8 +102,9 @@ def cases(
         weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
         case = Case(cfg, weights, prompt, n, draw(st.sampled_from(tuple(drafters))), kwargs, family, batch)
         case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
-        aim = draw(st.sampled_from(AIMS)) if aims else None
-        return aimed(case, aim, draw(st.integers(0, 2**16)), "sdar" in families) if aim else case
+        pick = draw(st.integers(0, 2**16))  # the aim and its choices (sampled_from drew some aims in 2 of 100)
+        aim = AIMS[pick % len(AIMS)] if aims else None
+        return aimed(case, aim, pick // len(AIMS), tuple(families)) if aim else case
 
     return case()
 
@@ -178,7 +178,22 @@ def model_sizes(init_ranges):
     )
 
 
-AIMS = (None, "tau", "tau", "top-k", "top-k", "top-p", "top-p", "ties", "stop", "all", "draw")  # None drawn ~1 in 3
+AIMS = (
+    None,
+    "tau",
+    "tau",
+    "top-k",
+    "top-k",
+    "top-p",
+    "top-p",
+    "top-p-one",
+    "top-p-one",
+    "ties",
+    "stop",
+    "all",
+    "draw",
+    "draw",
+)
 NEAR_TIE_INIT = 1e-3  # weights this small: logits within a few bf16 ulps, ties at every rank
 
 
@@ -206,32 +221,62 @@ def first_decision(case: Case, where: bool = False):
     return None if not seen else seen[0] if where else seen[0][:3]
 
 
-DRAW_SEEDS = 256  # the seeds the "draw" aim tries
+DRAW_SEEDS = 256  # the seeds a filter aim tries for a draw that shows its boundary
+RACE_SEEDS = 1024  # the seeds the "draw" aim tries (a ruled-out reading flips a draw in about 1 row in 200)
 
 
 def draw_aimed(case: Case, pick: int) -> Case:
-    """The "draw" aim (``aimed``; not LLaDA): T > 0 in bf16, the noise seed (of ``DRAW_SEEDS``
-    tried) whose first decision holds the closest race of a Gumbel-max draw (the smallest gap
-    between the two best of ``log p + g`` in a row), and the threshold below every confidence,
-    so that row's token shows: a decoder that takes ``log p`` in another precision than float64
-    (or from the unrounded softmax) can flip it."""
-    case = with_kwargs(case, precision="bfloat16", temperature=case.kwargs["temperature"] or 1.0, threshold=None)
+    """The "draw" aim (``aimed``): T > 0 in bf16, the noise seed (of ``RACE_SEEDS`` tried) whose
+    first decision draws, in a row of the output, another token under a reading of the draw the
+    spec rules out (``other_draws``), if any seed does; of those (or of all), the closest race
+    (the smallest gap between the two best of ``log p + g`` in a row; LLaDA's: of ``L - T
+    log(-log u)``, the log of its ``exp(L) / (-log u) ** T``). The threshold goes below every
+    confidence, so every row's token shows. LLaDA's T is never a power of two (``L / T`` would
+    be exact in ``D``): one of ``LLADA_T`` instead."""
+    T = case.kwargs["temperature"] or 1.0
+    if case.family == "llada" and math.frexp(T)[0] == 0.5:
+        T = LLADA_T[pick % len(LLADA_T)]
+    case = with_kwargs(case, precision="bfloat16", temperature=T, threshold=None, stop_ids=None)  # no stop cuts a row
     first = first_decision(case, where=True)
     if first is None:
         return case
     rule, rows, _, masked, noise, step = first
-    scores, B, V = rule.scores(rows), *noise.shape  # log p (M, V) float64: the first decision's rows, whatever the seed
-    pos, shown = torch.as_tensor(masked), torch.as_tensor(shown_rows(case, masked, noise))
+    scores, others = rule.scores(rows), other_draws(rule, rows)  # (M, V) float64 each, whatever the seed
+    shown, pos = torch.as_tensor(shown_rows(case, masked, noise)), torch.as_tensor(masked)
 
-    def gap(seed: int) -> float:  # between the two best of a row whose log p differ (else no precision shows)
-        top = (scores + type(noise)(seed, noise.block, B, V)(step)[pos]).topk(2, -1)
-        differ = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
-        return float((top.values[:, 0] - top.values[:, 1]).masked_fill(~(differ[:, 0] & shown), torch.inf).min())
+    def race(seed: int) -> tuple:  # (no other reading differs in a shown row, the closest race of such a row)
+        y = rule.perturbed(scores, masked, seeded(rule, seed).block_noise(noise.block), step)
+        g = BlockNoise(seed, noise.block, *noise.shape)(step)[pos]  # Gumbel: the other readings' noise
+        differs = any(bool(((y.argmax(-1) != (o + g).argmax(-1)) & shown).any()) for o in others)
+        top = (y.log() if RULES[rule.family].noise else y).topk(2, -1)
+        apart = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
+        gap = (top.values[:, 0] - top.values[:, 1]).masked_fill(~(apart[:, 0] & shown), torch.inf)
+        return not differs, float(gap.min())
 
-    seed = min((noise_seed(pick, i) for i in range(DRAW_SEEDS)), key=gap)
+    seed = min((noise_seed(pick, i) for i in range(RACE_SEEDS)), key=race)
     case = with_kwargs(case, seed=seed)
     c = [v for v in first_decision(case)[2].tolist() if v > 0]
     return reached(case, "draw", threshold=min(c) / 2) if c and min(c) / 2 < 1 else case
+
+
+def other_draws(rule: DecisionRule, rows: torch.Tensor) -> list:
+    """The readings of the draw the spec rules out (docs/spec.md sections 2, 2.2), as scores (M,
+    V) float64 of ``rows`` (M, V) whose argmax plus Gumbel noise is their token: SDAR's and
+    Dream's ``log p`` taken in ``D``, and ``log_softmax(z)`` in float64 (not the log of ``p``
+    rounded to ``D``); LLaDA's draw as a Gumbel-max over ``L / T`` rounded to ``D`` (not its
+    float64 ``exp(L) / (-log u) ** T``)."""
+    z = rule.filtered(rows)
+    if rule.family == "llada":
+        return [(z / rule.temperature).double()]
+    return [torch.softmax(z, -1).log().double(), torch.log_softmax(z.double(), -1)]
+
+
+LLADA_T = (0.3, 0.7, 1.5)  # the draw aim's temperatures for LLaDA where the drawn one is a power of two
+
+
+def seeded(rule: DecisionRule, seed: int) -> DecisionRule:
+    """``rule`` with the noise seed ``seed``."""
+    return dataclasses.replace(rule, seed=seed)
 
 
 def noise_seed(pick: int, i: int) -> int:
@@ -246,22 +291,18 @@ def shown_rows(case: Case, masked, noise) -> np.ndarray:
     return noise.block * noise.shape[0] + np.asarray(masked) - offset < case.max_new_tokens
 
 
-def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
+def aimed(case: Case, aim: str, pick: int, families=FAMILIES) -> Case:
     """``case`` aimed at a boundary where implementations differ, set from exact decoding's
     numbers (``pick`` chooses among the candidates), its ``aim`` set to the boundary reached; a
-    case without the boundary is returned as it is (``aim`` None).
+    case without the boundary is returned as it is (``aim`` None). ``families``: those drawn,
+    which an aim may move a toy case to (``as_family``: the same sizes and request).
 
     - "tau": a threshold equal to a confidence of the first decision (below the largest, or
-      tied with it): ``c > tau``, not ``>=``; one time in two ("tau-rounding") just below it,
-      where rounding to the confidences' dtype gives it: ``c > tau`` exactly, not with tau
-      rounded to that dtype (as torch compares a ``D`` tensor with a Python float);
-    - "top-k" (not LLaDA): near-tie weights in bf16, mostly at T > 0 (T = 1 for T = 0 two times
-      in three), k where a row's
-      k-th logit ties with the next (every tie kept; mostly the smallest such k), and the
-      threshold at the confidence of such a row other than the fallback's: a decoder that drops
-      a tie raises it over the threshold, and the row commits a step early with another draw;
-    - "top-p" (not LLaDA): p equal to the smallest top-entry mass of a row (the mass before its
-      second entry: ``<= p`` keeps it) and the threshold at that row's confidence;
+      tied with it): ``c > tau``, not ``>=``; one time in two "tau-rounding" (``tau_aimed``);
+    - "top-k", "top-p" (not LLaDA): k where a row's k-th logit ties with the next, p equal to
+      the smallest top-entry mass of a row (``filter_aimed``);
+    - "top-p-one" (SDAR and Dream, one time in two each): top_p = 1 where the two families'
+      readings differ (``top_p_one_aimed``);
     - "ties": an empty prompt (identical masked rows: the positions' confidences tie, and ties
       go to the lowest position);
     - "stop": a stop id that exact decoding emits in its first block (the cut after it, the
@@ -269,35 +310,147 @@ def aimed(case: Case, aim: str, pick: int, sdar: bool = True) -> Case:
     - "all": near-tie weights in bf16 (at T = 0 two times in three) and a threshold below every
       confidence: the first decision commits every masked position, so each row's token shows
       (ties at the top go to the lowest id);
-    - "draw" (not LLaDA): a Gumbel-max race at T > 0 in bf16 (``draw_aimed``).
-    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes (``as_sdar``)
-    where ``sdar`` (SDAR is among the families drawn), else (and a LLaDA checkpoint's) they are
-    "tau"'s; its draw aim is "tau"'s."""
+    - "draw": a race of the draw at T > 0 in bf16 (``draw_aimed``), on LLaDA one time in two.
+    LLaDA has no filter: its filter aims run on an SDAR model of the same sizes where SDAR is
+    drawn, else (and a LLaDA checkpoint's) they are "tau"'s."""
     if aim == "ties":
         return reached(dataclasses.replace(case, prompt=[]), "ties", threshold=None)
     if aim == "stop":
         return stop_aimed(case, pick)
-    if aim == "all":  # at T = 0 two times in three: the argmax's ties show
-        T = 0.0 if pick % 3 else case.kwargs["temperature"]
-        case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
-        first = first_decision(case)
-        c = [] if first is None else [v for v in first[2].tolist() if v > 0]
-        return reached(case, "all", threshold=min(c) / 2) if c else case
-    if aim in ("top-k", "top-p") and (case.family != "llada" or (sdar and case.checkpoint is None)):
-        return filter_aimed(as_sdar(case) if case.family == "llada" else case, aim, pick)
-    if aim == "draw" and case.family != "llada":
-        return draw_aimed(case, pick)
-    rounding = pick % 2  # one in two: tau just below a confidence, rounding onto it in D; at T > 0, where
-    if rounding:  # the position committed a step early draws another token, so the output shows it
+    if aim == "all":
+        return all_aimed(case, pick)
+    if aim == "draw":
+        return draw_aimed(as_family(case, ("llada", case.family)[pick % 2], families), pick // 2)
+    if aim == "top-p-one":
+        case = as_family(case, ("sdar", "dream")[pick % 2], families)
+        case = as_family(case, "sdar" if case.family == "llada" else case.family, families)
+        return tau_aimed(case, pick) if case.family == "llada" else top_p_one_aimed(case, pick // 2)
+    if aim in ("top-k", "top-p"):
+        case = as_family(case, "sdar", families) if case.family == "llada" else case
+        return tau_aimed(case, pick) if case.family == "llada" else filter_aimed(case, aim, pick)
+    return tau_aimed(case, pick)
+
+
+ALL_SEEDS = 16  # the weight seeds the "all" aim tries at T = 0
+
+
+def all_aimed(case: Case, pick: int) -> Case:
+    """The "all" aim (``aimed``): near-tie weights in bf16 (at T = 0 two times in three) and a
+    threshold below every confidence: the first decision commits every masked position, so each
+    row's token shows. At T = 0, of ``ALL_SEEDS`` weight seeds (a toy model's) the first whose
+    first decision has a row in the output whose largest ``p`` in ``D`` is tied between tokens
+    of different logits: its token, the lowest id of the tie, is not the raw logits' argmax."""
+    T = 0.0 if pick % 3 else case.kwargs["temperature"]
+    case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T)
+    tries = ALL_SEEDS if T == 0 and case.checkpoint is None else 1
+    for i in range(tries):
+        tried = dataclasses.replace(case, weights_seed=(case.weights_seed + i) % 2**16)
+        first = first_decision(tried, where=True)
+        if first is None:
+            return case
+        if i == tries - 1 or top_tie_shows(tried, *first[:2], first[3], first[4]):
+            c = [v for v in first[2].tolist() if v > 0]
+            return reached(tried, "all", threshold=min(c) / 2) if c else case
+    return case
+
+
+def top_tie_shows(case: Case, rule: DecisionRule, rows: torch.Tensor, masked, noise) -> bool:
+    """Whether a row of ``rows`` (M, V) in the output has its largest ``p`` (in ``D``) tied between
+    tokens whose logits differ."""
+    p = torch.softmax(rule.filtered(rows), -1)
+    z = rule.rounded(rows)
+    top = p == p.max(-1, keepdim=True).values  # (M, V)
+    high = z.masked_fill(~top, -torch.inf).max(-1, keepdim=True).values
+    low = z.masked_fill(~top, torch.inf).min(-1, keepdim=True).values
+    return bool(((high != low)[:, 0] & torch.as_tensor(shown_rows(case, masked, noise))).any())
+
+
+def tau_aimed(case: Case, pick: int) -> Case:
+    """The "tau" aim (``aimed``): a threshold equal to a confidence of the first decision below
+    the largest (or tied with it). One time in two, "tau-rounding": at T > 0 (the position
+    committed a step early draws another token, so the output shows it) and in bf16 where the
+    decision is in float64 (nothing rounds there), tau just below a confidence of a row in the
+    output that rounds onto it in ``D``, where the decision with tau rounded differs."""
+    rounding = pick % 2
+    if rounding:
         case = with_kwargs(case, temperature=case.kwargs["temperature"] or 1.0)
-    first = first_decision(case)
-    values = [] if first is None else sorted(v for v in set(first[2].tolist()) if 0 < v < 1)
+    first = first_decision(case, where=True)
+    if rounding and first is not None and first[0].dtype(first[1]) == torch.float64:
+        case = with_kwargs(case, precision="bfloat16")
+        first = first_decision(case, where=True)
+    if first is None:
+        return case
+    rule, rows, c, masked, noise, _ = first
+    values = sorted(v for v in set(c.tolist()) if 0 < v < 1)
     candidates = values[:-1] or values  # at the largest: the fallback, unless it is tied
     if not candidates:
         return case
-    c = candidates[pick // 2 % len(candidates)]
-    below = rounding_onto(c, first[0].dtype(first[1])) if rounding else None
-    return reached(case, "tau", threshold=c) if below is None else reached(case, "tau-rounding", threshold=below)
+    at = pick // 2 % len(candidates)
+    if rounding:  # the first candidate from ``at`` on whose rounding shows in the decision
+        shown = torch.as_tensor(shown_rows(case, masked, noise))
+        D = rule.dtype(rows)
+        for v in candidates[at:] + candidates[:at]:
+            below = rounding_onto(v, D)
+            if below is not None and bool(shown[c == v].any()) and splits(rule, c, below, D):
+                return reached(case, "tau-rounding", threshold=below)
+    return reached(case, "tau", threshold=candidates[at])
+
+
+def splits(rule: DecisionRule, c: torch.Tensor, tau: float, D: torch.dtype) -> bool:
+    """Whether the rule's decision over confidences ``c`` (M,) differs at threshold ``tau`` as
+    given and at tau rounded to ``D`` (as torch compares a ``D`` tensor with a Python float)."""
+    rounded = float(torch.tensor(tau, dtype=torch.float64).to(D))
+    exact, other = (dataclasses.replace(rule, threshold=t).chosen(c).tolist() for t in (tau, rounded))
+    return exact != other
+
+
+TOP_P_ONE_T = tuple(k / 20 for k in range(5, 61))  # the temperatures top-p-one tries: 0.25 to 3 by 0.05
+
+
+def top_p_one_aimed(case: Case, pick: int) -> Case:
+    """The "top-p-one" aim (``aimed``; SDAR and Dream): top_p = 1 in float32 on spread weights
+    (``INIT_RANGES``' largest), where the running sum of a row's probabilities rounds above 1
+    before its last entries: SDAR applies top-p at 1 (those entries dropped, the rest
+    renormalised), Dream skips it (docs/spec.md sections 2, 2.3). Of ``TOP_P_ONE_T`` (from one
+    ``pick`` chooses), the first temperature at which a row of the first decision in the output
+    draws another token, or has another confidence, under the other family's reading
+    (``other_top_p_one``; the first decision's logits do not depend on T): the threshold below
+    every confidence where a token differs (it shows), else at the lower of the row's two
+    confidences (one reading commits the row a step early, where it draws another token)."""
+    spread = {"initializer_range": max(INIT_RANGES)} if case.checkpoint is None else {}
+    case = dataclasses.replace(case, config=dataclasses.replace(case.config, **spread))
+    own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]
+    case = with_kwargs(case, top_k=None, top_p=1.0, threshold=None, confidence=own, precision="float32", stop_ids=None)
+    case = with_kwargs(case, temperature=case.kwargs["temperature"] or 1.0)
+    first = first_decision(case, where=True)
+    if first is None:
+        return case
+    rule, rows, _, masked, noise, step = first
+    shown = torch.as_tensor(shown_rows(case, masked, noise))
+    at = pick % len(TOP_P_ONE_T)
+    for T in TOP_P_ONE_T[at:] + TOP_P_ONE_T[:at]:
+        ruled = dataclasses.replace(rule, temperature=T)
+        (x, c), (other_x, other_c) = other_top_p_one(ruled, rows, masked, noise, step)
+        if bool(((x != other_x) & shown).any()):
+            return reached(case, "top-p-one", temperature=T, threshold=float(c[c > 0].min()) / 2)
+        for i in torch.nonzero((c != other_c) & shown)[:, 0].tolist():
+            tau = min(float(c[i]), float(other_c[i]))
+            exact, other = (dataclasses.replace(rule, threshold=tau).chosen(v).tolist() for v in (c, other_c))
+            if 0 < tau < 1 and exact != other:
+                return reached(case, "top-p-one", temperature=T, threshold=tau)
+    return case
+
+
+def other_top_p_one(rule: DecisionRule, rows: torch.Tensor, masked, noise, step: int) -> tuple:
+    """((tokens, confidences), the same under the other reading of top_p = 1), (M,) each, of the
+    first decision's ``rows`` (M, V): SDAR's rule with top-p skipped at 1, Dream's with it
+    applied (``filter_top_k_top_p``'s formula, which is Dream's at p < 1)."""
+    family = RULES[rule.family]
+    z = rule.scaled(rows)
+    z = z if rule.family == "sdar" else filter_top_k_top_p(z, None, 1.0)
+    p = torch.softmax(z, -1)
+    other_x = rule.sample(family.score(rule, z, p), masked, noise, step)
+    return rule.drawn(rows, masked, noise, step), (other_x, family.measure(rule, rows, p, other_x))
 
 
 def rounding_onto(c: float, dtype: torch.dtype) -> float | None:
@@ -327,16 +480,36 @@ def reached(case: Case, aim: str, **kw) -> Case:
     return dataclasses.replace(case, aim=aim, kwargs={**case.kwargs, **kw})
 
 
-def as_sdar(case: Case) -> Case:
-    """A toy LLaDA ``case`` as an SDAR one: the same sizes, vocabulary, MASK, weights seed, block
-    length, served dtype and request, SDAR's default confidence, no fused store."""
-    c = case.config
-    sizes = dict(hidden=c.d_model, layers=c.n_layers, heads=c.n_heads, kv=c.n_kv_heads, tied=c.weight_tying)
-    cfg = tiny_config("sdar", c.vocab_size, c.mask_token_id, case.block_size, init=c.init_std, **sizes)
-    served = {k: v for k, v in c.extra.items() if k == "torch_dtype"}
-    kw = {k: v for k, v in case.kwargs.items() if k != "block_length"}
-    kw.update(fused_store=False, confidence="filtered")
-    return dataclasses.replace(case, family="sdar", config=dataclasses.replace(cfg, extra=served), kwargs=kw)
+def as_family(case: Case, family: str, families=FAMILIES) -> Case:
+    """A toy ``case`` as one of ``family`` (where ``families`` holds it; else ``case`` itself, and
+    a checkpoint's always): the same sizes, vocabulary, MASK, weights seed, block length, served
+    dtype and request (a canvas family's prompt at most one block), the family's default
+    confidence, no top-k / top-p for LLaDA, no fused store for SDAR."""
+    if family == case.family or family not in families or case.checkpoint is not None:
+        return case
+    c, B = case.config.to_dict(), case.block_size
+    llada = "d_model" in c  # LLaDA's names, or Qwen's (SDAR's and Dream's)
+    names = ("d_model", "n_layers", "n_heads", "n_kv_heads", "weight_tying", "init_std") if llada else QWEN_SIZES
+    sizes = dict(zip(("hidden", "layers", "heads", "kv", "tied", "init"), (c[n] for n in names)))
+    cfg = tiny_config(family, c["vocab_size"], c["mask_token_id"], B, **sizes)
+    served = {k: v for k, v in case.config.extra.items() if k == "torch_dtype"}
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("block_length", "fused_store")}
+    kw.update(fused_store=False) if family == "sdar" else kw.update(block_length=B)
+    kw.update(confidence=RULES[family].confidences[0])
+    kw.update(top_k=None, top_p=None) if family == "llada" else None
+    prompt = case.prompt if family == "sdar" else case.prompt[:B]
+    config = dataclasses.replace(cfg, extra=served)
+    return dataclasses.replace(case, family=family, config=config, kwargs=kw, prompt=prompt)
+
+
+QWEN_SIZES = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "tie_word_embeddings",
+    "initializer_range",
+)
 
 
 def near_tie(case: Case) -> Case:

@@ -12,14 +12,16 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import examples
 from hypothesis import Phase
-from mutants import BATCH_LOSSY, CORRECT, LOSSY, own_drafter
+from mutants import BATCH_LOSSY, CANDIDATES, CORRECT, LOSSY, own_drafter
 
 import spotref
 from spotref.conformance import drafter_adapter, replay_conformance, run_conformance
 from spotref.conformance_cases import Case, tiny_config
-from spotref.conformance_draws import aimed, cases
+from spotref.conformance_draws import aimed, as_family, cases
+from spotref.spec import rules
 
 SEEDED = [(name, i % 2) for i, name in enumerate(LOSSY)]  # seeds 0 and 1 in turn
 
@@ -129,7 +131,7 @@ def base_case(family: str = "sdar") -> Case:
     """A plain case to aim: 6 tokens after a prompt of one block, T = 1, no filter or threshold."""
     cfg = tiny_config(family, 40, 39, 4, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
     kw = dict(temperature=1.0, seed=5, threshold=None, top_k=None, top_p=None, precision=None, budget=4, depth=2)
-    kw.update(stop_ids=[38], width=None, confidence="filtered" if family == "sdar" else "low_confidence")
+    kw.update(stop_ids=[38], width=None, confidence=rules.FAMILIES[family].confidences[0])
     kw.update(fused_store=False) if family == "sdar" else kw.update(block_length=4)
     return Case(cfg, 3, [1, 2, 3, 4], 6, "confidence", kw, family)
 
@@ -161,3 +163,54 @@ def test_a_filter_aim_on_llada_runs_on_sdar_of_the_same_sizes():
     assert case.family == "sdar" and case.aim == "top-k" and case.kwargs["top_k"] and "block_length" not in case.kwargs
     assert case.config.vocab_size == 40 and case.config.block_size == 4
     assert aimed(base_case("llada"), "tau", 1).family == "llada"
+
+
+READINGS = [  # (aim, the family asked, what it reaches, a reading the spec rules out there)
+    ("draw", "llada", "draw", "LLaDA's draw as a Gumbel-max on L / T in D"),
+    ("draw", "sdar", "draw", "log p in the rule's dtype, not float64"),
+    ("top-p-one", "sdar", "top-p-one", "SDAR's top-p skipped at p = 1"),
+    ("top-p-one", "dream", "top-p-one", "Dream's top-p applied at p = 1"),
+    ("tau", "sdar", "tau-rounding", "threshold rounded to the dtype (a D tensor against tau)"),
+]
+
+
+@pytest.mark.parametrize("aim, family, reached, reading", READINGS, ids=[r[3] for r in READINGS])
+def test_an_aim_shows_a_reading_the_spec_rules_out_in_a_few_cases(aim, family, reached, reading):
+    """Issue 63: each of these readings passed 300 cases of the old run; its aim now reaches its
+    boundary and the reading's output differs there, in one of the first few picks."""
+    lossy = {**LOSSY, **CANDIDATES}[reading]
+    shown = []
+    for pick in range(12):
+        case = aimed(base_case(family), aim, pick, families=(family,))
+        if case.aim != reached or case.family != family:
+            continue
+        exact = spotref.generate(case.model(), case.prompt, case.max_new_tokens, **case.kwargs)
+        got = lossy(case.model(), case.prompt, case.max_new_tokens, **case.kwargs)
+        shown.append(got.tokens != exact.tokens or got.passes != exact.passes)
+    assert shown and any(shown), shown
+
+
+@pytest.mark.parametrize("start", ["sdar", "llada", "dream"])
+@pytest.mark.parametrize("family", ["sdar", "llada", "dream"])
+def test_a_case_moved_to_another_family_keeps_its_sizes_and_request(start, family):
+    case = base_case(start)
+    moved = as_family(case, family)
+    assert moved.family == family and moved.weights_seed == case.weights_seed
+    assert moved.config.vocab_size == 40 and moved.config.mask_token_id == 39 and moved.block_size == 4
+    assert moved.kwargs["temperature"] == 1.0 and moved.kwargs["confidence"] in rules.FAMILIES[family].confidences
+    spotref.generate(moved.model(), moved.prompt, moved.max_new_tokens, **moved.kwargs)  # a valid request
+    assert as_family(case, family, families=(start,)) is case  # a family not drawn: not moved
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_argmax_takes_the_first_of_tied_maxima_the_rules_tie_order(dtype):
+    """docs/spec.md section 2: torch.argmax documents the first maximal index, which is the rule's
+    tie order (the lowest position, the lowest id); spotref's rule leans on it, so an
+    implementation that uses argmax's own order decides the same."""
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 7, 8, 16, 33, 64, 257, 4099):
+        for _ in range(20):
+            x = torch.randint(0, 3, (3, n), generator=g).to(dtype)  # many ties at the top
+            first = (x == x.max(-1, keepdim=True).values).int().argmax(-1)  # over 0 / 1 flags: ties too
+            lowest = torch.tensor([int(torch.nonzero(r == r.max())[0, 0]) for r in x])
+            assert torch.equal(x.argmax(-1), lowest) and torch.equal(first, lowest)

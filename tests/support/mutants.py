@@ -329,6 +329,24 @@ class UnshiftedBinding(decode.CanvasBinding):
         self.shift = 0
 
 
+def llada_gumbel_on_l_over_t(rule, z, p):
+    """LLaDA's token as a Gumbel-max over ``L / T`` rounded to D (equal to its ``exp(L) / (-log u)
+    ** T`` in exact arithmetic), not its float64 quotient; the noise is then Gumbel, added."""
+    return (z / rule.temperature).double() if rule.temperature > 0 else z.double()
+
+
+def dream_top_p_at_one(z, top_k, top_p):
+    """Dream's filters with top-p applied at p = 1 too (Dream skips it unless p < 1)."""
+    if top_p is not None and top_p >= 1:
+        z = rules.filter_top_k_top_p(z, None, top_p)
+    return rules.dream_filter(z, top_k, top_p)
+
+
+def sdar_top_p_skipped_at_one(z, top_k, top_p):
+    """SDAR's filters with top-p skipped at p = 1 (SDAR's generate.py does; spotref's rule applies it)."""
+    return rules.filter_top_k_top_p(z, top_k, None if top_p is not None and top_p >= 1 else top_p)
+
+
 STEP_OFF = noise_keyed(lambda s, b, k, B: (s, b, k + 1))
 
 LOSSY = {
@@ -356,22 +374,27 @@ LOSSY = {
     "no cut at max_new_tokens": whole_blocks,
     "an empty prompt's prefill counted as a pass": empty_prefill_counted,
     "Dream's logit shift ignored": patched((decode, "CanvasBinding", UnshiftedBinding)),
+    # issue 63: the "draw" aim (a seed where a ruled-out reading flips a token) and "top-p-one"
+    "log p from the unrounded softmax (log_softmax in float64)": patched(
+        (rules.DecisionRule, "drawn", log_softmax_in_float64)
+    ),
+    "Dream's top-p applied at p = 1": patched(*family_patches(filter={"dream": dream_top_p_at_one})),
 }
 
 BATCH_LOSSY = {"ignoring width (rows alone)": ignores_width}
 
-# Lossy, but not yet caught at both seeds the gallery is run at (the "draw" aim catches each in
-# about one aimed case in three): not in LOSSY; benchmarks/mutant_gallery.py --only runs them.
+# Lossy, caught by the default run at some seeds only (benchmarks/mutant_gallery.py --only runs
+# them; docs/reliability.md gives each one's rate at seeds 0-4): not in LOSSY, whose test runs
+# each at one fixed seed.
 CANDIDATES = {
     "log p in the rule's dtype, not float64": patched(
         *family_patches(score={"sdar": log_in_the_rules_dtype, "dream": log_in_the_rules_dtype})
     ),
-    "log p from the unrounded softmax (log_softmax in float64)": patched(
-        (rules.DecisionRule, "drawn", log_softmax_in_float64)
-    ),
-    # the "tau-rounding" aim (issue 63) catches it at 3 of seeds 0-4: the position committed a step
-    # early shows only where its later token differs
     "threshold rounded to the dtype (a D tensor against tau)": decoder(decide_in_d),
+    "LLaDA's draw as a Gumbel-max on L / T in D": patched(
+        *family_patches(score={"llada": llada_gumbel_on_l_over_t}, noise={"llada": None})
+    ),
+    "SDAR's top-p skipped at p = 1": patched(*family_patches(filter={"sdar": sdar_top_p_skipped_at_one})),
 }
 
 
