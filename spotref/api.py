@@ -27,7 +27,15 @@ from spotref.names import auto_budget, check_drafter, recorder, resolve_core, re
 from spotref.spec.checks import check_int, check_state
 from spotref.spec.core import LIMIT
 from spotref.spec.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
-from spotref.spec.rules import DTYPES, PRECISIONS, SERVED, DecisionRule, for_family, precision_name
+from spotref.spec.rules import (
+    DTYPES,
+    ENTROPY_FP16,
+    PRECISIONS,
+    SERVED,
+    DecisionRule,
+    for_family,
+    precision_name,
+)
 
 
 class OptionError(ValueError):
@@ -137,7 +145,10 @@ class DecodeOptions:
         sizes["block_size"], given["confidence"] = self.block_length or model.block_size, self.confidence
         for option in ("confidence", "top_k", "top_p", "temperature"):  # each refused by the family's rule, named
             named(option, partial(for_family, name, **sizes, **{option: given.get(option)}))
-        return for_family(name, **sizes, **given)  # a confidence of None: the family's default
+        rule = for_family(name, **sizes, **given)  # a confidence of None: the family's default
+        if rule.confidence == "entropy" and precision == "auto" and weights_dtype(model) == DTYPES["float16"]:
+            raise OptionError("confidence", ENTROPY_FP16)  # "auto" decides in the logits' dtype: the model's
+        return rule
 
 
 DEFAULTS = DecodeOptions()  # every signature below takes its defaults from here
@@ -385,6 +396,13 @@ def check_width(width, budget) -> int | None:
             f"budget {budget} exceeds the verify width {width}: a pass verifies at most width states (budget <= width)"
         )
     return width
+
+
+def weights_dtype(model):
+    """The dtype of ``model``'s first parameter (its logits' dtype), or None where it has none."""
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return None if first is None else first.dtype
 
 
 def serving_precision(model) -> str:

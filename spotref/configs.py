@@ -451,6 +451,9 @@ def llada_config_fields(raw: dict) -> dict:
     if missing:
         hint = " (LLaDA's is 126336)" if missing == ["mask_token_id"] else ""
         raise ValueError(f"config.json has no {', '.join(missing)}{hint}")
+    for name in SERVED:  # the serving precision, checked as SDAR's and Dream's (a typo is not the default)
+        if name in raw:
+            check_field(name, raw[name], FIELD_TYPES[name])
     return {**OFFICIAL_DEFAULTS, **raw}
 
 

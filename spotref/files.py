@@ -63,9 +63,19 @@ def check_writable(path) -> Path:
     on their outputs before any work; every writer here calls it before writing."""
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"an output path must be a non-empty str or path, got {path!r}")
+    if os.fspath(path).endswith((os.sep, "/")):
+        raise ValueError(f"{os.fspath(path)!r} ends with a separator: it names a folder, not a file to write")
     path = Path(path)
+    for d in [path.parent, *path.parent.parents]:  # mkdir cannot make a folder where a link leads nowhere
+        if d.is_symlink() and not d.exists():
+            raise ValueError(f"{path} cannot be written: {d} is a link to {os.readlink(d)}, which does not exist")
     if path.is_symlink():  # the file it leads to is what gets written (the link stays): check that
         real = Path(os.path.realpath(path))
+        if not real.exists() and not real.parent.is_dir():
+            raise ValueError(
+                f"{path} is a link to {real}, whose folder {real.parent} does not exist: spotref creates no "
+                f"folders where a link leads; make the folder, or write elsewhere"
+            )
         if real.exists() and not real.is_file() or not real.exists() and real.parent.is_relative_to("/proc"):
             raise ValueError(
                 f"{path} leads to {real}, which is not a regular file (a pipe, a device or a socket): spotref "
@@ -89,6 +99,19 @@ def check_writable(path) -> Path:
         raise ValueError(f"{path} cannot be written: {parent} is not a writable directory")
     if not parent.stat().st_mode & 0o222:  # os.access says yes to a superuser
         raise ValueError(f"{path} cannot be written: {parent} is read-only (no write permission): refused, not changed")
+    return path
+
+
+def make_folder(path) -> Path:
+    """``path`` made as a folder (its parents too) and returned, or ``ValueError`` naming it: a
+    link that leads nowhere, or something that is not a folder, is not made into one."""
+    path = Path(path)
+    for d in [path, *path.parents]:
+        if d.is_symlink() and not d.exists():
+            raise ValueError(f"{path} cannot be made a folder: {d} is a link to {os.readlink(d)}, which does not exist")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is not a folder (a file of that name exists)")
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -8,6 +8,7 @@ that names the option: ``spotref audit: error: argument --batch-rows: must be an
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 from functools import partial
@@ -21,11 +22,18 @@ MAX_THREADS = 1024  # --threads: more than any machine's cores; torch crashed at
 
 
 def _parsed(kind, text: str, what: str):
-    """``kind(text)`` (int or float); argparse's error saying the text is not ``what``."""
+    """``kind(text)`` (int or float); argparse's error saying the text is not ``what``. An int is
+    ASCII digits with an optional sign (Python's ``int`` also reads "1_0" as 10 and other
+    scripts' digits: a typo is not a number)."""
     try:
+        if kind is int and not INTEGER.fullmatch(text):
+            raise ValueError(text)
         return kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+INTEGER = re.compile(r"\s*[+-]?[0-9]{1,4000}\s*")  # within what int() reads from a str
 
 
 def _checked(check, *args):
@@ -112,8 +120,22 @@ def real_list(lo: float = 0.0):
 
 
 def token_ids(text: str) -> list[int]:
-    """A validator for token ids: integers >= 0, separated by commas or spaces (none: an empty prompt)."""
-    return [nonneg_int(t) for t in text.replace(",", " ").split()]
+    """A validator for token ids: integers >= 0, separated by a comma or spaces (an empty or blank
+    text: an empty prompt); an empty item ("5,,6", ",") is refused, not dropped."""
+    if not text.strip():
+        return []
+    items = re.split(r"\s*,\s*|\s+", text.strip())
+    if "" in items:
+        raise argparse.ArgumentTypeError(f"an empty item between commas in {text!r}: give token ids (5,6 or 5 6)")
+    return [nonneg_int(t) for t in items]
+
+
+def model_name(text: str) -> str:
+    """A validator for --model: a checkpoint directory or a target's name, never empty or blank
+    (which a path would read as the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"give a checkpoint directory or a bundled target name, got {text!r}")
+    return text
 
 
 def choice_list(choices):

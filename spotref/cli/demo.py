@@ -24,7 +24,16 @@ import torch
 import spotref
 from spotref import names
 from spotref.api import DecodeOptions
-from spotref.cli.argtypes import add_threads, int_list, nonneg_int, positive_int, seed_int, temperature_arg, tool_main
+from spotref.cli.argtypes import (
+    add_threads,
+    int_list,
+    model_name,
+    nonneg_int,
+    positive_int,
+    seed_int,
+    temperature_arg,
+    tool_main,
+)
 from spotref.cli.generate import check_options
 from spotref.cli.options import Options
 from spotref.cli.report import CANVAS_SOLUTION_ROOM, SOLUTION_ROOM, answer_blocks, progress, solution_room, table
@@ -88,6 +97,7 @@ def add_arguments(p):
     p.add_argument(
         "--model",
         default="default",
+        type=model_name,
         help="bundled target name, a target's metadata file PATH/NAME.json, 'default' (the default "
         "target, else random) or 'random'",
     )

@@ -28,6 +28,7 @@ from spotref.cli.argtypes import (
     add_threads,
     checked_by,
     int_range,
+    model_name,
     nonneg_int,
     positive_int,
     real_range,
@@ -96,7 +97,7 @@ DRAFTER_NAMES = "confidence, confidence-chain, calibrated, spot, a bundled draft
 
 def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
     """The arguments of both sub-commands (generate and audit)."""
-    p.add_argument("--model", required=True, help="checkpoint directory, or a bundled target name")
+    p.add_argument("--model", required=True, type=model_name, help="checkpoint directory, or a bundled target name")
     add_prompt_args(p)
     p.add_argument(
         "--max-new-tokens",

@@ -21,7 +21,7 @@ from spotref.cli import show_draw
 from spotref.cli.argtypes import choice_list, positive_int, tool_main
 from spotref.cli.options import Options
 from spotref.cli.show_html import page
-from spotref.files import atomic_path, atomic_write_text, check_writable, run_dir
+from spotref.files import atomic_path, atomic_write_text, check_writable, make_folder, run_dir
 from spotref.trace.fmt import Trace
 from spotref.trace.timeline import best_round
 
@@ -87,7 +87,7 @@ def show(o: ShowOptions) -> int:
     out = Path(o.out) if o.out else run_dir("show")
     for picture in o.pictures:
         check_writable(out / FILES[picture])
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     written = []
     if "html" in o.pictures:
         written.append(atomic_write_text(out / "page.html", page(trace, f"spotref trace: {', '.join(o.traces)}")))

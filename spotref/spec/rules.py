@@ -329,6 +329,19 @@ def llada_check(rule) -> None:
         )
 
 
+def dream_check(rule) -> None:
+    """Dream's "entropy" confidence is refused in float16, where ``p + 1e-10`` rounds to 0 where
+    ``p`` is 0 and the entropy is NaN at every decision (``dream_confidence``)."""
+    if rule.confidence == "entropy" and rule.precision == "float16":
+        raise ValueError(ENTROPY_FP16)
+
+
+ENTROPY_FP16 = (
+    "the entropy confidence is NaN in float16 (p + 1e-10 rounds to 0 where p is 0): "
+    "decide in a wider precision (precision='float32'), or take another confidence"
+)
+
+
 @dataclass(frozen=True)
 class Family:
     """What a family's decoder does its own way; the rest of the rule (D, MASK at -inf, the
@@ -355,7 +368,14 @@ FAMILIES = {
         ("low_confidence",), False, no_filter, exp_score, token_probability, noise=divisor, check=llada_check
     ),
     # Dream's sample_tokens: z = top_k(top_p(L / T)), x = argmax(log p + g), c by its alg
-    "dream": Family(("maskgit_plus", "topk_margin", "entropy"), True, dream_filter, gumbel_score, dream_confidence),
+    "dream": Family(
+        ("maskgit_plus", "topk_margin", "entropy"),
+        True,
+        dream_filter,
+        gumbel_score,
+        dream_confidence,
+        check=dream_check,
+    ),
 }
 REQUIRED = ("mask_id", "vocab_size", "block_size")
 

@@ -259,9 +259,11 @@ def test_numbers_a_family_cannot_decide_are_refused():
     rule = for_family("llada", **BASE, temperature=1.0)
     with pytest.raises(ValueError, match="exp.logits. overflow torch.float64"):
         rule.decide(L.repeat(2, 1), np.full(2, 3), rule.block_noise(0), 0)
-    half = for_family("dream", **BASE, confidence="entropy", precision="float16")  # p + 1e-10 rounds to 0: log 0
+    with pytest.raises(ValueError, match="entropy confidence is NaN in float16"):  # p + 1e-10 is p: log 0
+        for_family("dream", **BASE, confidence="entropy", precision="float16")  # refused as the rule is made
+    auto = for_family("dream", **BASE, confidence="entropy")  # "auto" on float16 logits: refused at the decision
     with pytest.raises(ValueError, match="entropy confidence is NaN in torch.float16"):
-        half.decide(torch.zeros(2, 4), np.full(2, 3), half.block_noise(0), 0)
+        auto.decide(torch.zeros(2, 4, dtype=torch.float16), np.full(2, 3), auto.block_noise(0), 0)
 
 
 # ---- end to end: spotref.generate is the transcription on a whole canvas ---------------------------
