@@ -36,13 +36,16 @@ from spotref.configs import (
     DreamConfig,
     LLaDAConfig,
     SDARConfig,
+    SDARMoEConfig,
     dream_config_fields,
     llada_config_fields,
     sdar_config_fields,
+    sdar_moe_config_fields,
 )
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
 from spotref.spec.sdar import SDARModel
+from spotref.spec.sdar_moe import SDARMoEModel
 
 CONFIG, SINGLE, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 DTYPES = {
@@ -64,6 +67,13 @@ def read_sdar(root: Path, raw: dict, dtype=None, device=None, block_size=None, m
     ``mask_token_id`` override (or supply) the config's."""
     fields = sdar_config_fields(raw, block_size, mask_token_id)
     return load_checkpoint(SDARModel, SDARConfig, root, raw, fields, dtype, device)
+
+
+def read_sdar_moe(root: Path, raw: dict, dtype=None, device=None, block_size=None, mask_token_id=None):
+    """The SDARMoEModel of ``root`` (``model_type`` "sdar_moe": SDAR-30B-A3B's layout, one tensor
+    per expert and projection); ``block_size`` and ``mask_token_id`` as ``read_sdar``'s."""
+    fields = sdar_moe_config_fields(raw, block_size, mask_token_id)
+    return load_checkpoint(SDARMoEModel, SDARMoEConfig, root, raw, fields, dtype, device)
 
 
 def read_llada(root: Path, raw: dict, dtype=None, device=None):
@@ -105,7 +115,7 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
 
 
 # config.json's model_type -> the reader of that family's layout
-READERS = {"sdar": read_sdar, "llada": read_llada, "Dream": read_dream}
+READERS = {"sdar": read_sdar, "sdar_moe": read_sdar_moe, "llada": read_llada, "Dream": read_dream}
 
 
 def from_pretrained(path, dtype=None, device=None, model_type=None, **options):

@@ -213,6 +213,11 @@ def with_rope_theta(raw: dict) -> dict:
 # The type of each config.json field spotref reads: a wrong one fails here, naming the field,
 # not later as an IndexError deep in a forward. "int?" may also be null.
 FIELD_TYPES = {
+    "num_experts": "int",  # SDAR-MoE's (Qwen3-MoE's)
+    "num_experts_per_tok": "int",
+    "moe_intermediate_size": "int",
+    "decoder_sparse_step": "int",
+    "norm_topk_prob": "bool",
     "vocab_size": "int",
     "hidden_size": "int",
     "intermediate_size": "int",
@@ -308,6 +313,69 @@ def canonical_served(extra: dict) -> dict:
 
 
 SDAR_IDENTITY = {"architectures": ["SDARForCausalLM"], "model_type": "sdar"}  # config.json's
+
+
+# ---- SDAR-MoE -----------------------------------------------------------------------------
+
+SDAR_MOE_IDENTITY = {"architectures": ["SDARMoeForCausalLM"], "model_type": "sdar_moe"}  # config.json's
+
+
+@dataclass
+class SDARMoEConfig(SDARConfig):
+    """SDAR over a Qwen3-MoE body (``model_type`` "sdar_moe", SDAR-30B-A3B): ``SDARConfig``'s
+    fields and Qwen3-MoE's, by their names in its config.json. Layer i is sparse (a mixture of
+    ``num_experts`` experts, ``num_experts_per_tok`` per token, each of ``moe_intermediate_size``)
+    unless it is in ``mlp_only_layers`` or ``(i + 1) % decoder_sparse_step != 0``; a dense layer's
+    MLP is ``intermediate_size`` wide. The experts, their number per token and ``norm_topk_prob``
+    are stated in a config.json (``STATED``); ``decoder_sparse_step`` and ``mlp_only_layers``
+    default to Qwen3-MoE's (every layer sparse): a checkpoint that differs has other tensors,
+    which the reader refuses by name."""
+
+    STATED = {
+        **SDARConfig.STATED,
+        "num_experts": None,
+        "num_experts_per_tok": None,
+        "moe_intermediate_size": None,
+        "norm_topk_prob": "Qwen3-MoE's default: false; SDAR-30B-A3B's config.json says true",
+    }
+
+    num_experts: int = 4
+    num_experts_per_tok: int = 2
+    moe_intermediate_size: int = 32
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: list = field(default_factory=list)
+
+    def __post_init__(self):
+        check_config(self)
+        check_moe_config(self)
+
+    def sparse(self, layer: int) -> bool:
+        """Whether layer ``layer`` (from 0) is a mixture of experts (Qwen3-MoE's rule)."""
+        return layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0
+
+
+def check_moe_config(c: SDARMoEConfig) -> None:
+    """The Qwen3-MoE fields of an ``SDARMoEConfig``: sizes, top-k within the experts, the
+    switches' types, ``mlp_only_layers`` layer indices; the message names the field."""
+    for name in ("num_experts", "moe_intermediate_size", "decoder_sparse_step"):
+        check_int(f"SDARMoEConfig.{name}", getattr(c, name), 1, INT_MAX)
+    check_int("SDARMoEConfig.num_experts_per_tok", c.num_experts_per_tok, 1, c.num_experts)
+    if not isinstance(c.norm_topk_prob, bool):
+        raise ValueError(f"SDARMoEConfig.norm_topk_prob must be true or false, got {c.norm_topk_prob!r}")
+    layers = c.mlp_only_layers
+    if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        raise ValueError(f"SDARMoEConfig.mlp_only_layers must be a list of layer indices, got {layers!r:.80}")
+    bad = [i for i in layers if not 0 <= i < c.num_hidden_layers]
+    if bad:
+        raise ValueError(f"SDARMoEConfig.mlp_only_layers {bad} are not layers of [0, {c.num_hidden_layers})")
+
+
+def sdar_moe_config_fields(raw: dict, block_size=None, mask_token_id=None) -> dict:
+    """The checked fields of an ``sdar_moe`` config.json for ``SDARMoEConfig.from_dict``."""
+    if raw.get("model_type", SDAR_MOE_IDENTITY["model_type"]) != SDAR_MOE_IDENTITY["model_type"]:
+        raise ValueError(f"config.json's model_type is {raw['model_type']!r}, not 'sdar_moe'")
+    return sdar_config_fields(raw, block_size, mask_token_id)
 
 
 # ---- LLaDA --------------------------------------------------------------------------------

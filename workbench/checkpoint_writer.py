@@ -23,11 +23,19 @@ import torch
 
 from spotref.checkpoint import CONFIG, DTYPES, INDEX, SINGLE, listing, read_json, resolve_dtype, stored_tensors
 from spotref.checks import check_path
-from spotref.configs import DREAM_IDENTITY, LLADA_IDENTITY, SDAR_IDENTITY, check_field_types, check_supported
+from spotref.configs import (
+    DREAM_IDENTITY,
+    LLADA_IDENTITY,
+    SDAR_IDENTITY,
+    SDAR_MOE_IDENTITY,
+    check_field_types,
+    check_supported,
+)
 from spotref.files import _mode, check_writable, clean_stale, shipped_writes
 from spotref.spec.rules import ALIASES, PRECISIONS, SERVED, precision_name
 
 IDENTITIES = {"sdar": SDAR_IDENTITY, "llada": LLADA_IDENTITY, "dream": DREAM_IDENTITY}  # model.family -> config.json's
+TYPED = {"sdar_moe": SDAR_MOE_IDENTITY}  # a model's checkpoint_type where its family has several layouts
 
 
 SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")  # the shard names this writer (and HF) gives
@@ -73,7 +81,8 @@ def save_pretrained(
         raise ValueError(
             f"save_pretrained: model.family must be one of {', '.join(map(repr, IDENTITIES))}, got {family!r:.60}"
         )
-    config = config_text(model, dtype, IDENTITIES[family] if identity is None else identity)
+    own = TYPED.get(getattr(model, "checkpoint_type", None)) or IDENTITIES[family]
+    config = config_text(model, dtype, own if identity is None else identity)
     layout = file_layout(state, max_shard_bytes, shard_of)
     written = [*layout, *([] if SINGLE in layout else [INDEX]), CONFIG]
     with shipped_writes(update_shipped):

@@ -139,10 +139,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, mlp: nn.Module):
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = mlp
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -155,10 +155,11 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """The ``model.`` part of the checkpoint: embeddings, layers, final norm."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, mlp_for=None):
         super().__init__()
+        mlp_for = mlp_for or (lambda cfg, i: MLP(cfg))
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, mlp_for(cfg, i)) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -185,12 +186,17 @@ class SDARModel(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.model = Backbone(config)
+        self.model = Backbone(config, self.mlp_for)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._init_weights()
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.eval()
+
+    @staticmethod
+    def mlp_for(cfg, layer: int) -> nn.Module:
+        """Layer ``layer``'s MLP (SDAR: Qwen3's SwiGLU; ``SDARMoEModel``: experts where sparse)."""
+        return MLP(cfg)
 
     def _init_weights(self):
         for name, p in self.named_parameters():
