@@ -22,7 +22,15 @@ import torch
 import spotref
 from spotref.api import DecodeOptions, OptionError, check_canvas
 from spotref.audit import audit, batch_invariance, device_of, kernel_path
-from spotref.checkpoint import CONFIG, checkpoint_dir, read_json, read_sdar, resolve_device, resolve_dtype
+from spotref.checkpoint import (
+    CONFIG,
+    checkpoint_dir,
+    read_json,
+    read_sdar,
+    read_sdar_moe,
+    resolve_device,
+    resolve_dtype,
+)
 from spotref.checks import check_length
 from spotref.cli.argtypes import (
     add_threads,
@@ -260,7 +268,8 @@ def directory_model(path: Path, block_size, mask_token_id, dtype, device):
         return spotref.from_pretrained(path, dtype=dtype, device=device)
     root = checkpoint_dir(path)
     raw = read_json(root / CONFIG, "the model config")
-    return read_sdar(root, raw, dtype=dtype, device=device, block_size=block_size, mask_token_id=mask_token_id)
+    read = read_sdar_moe if model_type == "sdar_moe" else read_sdar  # SDAR's options, another body
+    return read(root, raw, dtype=dtype, device=device, block_size=block_size, mask_token_id=mask_token_id)
 
 
 def check_options(spec: str, decode: DecodeOptions, flags: dict | None = None) -> tuple:

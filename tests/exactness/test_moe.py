@@ -156,3 +156,17 @@ def test_every_expert_of_the_test_model_is_routed_to():
     finally:
         SparseMoE.route = route
     assert seen == set(range(6))
+
+
+def test_spotref_generate_reads_an_sdar_moe_directory(tmp_path, capsys):
+    """The command read every SDAR-layout directory as dense SDAR and named the experts unexpected."""
+    from spotref.cli import main as spotref_cli
+    from workbench.checkpoint_writer import save_pretrained
+
+    m = moe_model(seed=3, initializer_range=0.6)
+    save_pretrained(m, tmp_path / "ck")
+    for drafter in ("none", "confidence"):
+        argv = ["generate", "--model", str(tmp_path / "ck"), "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "14"]
+        assert spotref_cli.main([*argv, "--drafter", drafter]) == 0
+        out = capsys.readouterr().out.split("\n")[0]
+        assert out.split() == [str(t) for t in spotref.generate(m, [1, 2, 3, 4, 5], 14).tokens], out
