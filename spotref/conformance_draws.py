@@ -28,7 +28,7 @@ from spotref.conformance_cases import (
 )
 from spotref.spec.decode import FAMILIES
 from spotref.spec.decode import family as model_family
-from spotref.spec.noise import BlockNoise
+from spotref.spec.noise import gumbel_of, uniform
 from spotref.spec.rules import FAMILIES as RULES
 from spotref.spec.rules import PRECISIONS, DecisionRule, filter_top_k_top_p
 
@@ -226,9 +226,9 @@ RACE_SEEDS = 1024  # the seeds the "draw" aim tries (a ruled-out reading flips a
 
 
 def draw_aimed(case: Case, pick: int) -> Case:
-    """The "draw" aim (``aimed``): T > 0 in bf16, the noise seed (of ``RACE_SEEDS`` tried) whose
-    first decision draws, in a row of the output, another token under a reading of the draw the
-    spec rules out (``other_draws``), if any seed does; of those (or of all), the closest race
+    """The "draw" aim (``aimed``): T > 0 in bf16, the first noise seed (of ``RACE_SEEDS`` tried)
+    whose first decision draws, in a row of the output, another token under a reading of the draw
+    the spec rules out (``other_draws``); where none does, the seed of the closest race
     (the smallest gap between the two best of ``log p + g`` in a row; LLaDA's: of ``L - T
     log(-log u)``, the log of its ``exp(L) / (-log u) ** T``). The threshold goes below every
     confidence, so every row's token shows. LLaDA's T is never a power of two (``L / T`` would
@@ -244,16 +244,25 @@ def draw_aimed(case: Case, pick: int) -> Case:
     scores, others = rule.scores(rows), other_draws(rule, rows)  # (M, V) float64 each, whatever the seed
     shown, pos = torch.as_tensor(shown_rows(case, masked, noise)), torch.as_tensor(masked)
 
-    def race(seed: int) -> tuple:  # (no other reading differs in a shown row, the closest race of such a row)
-        y = rule.perturbed(scores, masked, seeded(rule, seed).block_noise(noise.block), step)
-        g = BlockNoise(seed, noise.block, *noise.shape)(step)[pos]  # Gumbel: the other readings' noise
+    form = RULES[rule.family].noise  # LLaDA's divisor of the uniforms; None: Gumbel, added
+
+    def race(seed: int) -> tuple:  # (another reading differs in a shown row, the closest race of such a row)
+        u = uniform(seed, noise.block, step, *noise.shape)  # (B, V): the block's, as BlockNoise makes it
+        g = gumbel_of(u)[pos]  # the other readings' noise (and SDAR's and Dream's own)
+        y = scores / form(u, rule.temperature)[pos] if form else scores + g
         differs = any(bool(((y.argmax(-1) != (o + g).argmax(-1)) & shown).any()) for o in others)
-        top = (y.log() if RULES[rule.family].noise else y).topk(2, -1)
+        top = (y.log() if form else y).topk(2, -1)
         apart = scores.gather(1, top.indices[:, :1]) != scores.gather(1, top.indices[:, 1:])
         gap = (top.values[:, 0] - top.values[:, 1]).masked_fill(~(apart[:, 0] & shown), torch.inf)
-        return not differs, float(gap.min())
+        return differs, float(gap.min())
 
-    seed = min((noise_seed(pick, i) for i in range(RACE_SEEDS)), key=race)
+    closest, seed = torch.inf, None
+    for i in range(RACE_SEEDS):  # the first seed where another reading differs, else the closest race
+        differs, gap = race(noise_seed(pick, i))
+        if differs:
+            seed = noise_seed(pick, i)
+            break
+        closest, seed = (gap, noise_seed(pick, i)) if gap < closest or seed is None else (closest, seed)
     case = with_kwargs(case, seed=seed)
     c = [v for v in first_decision(case)[2].tolist() if v > 0]
     return reached(case, "draw", threshold=min(c) / 2) if c and min(c) / 2 < 1 else case

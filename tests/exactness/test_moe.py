@@ -114,6 +114,7 @@ def moe_report(level: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", capability_levels())
 def test_a_rows_logits_do_not_depend_on_the_other_rows_under_routing(level):
     report = moe_report(level)
@@ -121,11 +122,23 @@ def test_a_rows_logits_do_not_depend_on_the_other_rows_under_routing(level):
     assert report["failures"] == [], report["failures"][:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", capability_levels())
 def test_experts_grouped_over_the_pass_make_rows_depend_on_each_other(level):
     """The check can fail: an expert's matmul over every row's tokens changes a row's float32 bits."""
     report = moe_report(level, "--naive")
     assert any(f["dtype"] == "torch.float32" for f in report["failures"]), report
+
+
+def test_a_rows_logits_do_not_depend_on_the_other_rows_in_this_process():
+    """The fast tier's check (the slow tier runs every capability level, dtype and thread count)."""
+    m = moe_model(seed=3, initializer_range=0.6)
+    cache = m.prefill(torch.arange(4))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        rows = torch.randint(0, 50, (5, 4), generator=g)
+        other = torch.cat([rows[:1], torch.randint(0, 50, (4, 4), generator=g)])
+        assert torch.equal(m.denoise(cache, rows, one_forward=True)[0], m.denoise(cache, other, one_forward=True)[0])
 
 
 @pytest.mark.parametrize("T", [0.0, 1.0])

@@ -379,6 +379,9 @@ LOSSY = {
         (rules.DecisionRule, "drawn", log_softmax_in_float64)
     ),
     "Dream's top-p applied at p = 1": patched(*family_patches(filter={"dream": dream_top_p_at_one})),
+    "log p in the rule's dtype, not float64": patched(
+        *family_patches(score={"sdar": log_in_the_rules_dtype, "dream": log_in_the_rules_dtype})
+    ),
 }
 
 BATCH_LOSSY = {"ignoring width (rows alone)": ignores_width}
@@ -387,9 +390,6 @@ BATCH_LOSSY = {"ignoring width (rows alone)": ignores_width}
 # them; docs/reliability.md gives each one's rate at seeds 0-4): not in LOSSY, whose test runs
 # each at one fixed seed.
 CANDIDATES = {
-    "log p in the rule's dtype, not float64": patched(
-        *family_patches(score={"sdar": log_in_the_rules_dtype, "dream": log_in_the_rules_dtype})
-    ),
     "threshold rounded to the dtype (a D tensor against tau)": decoder(decide_in_d),
     "LLaDA's draw as a Gumbel-max on L / T in D": patched(
         *family_patches(score={"llada": llada_gumbel_on_l_over_t}, noise={"llada": None})
