@@ -16,13 +16,14 @@ import torch
 
 from spotref.api import DecodeOptions, serving_precision
 from spotref.checkpoint import from_pretrained
-from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig
+from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig, SDARMoEConfig
 from spotref.spec.checks import check_int
 from spotref.spec.decode import FAMILIES
 from spotref.spec.decode import family as model_family
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
 from spotref.spec.sdar import SDARModel
+from spotref.spec.sdar_moe import SDARMoEModel
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 7, 8, 9, 16, 32)
 INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last bit shows
@@ -59,7 +60,7 @@ class Case:
         else:
             with torch.random.fork_rng():
                 torch.manual_seed(self.weights_seed)
-                model = MODELS[self.family](self.config).eval()
+                model = model_class(self.family, self.config)(self.config).eval()
             model = model.to(MODEL_DTYPES[self.dtype or "float32"])
         return BatchSensitive(model) if self.batch_sensitive else model
 
@@ -67,6 +68,17 @@ class Case:
     def block_size(self) -> int:
         """The block length decoded in: SDAR's trained block size, a canvas family's block_length."""
         return self.config.block_size if self.family == "sdar" else self.kwargs["block_length"]
+
+
+def model_class(family: str, config):
+    """The model class of a toy ``config`` of ``family``: SDAR-MoE's for an ``SDARMoEConfig``."""
+    return SDARMoEModel if isinstance(config, SDARMoEConfig) else MODELS[family]
+
+
+def config_class(family: str, d: dict):
+    """The config class of a toy model's config ``d`` (JSON) of ``family``: SDAR-MoE's where it
+    names experts."""
+    return SDARMoEConfig if family == "sdar" and "num_experts" in d else CONFIGS[family]
 
 
 class BatchSensitive:
@@ -266,7 +278,7 @@ def case_from_dict(d: dict, where: str = "case") -> Case:
         return dataclasses.replace(case, config=pretrained(path, dtype).config, checkpoint=path)
     config = field_of(model, "config", dict, f"{where}.model")
     try:
-        config = CONFIGS[family].from_dict(config)
+        config = config_class(family, config).from_dict(config)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}.model.config: {e}") from None
     weights = check_int(f"{where}.model.weights_seed", model.get("weights_seed"), 0, 2**64 - 1)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -183,3 +184,44 @@ def test_spotref_generate_reads_an_sdar_moe_directory(tmp_path, capsys):
         assert spotref_cli.main([*argv, "--drafter", drafter]) == 0
         out = capsys.readouterr().out.split("\n")[0]
         assert out.split() == [str(t) for t in spotref.generate(m, [1, 2, 3, 4, 5], 14).tokens], out
+
+
+def as_moe(case):
+    """A kit case on toy SDAR as SDAR-MoE of the same sizes (experts, k and norm_topk_prob from the
+    weights seed); any other case as it is."""
+    import dataclasses
+
+    if case.family != "sdar" or case.checkpoint is not None:
+        return case
+    c, m = case.config, case.weights_seed
+    E = 2 + m % 5
+    moe = dict(num_experts=E, num_experts_per_tok=1 + m // 5 % E, moe_intermediate_size=16, norm_topk_prob=m % 2 == 0)
+    fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    return dataclasses.replace(case, config=SDARMoEConfig(**fields, **moe))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_kits_cases_on_sdar_moe_are_identical_to_exact_decoding(seed):
+    """The conformance kit's SDAR cases (aimed, every drafter, rule, width and precision), each on
+    SDAR-MoE of its sizes: SPOT identical to exact decoding under expert routing."""
+    from spotref.conformance import cases, run_conformance
+
+    strategy = cases(families=("sdar",)).map(as_moe)
+    routed, row = [], SparseMoE.row
+    with mock.patch.object(SparseMoE, "row", lambda self, x: routed.append(1) or row(self, x)):
+        seen = run_conformance(spotref.generate, max_examples=60, seed=seed, strategy=strategy)
+    assert seen["cases"] == 60 and seen["drafted"] > 20 and len(routed) > 1000, (seen, len(routed))
+
+
+def test_a_replay_file_of_an_sdar_moe_case_rebuilds_its_experts():
+    from spotref.conformance import Case, tiny_config
+    from spotref.conformance_cases import case_from_dict, case_to_dict
+
+    cfg = tiny_config("sdar", 40, 39, 4, hidden=16, layers=2, heads=2, kv=1, tied=False, init=0.3)
+    kw = dict(temperature=1.0, seed=5, threshold=None, top_k=None, top_p=None, precision=None, budget=4, depth=2)
+    case = as_moe(Case(cfg, 3, [1, 2, 3, 4], 6, "confidence", {**kw, "confidence": "filtered"}, "sdar"))
+    back = case_from_dict(json.loads(json.dumps(case_to_dict(case))))
+    assert isinstance(back.model(), SDARMoEModel) and back.config == case.config
+    x = torch.randint(0, 39, (1, 8))
+    assert torch.equal(back.model()(x), case.model()(x))
