@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from spotref.api import DecodeOptions, serving_precision
+from spotref.api import weights_dtype as api_weights_dtype
 from spotref.checkpoint import from_pretrained
 from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig, SDARMoEConfig
 from spotref.spec.checks import check_int
@@ -122,7 +123,7 @@ def decided_in(config, dtype: str) -> tuple:
 
 def weights_dtype(model) -> str:
     """The name of ``model``'s weights' dtype ("float32", "bfloat16", ...)."""
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+    return str(api_weights_dtype(model)).removeprefix("torch.")
 
 
 def checkpoint_block_sizes(model, block_sizes) -> list:

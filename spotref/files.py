@@ -66,9 +66,9 @@ def check_writable(path) -> Path:
     if os.fspath(path).endswith((os.sep, "/")):
         raise ValueError(f"{os.fspath(path)!r} ends with a separator: it names a folder, not a file to write")
     path = Path(path)
-    for d in [path.parent, *path.parent.parents]:  # mkdir cannot make a folder where a link leads nowhere
-        if d.is_symlink() and not d.exists():
-            raise ValueError(f"{path} cannot be written: {d} is a link to {os.readlink(d)}, which does not exist")
+    d = link_to_nothing(path.parent)  # mkdir cannot make a folder where a link leads nowhere
+    if d is not None:
+        raise ValueError(f"{path} cannot be written: {d} is a link to {os.readlink(d)}, which does not exist")
     if path.is_symlink():  # the file it leads to is what gets written (the link stays): check that
         real = Path(os.path.realpath(path))
         if not real.exists() and not real.parent.is_dir():
@@ -102,13 +102,18 @@ def check_writable(path) -> Path:
     return path
 
 
+def link_to_nothing(path: Path) -> Path | None:
+    """The first of ``path`` and its parents that is a symbolic link leading nowhere, or None."""
+    return next((d for d in [path, *path.parents] if d.is_symlink() and not d.exists()), None)
+
+
 def make_folder(path) -> Path:
     """``path`` made as a folder (its parents too) and returned, or ``ValueError`` naming it: a
     link that leads nowhere, or something that is not a folder, is not made into one."""
     path = Path(path)
-    for d in [path, *path.parents]:
-        if d.is_symlink() and not d.exists():
-            raise ValueError(f"{path} cannot be made a folder: {d} is a link to {os.readlink(d)}, which does not exist")
+    d = link_to_nothing(path)
+    if d is not None:
+        raise ValueError(f"{path} cannot be made a folder: {d} is a link to {os.readlink(d)}, which does not exist")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is not a folder (a file of that name exists)")
     path.mkdir(parents=True, exist_ok=True)

@@ -127,9 +127,9 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, intermediate_size: int | None = None):  # None: the config's (an expert's is its own)
         super().__init__()
-        H, I = cfg.hidden_size, cfg.intermediate_size
+        H, I = cfg.hidden_size, intermediate_size or cfg.intermediate_size
         self.gate_proj = nn.Linear(H, I, bias=False)
         self.up_proj = nn.Linear(H, I, bias=False)
         self.down_proj = nn.Linear(I, H, bias=False)

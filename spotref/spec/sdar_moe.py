@@ -8,7 +8,7 @@ by a mixture of experts, Qwen3-MoE's (transformers' ``Qwen3MoeSparseMoeBlock``):
 * the router: ``gate(x)`` (E logits per token, in the hidden dtype), softmax in float32, the
   top ``k`` experts (``torch.topk``), their probabilities divided by their sum where
   ``norm_topk_prob``, cast to the hidden dtype;
-* each expert a SwiGLU MLP of ``moe_intermediate_size``; a token's output is the sum over its
+* each expert Qwen3's SwiGLU MLP (``sdar.MLP``) of ``moe_intermediate_size``; a token's output is the sum over its
   ``k`` experts of weight times expert output, added in ascending expert order into zeros.
 
 Weights carry the checkpoint's names: ``model.layers.N.mlp.gate.weight`` (E, H) and
@@ -29,21 +29,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from spotref.spec.sdar import SDARModel
-
-
-class Expert(nn.Module):
-    """One expert: SwiGLU of width ``moe_intermediate_size``."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        H, I = cfg.hidden_size, cfg.moe_intermediate_size
-        self.gate_proj = nn.Linear(H, I, bias=False)
-        self.up_proj = nn.Linear(H, I, bias=False)
-        self.down_proj = nn.Linear(I, H, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (m, H), the tokens of one row routed here
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+from spotref.spec.sdar import MLP, SDARModel
 
 
 class SparseMoE(nn.Module):
@@ -53,7 +39,7 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
-        self.experts = nn.ModuleList(Expert(cfg) for _ in range(cfg.num_experts))
+        self.experts = nn.ModuleList(MLP(cfg, cfg.moe_intermediate_size) for _ in range(cfg.num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (N, L, H) -> (N, L, H), each row's experts over its own tokens."""
@@ -75,7 +61,7 @@ class SparseMoE(nn.Module):
         out = torch.zeros_like(x)
         for e in torch.unique(experts).tolist():  # sorted
             slot, token = torch.where(experts.T == e)  # (m,) each: k-slot major, as transformers
-            y = self.experts[e](x[token]) * weights[token, slot, None]
+            y = self.experts[e](x[token][None])[0] * weights[token, slot, None]  # the row's tokens routed to e
             out.index_add_(0, token, y.to(out.dtype))
         return out
 
