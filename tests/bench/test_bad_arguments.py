@@ -29,6 +29,7 @@ CASES = [  # (script, arguments, what the error line says)
     ("gpu_check.py", ["--device", "bogus"], "argument --device: bad device 'bogus'"),
     ("gpu_check.py", ["--reps", "nan"], "argument --reps: must be an integer, got 'nan'"),
     ("length_commits.py", ["nope"], "unknown target 'nope'"),
+    ("llada_draw_readings.py", ["--seeds", "0"], "argument --seeds: must be an int in [1, inf], got 0"),
     ("length_commits.py", ["--new-tokens", "0"], "argument --new-tokens: must be an int in [1, inf], got 0"),
     ("mutant_gallery.py", ["--shard", "3/2"], "argument --shard: must be I/N with 1 <= I <= N, got '3/2'"),
     ("mutant_gallery.py", ["--only", "nope"], "--only: no mutant named 'nope'"),

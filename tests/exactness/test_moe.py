@@ -48,10 +48,8 @@ def fused_experts(state: dict, cfg: SDARMoEConfig) -> dict:
     return out
 
 
-@pytest.mark.parametrize("norm", [True, False])
-def test_the_forward_is_transformers_qwen3_moe_with_sdars_mask(norm):
-    transformers = pytest.importorskip("transformers")
-    m = moe_model(norm_topk_prob=norm)
+def qwen3_moe(transformers, m: SDARMoEModel):
+    """transformers' Qwen3MoeForCausalLM (eager attention) with ``m``'s sizes and weights."""
     c = m.config
     hc = transformers.Qwen3MoeConfig(
         **{k: getattr(c, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")},
@@ -64,12 +62,42 @@ def test_the_forward_is_transformers_qwen3_moe_with_sdars_mask(norm):
     hc._attn_implementation = "eager"
     hf = transformers.Qwen3MoeForCausalLM(hc).eval()
     hf.load_state_dict(fused_experts(m.state_dict(), c), strict=True)
+    return hf
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_the_forward_is_transformers_qwen3_moe_with_sdars_mask(norm):
+    transformers = pytest.importorskip("transformers")
+    m = moe_model(norm_topk_prob=norm)
+    c, hf = m.config, qwen3_moe(transformers, m)
     x = torch.randint(0, 49, (1, 13), generator=torch.Generator().manual_seed(1))
     block = torch.arange(13) // c.block_size
     mask = torch.where(block[None, :] <= block[:, None], 0.0, torch.finfo(torch.float32).min)[None, None]
     with torch.no_grad():
         theirs = hf(input_ids=x, attention_mask=mask).logits
     assert float((theirs - m(x)).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("T, threshold", [(0.0, None), (1.0, None), (1.0, 0.6)])
+def test_exact_decoding_is_sdars_decoder_on_transformers_qwen3_moe(T, threshold):
+    """spotref.reference (SDAR's generate.py, recomputing the whole sequence under the block mask)
+    driving transformers' Qwen3-MoE gives spotref's tokens, decided in float32."""
+    transformers = pytest.importorskip("transformers")
+    from spotref import reference
+
+    m = moe_model(seed=3, initializer_range=0.6)
+    hf = qwen3_moe(transformers, m)
+    B = m.config.block_size
+
+    def logits_fn(x):
+        block = torch.arange(x.shape[1]) // B
+        mask = torch.where(block[None, :] <= block[:, None], 0.0, torch.finfo(torch.float32).min)[None, None]
+        with torch.no_grad():
+            return hf(input_ids=x, attention_mask=mask).logits
+
+    kw = dict(temperature=T, seed=11, threshold=threshold, precision="float32")
+    theirs = reference.generate(logits_fn, [1, 2, 3, 4, 5], 14, block_size=B, mask_id=49, vocab_size=50, **kw)
+    assert list(theirs) == spotref.generate(m, [1, 2, 3, 4, 5], 14, **kw).tokens
 
 
 def test_a_checkpoint_of_the_real_layout_reads_back_bit_for_bit(tmp_path):
