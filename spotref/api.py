@@ -26,7 +26,17 @@ from spotref.checks import (  # noqa: F401  (re-exported: docs/reliability.md)
 from spotref.names import auto_budget, check_drafter, recorder, resolve_core, resolve_drafter, resolve_model
 from spotref.spec.checks import check_int, check_state
 from spotref.spec.core import LIMIT
-from spotref.spec.decode import FAMILIES, Block, Result, Stats, decode, family, fill_block
+from spotref.spec.decode import (
+    BLOCK_CAUSAL,
+    CANVAS_FAMILIES,
+    FAMILIES,
+    Block,
+    Result,
+    Stats,
+    decode,
+    family,
+    fill_block,
+)
 from spotref.spec.rules import (
     DTYPES,
     ENTROPY_FP16,
@@ -143,8 +153,9 @@ class DecodeOptions:
             raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {name!r}")
         sizes = dict(mask_id=model.mask_id, vocab_size=model.config.vocab_size, precision=precision)
         sizes["block_size"], given["confidence"] = self.block_length or model.block_size, self.confidence
-        for option in ("confidence", "top_k", "top_p", "temperature"):  # each refused by the family's rule, named
-            named(option, partial(for_family, name, **sizes, **{option: given.get(option)}))
+        for option in ("confidence", "temperature", "top_k", "top_p"):  # each refused by the family's rule, named
+            at = {"temperature": T} if option in ("top_k", "top_p") else {}  # a filter at T (LLaDA2 takes none at 0)
+            named(option, partial(for_family, name, **sizes, **at, **{option: given.get(option)}))
         rule = for_family(name, **sizes, **given)  # a confidence of None: the family's default
         if rule.confidence == "entropy" and precision == "auto" and weights_dtype(model) == DTYPES["float16"]:
             raise OptionError("confidence", ENTROPY_FP16)  # "auto" decides in the logits' dtype: the model's
@@ -354,9 +365,9 @@ def check_block_length(model, block_length) -> int:
     if block_length is None:
         return model.block_size
     bl = check_int("block_length", block_length, 1, model.config.max_position_embeddings)
-    if family(model) == "sdar" and bl != model.block_size:
+    if family(model) in BLOCK_CAUSAL and bl != model.block_size:
         raise ValueError(
-            f"block_length {bl}: an SDAR model decodes in the block size it was trained with "
+            f"block_length {bl}: a {family(model)} model decodes in the block size it was trained with "
             f"({model.block_size}); leave block_length None"
         )
     return bl
@@ -367,7 +378,7 @@ def check_canvas(model, prompt_len: int, max_new_tokens: int, bl: int) -> None:
     ``bl`` (checked: ``check_block_length``), fits the model's positions (SDAR's blocks:
     ``check_length``)."""
     G = -(-max_new_tokens // bl) * bl
-    if family(model) != "sdar" and prompt_len + G > model.config.max_position_embeddings:
+    if family(model) in CANVAS_FAMILIES and prompt_len + G > model.config.max_position_embeddings:
         raise ValueError(
             f"the canvas, prompt_ids ({prompt_len}) + max_new_tokens ({max_new_tokens}) rounded up to "
             f"blocks of {bl} ({G}), exceeds the model's max_position_embeddings "

@@ -42,8 +42,10 @@ from spotref.configs import (
     sdar_config_fields,
     sdar_moe_config_fields,
 )
+from spotref.configs_llada2 import LLaDA2Config, llada2_config_fields
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
+from spotref.spec.llada2 import LLaDA2Model
 from spotref.spec.sdar import SDARModel
 from spotref.spec.sdar_moe import SDARMoEModel
 
@@ -74,6 +76,18 @@ def read_sdar_moe(root: Path, raw: dict, dtype=None, device=None, block_size=Non
     per expert and projection); ``block_size`` and ``mask_token_id`` as ``read_sdar``'s."""
     fields = sdar_moe_config_fields(raw, block_size, mask_token_id)
     return load_checkpoint(SDARMoEModel, SDARMoEConfig, root, raw, fields, dtype, device)
+
+
+def read_llada2(root: Path, raw: dict, dtype=None, device=None, block_size=None, mask_token_id=None):
+    """The LLaDA2Model of ``root`` (``model_type`` "llada2_moe": LLaDA2.0's layout, one tensor per
+    expert and projection, each router's ``expert_bias``); ``block_size`` (its generate's
+    ``block_length``, 32 for LLaDA2.0) and ``mask_token_id`` (156895 for LLaDA2.0) as
+    ``read_sdar``'s. Its head is tied only where config.json's ``tie_word_embeddings`` says so."""
+    fields = llada2_config_fields(raw, block_size, mask_token_id)
+    model = load_checkpoint(LLaDA2Model, LLaDA2Config, root, raw, fields, dtype, device, tie=False)
+    if model.config.tie_word_embeddings:
+        model.lm_head.weight = model.model.word_embeddings.weight
+    return model
 
 
 def read_llada(root: Path, raw: dict, dtype=None, device=None):
@@ -115,7 +129,13 @@ def assign_weights(model, files: dict, shapes: dict, root: Path, dtype, device):
 
 
 # config.json's model_type -> the reader of that family's layout
-READERS = {"sdar": read_sdar, "sdar_moe": read_sdar_moe, "llada": read_llada, "Dream": read_dream}
+READERS = {
+    "sdar": read_sdar,
+    "sdar_moe": read_sdar_moe,
+    "llada": read_llada,
+    "llada2_moe": read_llada2,
+    "Dream": read_dream,
+}
 
 
 def from_pretrained(path, dtype=None, device=None, model_type=None, **options):
@@ -332,7 +352,7 @@ def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
     for path, names in by_file.items():
         with _safe_open(path, device) as f:
             for n in names:
-                state[n] = f.get_tensor(n).to(dtype)
+                state[n] = aligned(f.get_tensor(n).to(dtype))
                 if not torch.isfinite(state[n]).all():
                     raise ValueError(
                         f"checkpoint tensor {n} in {path.name} holds non-finite values "
@@ -340,6 +360,17 @@ def read_tensors(files: dict, dtype: torch.dtype, device: torch.device) -> dict:
                         f"or overflowing checkpoint would decode garbage"
                     )
     return state
+
+
+ALIGN = 64  # bytes: torch's CPU allocator's alignment
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy of it where its data is not ``ALIGN``-byte aligned (a tensor read from a
+    file sits at its offset there): a kernel's bits can depend on its operand's alignment (a
+    one-token expert matmul gave other logits from a weight 8 bytes off), so a checkpoint read
+    back decodes exactly as the model that was saved."""
+    return t if t.data_ptr() % ALIGN == 0 else t.clone()
 
 
 def stored_tensors(model) -> dict:

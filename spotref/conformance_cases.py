@@ -19,7 +19,6 @@ from spotref.api import weights_dtype as api_weights_dtype
 from spotref.checkpoint import from_pretrained
 from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig, SDARMoEConfig
 from spotref.spec.checks import check_int
-from spotref.spec.decode import FAMILIES
 from spotref.spec.decode import family as model_family
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
@@ -31,6 +30,7 @@ INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last
 MAX_TEMPERATURE = 3.0  # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
 MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
+FAMILIES = ("sdar", "llada", "dream")  # the families the kit draws (LLaDA2 not yet: docs/spec.md section 5.1)
 MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}
 CONFIGS = {"sdar": SDARConfig, "llada": LLaDAConfig, "dream": DreamConfig}
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

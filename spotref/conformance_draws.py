@@ -16,6 +16,7 @@ from spotref.api import generate
 from spotref.conformance_cases import (
     BLOCK_SIZES,
     DRAFTERS,
+    FAMILIES,
     INIT_RANGES,
     MAX_BUDGET,
     MAX_TEMPERATURE,
@@ -26,7 +27,6 @@ from spotref.conformance_cases import (
     tiny_config,
     weights_dtype,
 )
-from spotref.spec.decode import FAMILIES
 from spotref.spec.decode import family as model_family
 from spotref.spec.noise import gumbel_of, uniform
 from spotref.spec.rules import FAMILIES as RULES

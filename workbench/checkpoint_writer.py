@@ -31,10 +31,16 @@ from spotref.configs import (
     check_field_types,
     check_supported,
 )
+from spotref.configs_llada2 import LLADA2_IDENTITY
 from spotref.files import _mode, check_writable, clean_stale, shipped_writes
 from spotref.spec.rules import ALIASES, PRECISIONS, SERVED, precision_name
 
-IDENTITIES = {"sdar": SDAR_IDENTITY, "llada": LLADA_IDENTITY, "dream": DREAM_IDENTITY}  # model.family -> config.json's
+IDENTITIES = {
+    "sdar": SDAR_IDENTITY,
+    "llada": LLADA_IDENTITY,
+    "llada2": LLADA2_IDENTITY,
+    "dream": DREAM_IDENTITY,
+}  # model.family -> config.json's
 TYPED = {"sdar_moe": SDAR_MOE_IDENTITY}  # a model's checkpoint_type where its family has several layouts
 
 

@@ -26,6 +26,7 @@ from spotref.checkpoint import (
     CONFIG,
     checkpoint_dir,
     read_json,
+    read_llada2,
     read_sdar,
     read_sdar_moe,
     resolve_device,
@@ -47,11 +48,12 @@ from spotref.cli.argtypes import (
 )
 from spotref.cli.options import Options
 from spotref.configs import CONFIGS, with_rope_theta
+from spotref.configs_llada2 import LLADA2_IDENTITY, LLaDA2Config, llada2_config_fields
 from spotref.files import check_writable
 from spotref.load.targets import MODELS, Shape, load_target, target_shape
 from spotref.load.tokenizer import IM_END, chat_format, load_tokenizer
 from spotref.names import DRAFTERS, resolve_drafter
-from spotref.spec.decode import CANVAS_FAMILIES, family
+from spotref.spec.decode import BLOCK_CAUSAL, CANVAS_FAMILIES, family
 
 MAX_BATCH_ROWS = 4096  # a batched denoise of R rows holds R full activations
 
@@ -268,7 +270,7 @@ def directory_model(path: Path, block_size, mask_token_id, dtype, device):
         return spotref.from_pretrained(path, dtype=dtype, device=device)
     root = checkpoint_dir(path)
     raw = read_json(root / CONFIG, "the model config")
-    read = read_sdar_moe if model_type == "sdar_moe" else read_sdar  # SDAR's options, another body
+    read = {"sdar_moe": read_sdar_moe, "llada2_moe": read_llada2}.get(model_type, read_sdar)  # SDAR's options
     return read(root, raw, dtype=dtype, device=device, block_size=block_size, mask_token_id=mask_token_id)
 
 
@@ -312,14 +314,17 @@ def model_shape(spec: str, block_length=None):
     be told: the loader then names why."""
     path = Path(spec)
     shape = directory_shape(path) if path.is_dir() else target_shape(spec)
-    if shape is not None and shape.family == "sdar" and block_length is not None:
+    if shape is not None and shape.family in BLOCK_CAUSAL and block_length is not None:
         shape = replace(shape, block_size=block_length)
     return shape if shape is not None and shape.block_size is not None else None
 
 
 def directory_shape(path: Path):
     """A checkpoint directory's ``Shape`` from its config.json (None where it cannot be read)."""
-    family_name = CANVAS_TYPES.get(read_config_type(path), "sdar")
+    model_type = read_config_type(path)
+    if model_type == LLADA2_IDENTITY["model_type"]:
+        return llada2_shape(path)
+    family_name = CANVAS_TYPES.get(model_type, "sdar")
     cls = MODELS[family_name]
     try:
         cfg = CONFIGS[family_name].from_dict(with_rope_theta(json.loads((path / "config.json").read_text())))
@@ -327,6 +332,15 @@ def directory_shape(path: Path):
         return None
     block_size = cfg.block_size if family_name == "sdar" else cls.block_size
     return Shape(cfg, family_name, block_size) if cfg.mask_token_id is not None else None
+
+
+def llada2_shape(path: Path):
+    """A LLaDA2 directory's ``Shape`` (None where config.json does not say its block size and MASK)."""
+    try:
+        cfg = LLaDA2Config.from_dict(llada2_config_fields(json.loads((path / "config.json").read_text())))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    return Shape(cfg, "llada2", cfg.block_size)
 
 
 def read_config_type(path: Path):

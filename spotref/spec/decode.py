@@ -81,8 +81,9 @@ class Stats:
         self.draft_nodes.append(len(tree))
 
 
-FAMILIES = tuple(RULE_OF)  # "sdar", "llada", "dream": each decides by its own ways (``rules.FAMILIES``)
+FAMILIES = tuple(RULE_OF)  # "sdar", "llada", "llada2", "dream": each decides by its own ways (``rules.FAMILIES``)
 CANVAS_FAMILIES = ("llada", "dream")  # the whole canvas, no cache: ``CanvasBinding``; SDAR a prefix cache
+BLOCK_CAUSAL = ("sdar", "llada2")  # blocks at multiples of the model's B: SDAR's cache, LLaDA2's window
 
 
 def family(model) -> str:
@@ -176,6 +177,35 @@ class CanvasBinding(Binding):
         self.start += self.block_length
 
 
+class WindowBinding(Binding):
+    """LLaDA2: its generate's window, no cache. Blocks of B = ``model.block_size`` at absolute
+    multiples of B, the first decoded block holding the prompt tail, fixed (as SDAR's); a verify
+    runs the whole window so far, the prompt and every block up to the current one, block-causal
+    from position 0 (``model.window``), and reads the current block's logits: one pass per
+    verify, no prefill and no store pass; ``store`` writes the block into the window."""
+
+    def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats):
+        B = model.block_size
+        n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+        self.model, self.stats, self.block_length = model, stats, B
+        self.blocks = [(b, prompt[b * B : (b + 1) * B]) for b in range(n_full, n_blocks)]
+        self.ids = torch.full((n_blocks * B,), model.mask_id, dtype=torch.long)  # (n_blocks B,)
+        self.ids[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+        self.end = (n_full + 1) * B  # the current block's end
+
+    def verify(self, states: np.ndarray, one_forward: bool = False) -> torch.Tensor:
+        """states: (R, B) -> logits (R, B, V): R windows, each the window with the current block
+        replaced by a row (``one_forward``: one call of all rows; else one call per row)."""
+        rows = self.ids[: self.end].repeat(len(states), 1)  # (R, end)
+        rows[:, self.end - self.block_length :] = torch.from_numpy(states)
+        return self._pass(partial(self.model.window, one_forward=one_forward), rows)
+
+    def store(self, block: np.ndarray) -> None:
+        """block: (B,) written into the window; the next block ends B later."""
+        self.ids[self.end - self.block_length : self.end] = torch.from_numpy(block)
+        self.end += self.block_length
+
+
 def bind(model, prompt: list, max_new_tokens: int, stats: Stats, fused_store=False, block_length=None) -> Binding:
     """The model's target, chosen by its family; ``block_length``: the canvas families' (None:
     ``model.block_size``; SDAR decodes in its own)."""
@@ -186,6 +216,8 @@ def bind(model, prompt: list, max_new_tokens: int, stats: Stats, fused_store=Fal
         return PrefixBinding(model, prompt, max_new_tokens, stats, fused_store)
     if fused_store:
         raise ValueError(f"fused_store: a {name} model has no cache to store a block into (SDAR only)")
+    if name == "llada2":
+        return WindowBinding(model, prompt, max_new_tokens, stats)
     return CanvasBinding(model, prompt, max_new_tokens, block_length or model.block_size, stats)
 
 

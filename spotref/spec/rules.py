@@ -84,7 +84,7 @@ class DecisionRule:
     threshold: float | None = None
     confidence: str | None = None  # the family's confidence measure; None: its default (the first)
     precision: str = "auto"  # the dtype decisions are taken in: see the module docstring
-    family: str = "sdar"  # "sdar", "llada" or "dream": see the module docstring
+    family: str = "sdar"  # "sdar", "llada", "llada2" or "dream": see the module docstring
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -360,6 +360,23 @@ def no_filter(z, top_k, top_p):
     return z
 
 
+def llada2_filter(z: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """LLaDA2's ``_top_k_logits`` then ``_top_p_logits``: SDAR's two filters, but top-p skipped
+    at ``p >= 1`` (its ``if p is None or p >= 1.0: return logits``)."""
+    return filter_top_k_top_p(z, top_k, top_p if top_p is not None and top_p < 1 else None)
+
+
+def llada2_check(rule) -> None:
+    """LLaDA2 at T = 0 takes its greedy branch (argmax, ``softmax(L)[x]``) only without top-k /
+    top-p; with them its generate samples and diffusers' pipeline ignores them: refused."""
+    if rule.temperature == 0 and (rule.top_k is not None or rule.top_p is not None):
+        raise ValueError(
+            f"LLaDA2 at temperature 0 decides greedily from the whole vocabulary: top_k and top_p must be None "
+            f"(its generate samples with them, diffusers' pipeline ignores them), got top_k={rule.top_k!r}, "
+            f"top_p={rule.top_p!r}"
+        )
+
+
 FAMILIES = {
     # SDAR's generate.py: z = top_k_top_p(L / T), x = argmax(log p + g), c = p[x]
     "sdar": Family(("filtered", "unfiltered"), True, filter_top_k_top_p, gumbel_score, token_probability),
@@ -367,6 +384,9 @@ FAMILIES = {
     "llada": Family(
         ("low_confidence",), False, no_filter, exp_score, token_probability, noise=divisor, check=llada_check
     ),
+    # LLaDA2's generate (and diffusers' LLaDA2Pipeline): z = top_p(top_k(L / T)) (top-p below 1 only),
+    # x = argmax(log p + g), c = p[x]; in float32, the dtype its forward returns logits in
+    "llada2": Family(("filtered",), True, llada2_filter, gumbel_score, token_probability, check=llada2_check),
     # Dream's sample_tokens: z = top_k(top_p(L / T)), x = argmax(log p + g), c by its alg
     "dream": Family(
         ("maskgit_plus", "topk_margin", "entropy"),
@@ -381,7 +401,7 @@ REQUIRED = ("mask_id", "vocab_size", "block_size")
 
 
 def for_family(family: str, **params) -> DecisionRule:
-    """The decision rule of ``family`` ("sdar", "llada" or "dream") with ``params``, the fields
+    """The decision rule of ``family`` ("sdar", "llada", "llada2" or "dream") with ``params``, the fields
     of ``DecisionRule``; ``confidence`` left out or None: the family's default."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {family!r}")

@@ -218,9 +218,14 @@ class SDARModel(nn.Module):
             raise ValueError("the model's config has no mask_token_id: set config.mask_token_id")
         return self.config.mask_token_id
 
+    @property
+    def rotary_dim(self) -> int:
+        """The dims of a head RoPE rotates (SDAR: all of them; LLaDA2: a part)."""
+        return self.config.head_dim
+
     def _rope(self, start: int, L: int, device):
-        """cos, sin: (L, d) for absolute positions start .. start + L - 1 (float32 maths)."""
-        d = self.config.head_dim
+        """cos, sin: (L, r) for absolute positions start .. start + L - 1, r = ``rotary_dim`` (float32 maths)."""
+        d = self.rotary_dim
         inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, d, 2, device=device).float() / d))
         pos = torch.arange(start, start + L, device=device).float()
         freqs = torch.outer(pos, inv_freq)  # (L, d/2)

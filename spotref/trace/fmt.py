@@ -127,7 +127,7 @@ def cut(out: list, decode: dict) -> list:
 # --- the checks ---------------------------------------------------------------------------------
 
 INT, NUM, STR, LIST, DICT = "an int", "a number", "a string", "a list", "an object"
-TRACE_FAMILIES = ("sdar", "llada", "dream")  # a decode's "family" (spotref.spec.decode.FAMILIES)
+TRACE_FAMILIES = ("sdar", "llada", "llada2", "dream")  # a decode's "family" (spotref.spec.decode.FAMILIES)
 RULE_KINDS = {  # the rule's fields (RULE_FIELDS): (kind, may be null, floor)
     "temperature": (NUM, False, 0),
     "seed": (INT, False, 0),

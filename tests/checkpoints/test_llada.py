@@ -402,7 +402,8 @@ def test_an_unknown_model_type_names_the_known_ones(tmp_path):
     cfg = json.loads((root / "config.json").read_text())
     for model_type in ("qwen3", None):
         (root / "config.json").write_text(json.dumps({**cfg, "model_type": model_type}))
-        with pytest.raises(ValueError, match=r"model_type .*: spotref reads 'sdar', 'sdar_moe', 'llada', 'Dream'"):
+        known = r"'sdar', 'sdar_moe', 'llada', 'llada2_moe', 'Dream'"
+        with pytest.raises(ValueError, match=r"model_type .*: spotref reads " + known):
             spotref.from_pretrained(root)
 
 

@@ -89,7 +89,7 @@ TREE = (*FIRST, "blocks", 0, "rounds", 0, "tree")
         ((*FIRST, "rule", "temperature"), "hot", "rule: 'temperature' must be a number >= 0, got 'hot'"),
         ((*FIRST, "rule", "seed"), "x", "rule: 'seed' must be an int >= 0, got 'x'"),
         ((*FIRST, "rule"), {}, "rule: no field 'temperature'"),
-        ((*FIRST, "family"), "bogus", "'family' must be one of sdar, llada, dream, got 'bogus'"),
+        ((*FIRST, "family"), "bogus", "'family' must be one of sdar, llada, llada2, dream, got 'bogus'"),
         ((*TREE, "commits"), [5], "tree: 'commits' of node 0 must be a list of [position, token] pairs"),
         ((*TREE, "commits"), [[[0, "a"]]], "tree: 'commits' of node 0"),
         ((*TREE, "probs"), ["x"], "tree: 'probs' must hold numbers >= 0 (or be null), node 0 has 'x'"),

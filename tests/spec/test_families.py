@@ -176,7 +176,7 @@ def test_budget_auto_measures_a_canvas_model_and_decodes_exactly(family, T):
 
 def test_sdar_decodes_in_its_own_block_size_only():
     model = tiny_model(V=40, B=4)
-    with pytest.raises(ValueError, match=r"block_length 8: an SDAR model decodes in the block size .* \(4\)"):
+    with pytest.raises(ValueError, match=r"block_length 8: a sdar model decodes in the block size .* \(4\)"):
         spotref.generate(model, PROMPT, 8, block_length=8)
     with pytest.raises(ValueError, match="block_length 2"):
         Speculator.for_model(model, block_length=2)
@@ -195,12 +195,12 @@ def test_a_model_is_bound_by_its_family():
     canvas.family = "gpt"
     with pytest.raises(ValueError, match="model must be an SDARModel, a whole-canvas model"):
         resolve_model(canvas)
-    with pytest.raises(ValueError, match="model.family must be one of sdar, llada, dream, got 'gpt'"):
+    with pytest.raises(ValueError, match="model.family must be one of sdar, llada, llada2, dream, got 'gpt'"):
         decode.bind(canvas, PROMPT, 4, stats)
 
 
 def test_a_canvas_speculator_takes_its_familys_rule_and_block_length():
     spec = Speculator.for_model(CanvasModel("llada"), block_length=BL, drafter=None)
     assert spec.rule.block_size == BL and spec.block(0, np.full(BL, 39)).noise.block == 0
-    with pytest.raises(ValueError, match="family must be one of sdar, llada, dream"):
+    with pytest.raises(ValueError, match="family must be one of sdar, llada, llada2, dream"):
         Speculator(vocab_size=40, block_size=8, mask_id=39, family="gpt")

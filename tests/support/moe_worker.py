@@ -4,6 +4,7 @@ process). Prints one JSON line: the capability, the comparisons made and those t
 
     python moe_worker.py            # spotref's per-row routing: no row may differ
     python moe_worker.py --naive    # experts grouped over the whole pass: rows differ
+    python moe_worker.py --llada2 [--naive]   # the same on LLaDA2's body, windows from position 0
 """
 
 import json
@@ -12,6 +13,8 @@ import sys
 import torch
 
 from spotref.configs import SDARMoEConfig
+from spotref.configs_llada2 import LLaDA2Config
+from spotref.spec.llada2 import LLaDA2Model, MoE
 from spotref.spec.sdar_moe import SDARMoEModel, SparseMoE
 
 
@@ -27,6 +30,57 @@ def grouped_over_the_pass(self, x):
     return out.view(N, L, H)
 
 
+def llada2_grouped_over_the_pass(self, x):
+    """LLaDA2's MoE as its ``moe_infer`` runs it: every row's tokens grouped per expert."""
+    N, L, H = x.shape
+    flat = x.reshape(N * L, H)
+    w, experts = self.gate(flat)
+    out = flat.new_zeros(*experts.shape, H)
+    for e in torch.unique(experts).tolist():
+        token, slot = torch.where(experts == e)
+        out[token, slot] = self.experts[e](flat[token][None])[0]
+    y = (out.float() * w[..., None]).sum(1).to(x.dtype).view(N, L, H)
+    return y + self.shared_experts(x)
+
+
+def llada2_model(dtype, hidden: int, inter: int, B: int) -> LLaDA2Model:
+    torch.manual_seed(0)
+    cfg = LLaDA2Config(
+        vocab_size=61, hidden_size=hidden, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, mask_token_id=60, block_size=B, num_experts=8, n_group=4, topk_group=2,
+        num_experts_per_tok=3, moe_intermediate_size=inter, first_k_dense_replace=1, initializer_range=0.5,
+    )  # fmt: skip
+    m = LLaDA2Model(cfg)
+    m.model.layers[1].mlp.gate.expert_bias.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
+    return m.to(dtype)
+
+
+def llada2_main() -> None:
+    if "--naive" in sys.argv:
+        MoE.forward = llada2_grouped_over_the_pass
+    checked, failures = 0, []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for hidden, inter, B in ((32, 16, 4), (64, 40, 7)):
+                m = llada2_model(dtype, hidden, inter, B)
+                g = torch.Generator().manual_seed(hidden + B)
+                prefix = torch.randint(0, 61, (2 * B,), generator=g)
+                for W in (2, 5):
+                    block = torch.randint(0, 61, (W, B), generator=g)
+                    rows = torch.cat([prefix.repeat(W, 1), block], 1)  # (W, 3B): the windows
+                    other = torch.cat([rows[:1], torch.cat([prefix.repeat(W - 1, 1), block[1:].flip(0)], 1)])
+                    other[1:, -B:] = torch.randint(0, 61, (W - 1, B), generator=g)
+                    moved = torch.cat([other[1:], rows[:1]])
+                    a = m.window(rows, one_forward=True)[0]
+                    for b in (m.window(other, one_forward=True)[0], m.window(moved, one_forward=True)[-1]):
+                        checked += 1
+                        if not torch.equal(a, b):
+                            failures.append(dict(threads=threads, dtype=str(dtype), hidden=hidden, width=W))
+    cap = torch.backends.cpu.get_cpu_capability()
+    print(json.dumps(dict(capability=cap, checked=checked, failures=failures)))
+
+
 def model(dtype, hidden: int, inter: int, B: int) -> SDARMoEModel:
     torch.manual_seed(0)
     cfg = SDARMoEConfig(
@@ -38,6 +92,8 @@ def model(dtype, hidden: int, inter: int, B: int) -> SDARMoEModel:
 
 
 def main() -> None:
+    if "--llada2" in sys.argv:
+        return llada2_main()
     if "--naive" in sys.argv:
         SparseMoE.forward = grouped_over_the_pass
     checked, failures = 0, []
