@@ -37,13 +37,17 @@ from pathlib import Path
 import torch
 
 from spotref.checkpoint import read_json
-from spotref.configs import CONFIGS, check_field_types
+from spotref.configs import CONFIGS, SDARMoEConfig, check_field_types
+from spotref.configs_llada2 import LLaDA2Config
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.tokenizer import chat_format
 from spotref.spec.checks import check_int
+from spotref.spec.decode import BLOCK_CAUSAL
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
+from spotref.spec.llada2 import LLaDA2Model
 from spotref.spec.sdar import SDARModel
+from spotref.spec.sdar_moe import SDARMoEModel
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "gsm-b32"
@@ -61,7 +65,15 @@ FROM_WORKBENCH = (
     "the sets of the targets of a directory DIR beside them "
     "(python -m workbench.data.heldout --targets-dir DIR --out DIR)"
 )
-MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}  # the metadata's "family" -> model
+MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "llada2": LLaDA2Model, "dream": DreamModel}  # "family" -> model
+CONFIG_OF = {SDARMoEModel: SDARMoEConfig, LLaDA2Model: LLaDA2Config}  # a model whose config is not its family's
+
+
+def model_of(meta: dict):
+    """The model class of a target's metadata: its family's (``MODELS``), SDAR-MoE's for an SDAR
+    config naming experts."""
+    family = family_of(meta)
+    return SDARMoEModel if family == "sdar" and "num_experts" in meta.get("config", {}) else MODELS[family]
 
 
 @dataclass
@@ -223,11 +235,11 @@ def target_shape(name: str, directory: Path | str = TARGETS_DIR) -> Shape | None
     path = Path(directory, f"{name}.json")
     try:
         meta = read_meta(path)
-        cls = MODELS[family_of(meta)]
+        cls = model_of(meta)
         cfg = target_config(meta["config"], path, cls)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    block_size = cfg.block_size if family_of(meta) == "sdar" else cls.block_size
+    block_size = cfg.block_size if family_of(meta) in BLOCK_CAUSAL else cls.block_size
     known = block_size is not None and cfg.mask_token_id is not None
     return Shape(cfg, family_of(meta), block_size) if known else None
 
@@ -350,7 +362,7 @@ def _load_model(path: Path, meta: dict, meta_path: Path | None = None):
         sd = load(raw)
     except Exception as e:  # safetensors' own error types
         raise ValueError(f"the weights file {path} cannot be parsed: {e}") from None
-    cls = MODELS[family_of(meta)]
+    cls = model_of(meta)
     return build_model(target_config(meta["config"], meta_path or path, cls), sd, cls)
 
 
@@ -359,7 +371,7 @@ def target_config(raw: dict, path: Path, cls=SDARModel):
     and stated keys checked as a checkpoint's config.json."""
     try:
         check_field_types(raw)
-        config_class = CONFIGS[getattr(cls, "family", "sdar")]
+        config_class = CONFIG_OF.get(cls) or CONFIGS[getattr(cls, "family", "sdar")]
         config_class.check_stated(raw)
         return config_class.from_dict(raw)
     except (TypeError, ValueError) as e:

@@ -116,8 +116,9 @@ class MoE(nn.Module):
             self.shared_experts = MLP(cfg, cfg.moe_intermediate_size * cfg.num_shared_experts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (N, L, H) -> (N, L, H), each row's experts over its own tokens, plus the shared expert."""
-        y = torch.stack([self.row(r) for r in x])
+        """x: (N, L, H) -> (N, L, H), each row's experts over its own tokens, plus the shared expert
+        (in training, every token of the batch at once: no decision is taken there)."""
+        y = self.row(x.flatten(0, 1)).view(x.shape) if self.training else torch.stack([self.row(r) for r in x])
         return y + self.shared_experts(x) if hasattr(self, "shared_experts") else y
 
     def row(self, x: torch.Tensor) -> torch.Tensor:

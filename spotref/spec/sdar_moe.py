@@ -42,8 +42,9 @@ class SparseMoE(nn.Module):
         self.experts = nn.ModuleList(MLP(cfg, cfg.moe_intermediate_size) for _ in range(cfg.num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (N, L, H) -> (N, L, H), each row's experts over its own tokens."""
-        return torch.stack([self.row(r) for r in x])
+        """x: (N, L, H) -> (N, L, H), each row's experts over its own tokens (in training, every
+        token of the batch at once: no decision is taken there)."""
+        return self.row(x.flatten(0, 1)).view(x.shape) if self.training else torch.stack([self.row(r) for r in x])
 
     def route(self, x: torch.Tensor) -> tuple:
         """x: (T, H) -> (weights (T, k) in x's dtype, experts (T, k)): softmax in float32, top k,

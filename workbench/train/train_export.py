@@ -23,13 +23,17 @@ from spotref.configs import SDARConfig
 from spotref.files import atomic_save, atomic_write_text, check_writable, not_saved_by_torch, shipped_writes
 from spotref.load.bpe import tokenizer_from_json
 from spotref.load.targets import load_target
+from spotref.spec.llada2 import LLaDA2Model
 from spotref.spec.sdar import SDARModel
+from spotref.spec.sdar_moe import SDARMoEModel
 from workbench.data import gsm
 from workbench.data.corpora import CORPORA, open_corpus
 from workbench.target_writer import save_target
 from workbench.train.canvas_start import canvas_from_sdar
+from workbench.train.moe_start import moe_from_sdar
 from workbench.train.train_canvas import canvas_heldout_loss, canvas_model
 from workbench.train.train_data import ANSWER_HEADER, encode_rows, heldout_loss, make_corpus, token_stream
+from workbench.train.train_moe import BLOCK_CAUSAL, config_model
 from workbench.train.train_options import (
     TrainOptions,
     adaptive_levels,
@@ -152,6 +156,8 @@ def family_weights(source, model, calibration=None) -> dict:
     run started from an SDAR target, those of ``canvas_from_sdar`` (the q/k norms dropped, or
     folded in over ``calibration``)."""
     family = getattr(model, "family", "sdar")
+    if isinstance(model, (SDARMoEModel, LLaDA2Model)) and type(source) is SDARModel:
+        return moe_from_sdar(source, model)
     if family == getattr(source, "family", "sdar"):
         if calibration is not None:
             raise ValueError(
@@ -253,7 +259,7 @@ def metadata(model: SDARModel, state: dict, name: str) -> dict:
         "corpus": state["corpus"],
         "training": training_record(state),
         "heldout_loss": hist[-1]["heldout_loss"] if hist else None,
-        "heldout_loss_note": HELDOUT_NOTES[getattr(model, "family", "sdar") != "sdar"],
+        "heldout_loss_note": HELDOUT_NOTES[getattr(model, "family", "sdar") not in BLOCK_CAUSAL],
         "history": hist,
     }
 
@@ -378,7 +384,7 @@ def export_run(
     model = run_model(state["config"], options, tok)
     model.load_state_dict(ck["model"])
     model.eval()
-    held_out = heldout_loss if options.family == "sdar" else canvas_heldout_loss
+    held_out = heldout_loss if options.family in BLOCK_CAUSAL else canvas_heldout_loss
     loss = round(held_out(model, heldout_of(state, tok, options), options, tok.mask_id), 4)
     state = {
         **state,
@@ -399,8 +405,9 @@ def export_run(
 def run_model(config: dict, options: TrainOptions, tok):
     """The run's model (no weights yet) from its saved config: an SDAR model at
     ``options.block_size``, or the whole-canvas family's (``--served-dtype`` written as exported)."""
-    if options.family == "sdar":
-        return SDARModel(SDARConfig.from_dict({**config, **options.served_extra(), "block_size": options.block_size}))
+    if options.family in BLOCK_CAUSAL:
+        cls, config_class = config_model(config)
+        return cls(config_class.from_dict({**config, **options.served_extra(), "block_size": options.block_size}))
     model = canvas_model(options, tok)
     cfg = type(model.config).from_dict({**config, **options.served_extra()})
     return type(model)(cfg)

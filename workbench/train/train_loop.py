@@ -31,6 +31,7 @@ from workbench.train.train_canvas import canvas_heldout_loss, canvas_model, canv
 from workbench.train.train_curriculum import adapt, recipe_batch
 from workbench.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from workbench.train.train_export import export, load_teacher, read_checkpoint, start_from
+from workbench.train.train_moe import BLOCK_CAUSAL, block_causal_model
 from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
 from workbench.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
@@ -70,7 +71,8 @@ def train(options: TrainOptions) -> dict:
     teacher = load_teacher(options.distill, tok, options) if options.distill else None
     stream, held = streams(corpus, train_docs, tok, options)
     torch.manual_seed(options.seed)
-    model = SDARModel(make_config(options, tok)) if options.family == "sdar" else canvas_model(options, tok)
+    causal = options.family in BLOCK_CAUSAL
+    model = block_causal_model(make_config(options, tok), options) if causal else canvas_model(options, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), weight_decay=options.weight_decay)
     calibration = [tok.encode(d) for d in train_docs[:FOLD_DOCUMENTS]] if options.fold_norms else None
     state = start_or_resume(model, opt, ck, tok, options, ckpt_path, calibration)
@@ -245,6 +247,7 @@ def _loop(run: Run) -> None:
     sizes, mask_of = block_sizes(o), functools.cache(bd3_mask)  # mask_of(L, B): (2L, 2L)
     bar = _progress(o, state["step"])
     t0, start_s = time.perf_counter(), state["train_s"]
+    model.train()  # a new model is in eval mode; a mixture of experts routes its batch otherwise there
     while state["step"] < o.steps and not _stopped(o, state):
         step = state["step"]
         for g in run.opt.param_groups:
@@ -275,7 +278,7 @@ def step_loss(run: Run, step: int, B: int, mask_of) -> torch.Tensor:
     windows of the token stream (``bd3_loss``), or ``--rows-per-doc``'s weighted rows; a
     whole-canvas family's (``--family llada`` / ``dream``): ``canvas_step_loss``."""
     o, model = run.options, run.model
-    if o.family != "sdar":
+    if o.family not in BLOCK_CAUSAL:
         return canvas_step_loss(run, step)
     if o.rows_per_doc:
         x_t, x, w = recipe_batch(run.data, run.tok, o, step, B, run.state.get("level"))
@@ -315,7 +318,7 @@ def _evaluate(run: Run, bar) -> None:
     """The held-out loss now, into the state's history and onto the progress bar."""
     state = run.state
     run.model.eval()
-    held_out = heldout_loss if run.options.family == "sdar" else canvas_heldout_loss
+    held_out = heldout_loss if run.options.family in BLOCK_CAUSAL else canvas_heldout_loss
     loss = held_out(run.model, run.held, run.options, run.tok.mask_id)
     run.model.train()
     state["history"].append(

@@ -32,6 +32,7 @@ from spotref.cli.argtypes import (
 from spotref.files import check_writable
 from spotref.spec.decode import FAMILIES  # --family
 from workbench.data import gsm
+from workbench.train.train_moe import BLOCK_CAUSAL, add_moe_argument, check_moe
 
 GSM_DEFAULTS = {"corpus_seed": 0, "corpus_size": 40000, "corpus_level": 3}
 DRILLS = {"range": gsm.drill, "problems": gsm.equation_drill}  # --drill-from
@@ -258,7 +259,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--family",
         choices=FAMILIES,
         default="sdar",
-        help="sdar (block-causal, BD3-LM's objective, the default), or a whole-canvas family: llada or "
+        help="sdar (block-causal, BD3-LM's objective, the default; with --moe SDAR-MoE), llada2 (block-causal, "
+        "needs --moe), or a whole-canvas family: llada or "
         "dream (bidirectional over the whole row, LLaDA's SFT objective; dream's logits shifted); "
         "llada and dream train on --rows-per-doc rows",
     )
@@ -310,6 +312,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-dim", type=positive_int, default=64, help="dimension per head")
     p.add_argument("--intermediate", type=positive_int, default=704, help="SwiGLU intermediate size")
     p.add_argument("--untied", action="store_true", help="separate lm_head (default: tied to embeddings)")
+    add_moe_argument(p)
 
 
 def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
@@ -477,6 +480,7 @@ class TrainOptions:
     head_dim: int
     intermediate: int
     untied: bool
+    moe: str | None  # --moe (workbench.train.train_moe)
     batch: int
     steps: int
     minutes: float | None
@@ -579,7 +583,7 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--suffix-results masks the blocks of one-document rows: it needs --rows-per-doc")
     if o.init_deepen and not o.init:
         raise ValueError("--init-deepen deepens the --init weights: it needs --init")
-    if o.fold_norms and (o.family == "sdar" or not o.init):
+    if o.fold_norms and (o.family in BLOCK_CAUSAL or not o.init):
         raise ValueError("--fold-norms folds the q/k norms of an SDAR --init into a --family llada / dream run")
     if o.curriculum and not o.fresh_problems:
         raise ValueError("--curriculum draws its problems afresh: it needs --fresh-problems")
@@ -589,7 +593,8 @@ def check_recipe(options: TrainOptions) -> None:
         raise ValueError("--adaptive replaces --curriculum's fixed schedule: give one of them")
     if o.curriculum_lower != default.curriculum_lower and not (o.curriculum or o.adaptive):
         raise ValueError("--curriculum-lower applies to --curriculum or --adaptive only")
-    if o.family != "sdar":
+    check_moe(o)
+    if o.family not in BLOCK_CAUSAL:
         check_canvas(o, default)
     elif o.decode_states:
         raise ValueError("--decode-states applies to --family llada / dream only (SDAR's blocks are its recipe)")
@@ -605,7 +610,7 @@ def check_distill(options: TrainOptions, default: TrainOptions) -> None:
         if o.distill_weight != default.distill_weight:
             raise ValueError("--distill-weight weights the --distill term: it needs --distill")
         return
-    if o.family == "sdar":
+    if o.family in BLOCK_CAUSAL:
         raise ValueError(
             "--distill applies to --family llada / dream only (a canvas student of a block-causal teacher)"
         )
