@@ -101,7 +101,7 @@ def batch_invariance(
     block, then the states), each row compared with ``store`` then the row alone. Returns the
     number of rows, how many are bit-identical, the first row that is not, the largest absolute
     logit difference and the kernel path."""
-    if family(model) in CANVAS_FAMILIES:
+    if family(model) in CANVAS_FAMILIES or family(model) == "llada2":
         return canvas_invariance(model, prefix_len, rows, seed, width)
     B, V, mask = model.block_size, model.config.vocab_size, model.mask_id
     if prefix_len % B:
@@ -141,17 +141,21 @@ def batch_invariance(
 def canvas_invariance(model, prefix_len: int, rows: int, seed: int, width: int | None) -> dict:
     """``batch_invariance`` for a whole-canvas family (LLaDA, Dream): ``rows`` random canvases of
     ``prefix_len`` + 2 blocks (about half MASK), run as one forward of the pass's rows (padded to
-    ``width`` as a ``Block`` pads) vs each alone and the batch rolled by rows // 2."""
+    ``width`` as a ``Block`` pads) vs each alone and the batch rolled by rows // 2. LLaDA2: windows
+    of ``prefix_len`` + 1 block, the last block's logits (``model.window``), the same comparisons."""
     if prefix_len < 0:
         raise ValueError(f"prefix_len must be >= 0, got {prefix_len}")
-    width = check_width(width, rows)
-    L, V, mask = prefix_len + 2 * model.block_size, model.config.vocab_size, model.mask_id
+    width, window = check_width(width, rows), family(model) == "llada2"  # LLaDA2: windows, last block decided
+    if window and prefix_len % model.block_size:
+        raise ValueError(f"prefix_len {prefix_len} must be a multiple of the block size {model.block_size}")
+    L, V, mask = prefix_len + (1 if window else 2) * model.block_size, model.config.vocab_size, model.mask_id
     g = torch.Generator().manual_seed(seed)
     canvases = torch.randint(0, V, (rows, L), generator=g)  # (N, L)
     canvases[(torch.rand(rows, L, generator=g) < 0.5) | (canvases == mask)] = mask
 
-    def forward(c):  # c: (n, L) -> logits (n, L, V) of one forward of the pass's rows
-        return model(torch.from_numpy(padded(c.numpy(), width)))[: len(c)]
+    def forward(c):  # c: (n, L) -> logits (n, L or B, V) of one forward of the pass's rows
+        ids = torch.from_numpy(padded(c.numpy(), width))
+        return (model.window(ids, one_forward=width is not None) if window else model(ids))[: len(c)]
 
     batched, shift = forward(canvases), rows // 2
     others = [[forward(canvases[i : i + 1])[0]] for i in range(rows)]

@@ -129,6 +129,8 @@ def weights_dtype(model) -> str:
 def checkpoint_block_sizes(model, block_sizes) -> list:
     """The block lengths a checkpoint's cases decode in: SDAR's own; a canvas family's, those of
     ``block_sizes`` whose canvases (prompt <= B, 2B + 5 tokens rounded up) fit its positions."""
+    if model_family(model) not in FAMILIES:
+        raise ValueError(f"model: a {model_family(model)} checkpoint; the kit draws {', '.join(FAMILIES)} cases")
     if model_family(model) == "sdar":
         return [model.block_size]
     cfg = model.config

@@ -39,6 +39,7 @@ from spotref.cli.argtypes import add_threads, positive_int, real_range, seed_int
 from spotref.cli.options import Options
 from spotref.conformance import MAX_EXAMPLES, ResultTypeError, replay_conformance, run_conformance
 from spotref.conformance_cases import FAMILIES, MODEL_DTYPES, vocab_range
+from spotref.conformance_draws import hypothesis
 
 CHUNK = 10  # cases per progress line (one Hypothesis run each)
 PROG = "python -m spotref.cli.conform"
@@ -65,6 +66,7 @@ class ConformOptions(Options):
     dtype: str | None
     case_seconds: float
     family: tuple | None
+    no_shrink: bool
 
 
 def add_arguments(p):
@@ -94,6 +96,11 @@ def add_arguments(p):
         type=family_arg,
         default=None,
         help=f"the families drawn, comma-separated, of {', '.join(FAMILIES)} (default: every one)",
+    )
+    p.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="report a failing case as drawn, not minimised (faster; the replay file holds it as drawn)",
     )
     p.add_argument(
         "--case-seconds",
@@ -270,6 +277,8 @@ def cases_or_replay(args) -> int:
     chunk, seed = 0, args.seed
     knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "vocab", "dtype", "model")}
     knobs["families"] = args.family
+    if args.no_shrink:  # Hypothesis's phases but the shrinking
+        knobs["phases"] = tuple(p for p in hypothesis().Phase if p.name not in ("shrink", "explain"))
     while seen["cases"] < args.max_examples:
         if chunk and args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
             print(f"conform: time is up ({args.minutes:g} min)")

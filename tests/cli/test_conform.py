@@ -157,7 +157,9 @@ def checkpoint(tmp_path):
 def test_the_kit_runs_on_a_checkpoint_directory(decoders, capsys, checkpoint):
     assert main(["conform", "my_decoders:correct", "--model", str(checkpoint), "--max-examples", "4"]) == 0
     assert "  model        checkpoint 4" in capsys.readouterr().out
-    assert main(["conform", "my_decoders:lossy", "--model", str(checkpoint), "--max-examples", "10"]) == 1
+    assert (
+        main(["conform", "my_decoders:lossy", "--model", str(checkpoint), "--max-examples", "10", "--no-shrink"]) == 1
+    )
     doc = json.loads(Path("conform-replay.json").read_text())
     assert doc["model"]["checkpoint"] == str(checkpoint.resolve()) and "config" not in doc["model"]
     assert main(["conform", "my_decoders:lossy", "--replay", "conform-replay.json"]) == 1

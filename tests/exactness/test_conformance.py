@@ -63,7 +63,18 @@ def test_spot_is_identical_to_exact_decoding_briefly(core, family, hot, seed):
 
 
 @pytest.mark.slow
-def test_spot_is_identical_to_exact_decoding(core, seed):
+def test_spot_is_identical_to_exact_decoding_on_the_pure_python_core(seed):
+    """The pure-Python core (the spec) on a quarter of the full run's cases, drawn with another seed:
+    the two cores are checked call for call by tests/spec/test_core.py, so the full run's coverage
+    is asserted once, on the compiled core the decoders use."""
+    n = max(EXAMPLES // 4, 10)
+    seen = run_conformance(partial(spotref.generate, core=pure_core), max_examples=n, efficiency=True, seed=seed + 1)
+    assert seen["cases"] >= 0.9 * n and seen["decoded"] >= 0.85 * seen["cases"], seen
+
+
+@pytest.mark.slow
+def test_spot_is_identical_to_exact_decoding(seed):
+    core = spotref.core_module("c") if not os.environ.get("SPOTREF_NO_EXTENSIONS") else pure_core
     seen = run_conformance(partial(spotref.generate, core=core), max_examples=EXAMPLES, efficiency=True, seed=seed)
     print(f"\nconformance ({core.__name__}): {dict(sorted(seen.items()))}")
     # The suite must really have covered what it claims (a suite that ran nothing passes too).

@@ -245,3 +245,27 @@ def test_spotref_generate_reads_a_llada2_directory(tmp_path, capsys):
     out = capsys.readouterr().out
     want = spotref.generate(m, [5, 6, 7], max_new_tokens=6).tokens
     assert str(want) in out or " ".join(map(str, want)) in out
+
+
+def test_the_kit_refuses_a_llada2_checkpoint_by_name():
+    from spotref.conformance import run_conformance
+
+    with pytest.raises(ValueError, match="a llada2 checkpoint; the kit draws sdar, llada, dream"):
+        run_conformance(spotref.generate, max_examples=2, model=FIXTURES / "grouped")
+
+
+def test_audit_checks_llada2s_windows_at_a_width(capsys):
+    """``spotref audit``'s batch check runs LLaDA2's own pass (``window``), not SDAR's cached one."""
+    from spotref.audit import batch_invariance
+    from spotref.cli.main import main
+
+    m = llada2_model(8)
+    calls = []
+    m.window = (lambda real: lambda ids, one_forward=False: calls.append(one_forward) or real(ids, one_forward))(
+        m.window
+    )
+    report = batch_invariance(m, prefix_len=8, rows=3, seed=0, width=4)
+    assert report["equal_rows"] == report["rows"] == 3 and True in calls
+    assert main(["audit", "--model", str(FIXTURES / "grouped"), "--prompt-ids", "5,6,7", "--max-new-tokens", "8",
+                 "--width", "4", "--budget", "4"]) in (0, None)  # fmt: skip
+    assert "4/4 rows of a batched denoise bit-identical" in capsys.readouterr().out

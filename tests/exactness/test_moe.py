@@ -238,8 +238,8 @@ def test_the_kits_cases_on_sdar_moe_are_identical_to_exact_decoding(seed):
     strategy = cases(families=("sdar",)).map(as_moe)
     routed, row = [], SparseMoE.row
     with mock.patch.object(SparseMoE, "row", lambda self, x: routed.append(1) or row(self, x)):
-        seen = run_conformance(spotref.generate, max_examples=60, seed=seed, strategy=strategy)
-    assert seen["cases"] == 60 and seen["drafted"] > 20 and len(routed) > 1000, (seen, len(routed))
+        seen = run_conformance(spotref.generate, max_examples=40, seed=seed, strategy=strategy)
+    assert seen["cases"] == 40 and seen["drafted"] > 12 and len(routed) > 600, (seen, len(routed))
 
 
 def test_a_replay_file_of_an_sdar_moe_case_rebuilds_its_experts():

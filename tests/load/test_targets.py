@@ -82,9 +82,10 @@ def test_real_target_generates_identically_with_and_without_a_drafter(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BUNDLED if n.startswith("gsm-")])
-@pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, None), (0.0, 0.9), (1.0, 0.7)])
+@pytest.mark.parametrize("T,threshold", [(0.0, None), (1.0, 0.7)])
 def test_math_targets_decode_identically_with_their_shipped_drafters(name, T, threshold):
-    """The high-stability regime: long accepted paths, the 49-wide order model and its set head."""
+    """The high-stability regime: long accepted paths, the 49-wide order model and its set head
+    (T = 0 under the one-position rule, T = 1 under the threshold rule: the kit crosses the rest)."""
     target = load_target(name)
     canvas = family_of(target.meta) != "sdar"  # every pass re-runs the whole canvas: one prompt
     corpus = open_corpus(target.meta["corpus"])  # seed 3: drawn by the workbench (not a shipped set)
