@@ -28,6 +28,8 @@ from spotref.spec.llada2 import Gate  # noqa: E402
 from spotref.spec.sdar_moe import SparseMoE  # noqa: E402
 from workbench.bench import quality_math  # noqa: E402
 
+PROG = "python benchmarks/moe_routing.py"
+
 
 def routers(model) -> list:
     """(layer index, the module whose call returns (weights, experts)) of each sparse layer."""
@@ -57,17 +59,21 @@ def counted(model) -> dict:
     return counts
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python benchmarks/moe_routing.py", description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("target", help="a bundled mixture-of-experts target")
     ap.add_argument("--problems", type=positive_int, default=20)
     ap.add_argument("--new-tokens", type=positive_int, default=160)
     args = ap.parse_args(argv)
     if args.target not in list_targets():
         ap.error(f"unknown target {args.target!r}; bundled: {', '.join(list_targets())}")
+    return guarded(PROG, lambda: measure(args))
+
+
+def measure(args) -> int:
     target = load_target(args.target)
     if not routers(target.model):
-        ap.error(f"{args.target} has no mixture-of-experts layer")
+        raise ValueError(f"{args.target} has no mixture-of-experts layer")
     counts = counted(target.model)
     for p in quality_math.problems_of(target, args.problems):
         spotref.generate(target.model, target.encode(p.prompt), args.new_tokens, stop_ids=target.stop_ids)
@@ -78,6 +84,7 @@ def main(argv=None) -> None:
         rows.append([i, int(tokens), f"{float(share.min()):.1%}", f"{float(share.max()):.1%}",
                      " ".join(f"{float(s):.0%}" for s in share)])  # fmt: skip
     print(table(["layer", "tokens", "least", "most", "each expert's share"], rows))
+    return 0
 
 
 def routed_k(model, layer: int) -> int:
@@ -87,4 +94,4 @@ def routed_k(model, layer: int) -> int:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    raise SystemExit(main())

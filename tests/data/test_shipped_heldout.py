@@ -85,7 +85,7 @@ def test_one_file_per_corpus_of_the_bundled_targets_names_them_all():
         assert raw["corpus"] == key and raw["targets"] == targets
         assert [(s["seed"], s["split"]) for s in raw["sets"]] == list(SHIPPED_HELDOUT)
         assert all(len(s["prompts"]) == len(s["answers"]) == N for s in raw["sets"])
-    assert corpora["gsm"][1] == ["gsm-b16", "gsm-b32", "gsm-dream", "gsm-llada"]
+    assert corpora["gsm"][1] == ["gsm-b16", "gsm-b32", "gsm-dream", "gsm-llada", "gsm-llada2", "gsm-moe"]
     assert corpora["stdlib"][1] == ["stdlib-b16", "stdlib-b32", "stdlib-b32-d192"]
     # the gsm targets' records differ in their training alone (the corpus seed, the generator's module)
     records = [read_meta(TARGETS_DIR / f"{t}.json")["corpus"] for t in corpora["gsm"][1]]

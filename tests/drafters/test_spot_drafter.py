@@ -280,8 +280,11 @@ def test_offline_curve_equals_online_commits_per_round(T, chain):
 
 
 @pytest.mark.slow
-def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path):
+def test_curves_only_remeasures_and_keeps_the_weights(trained, tmp_path, monkeypatch):
+    from functools import partial
     from types import SimpleNamespace
+
+    monkeypatch.setattr(train_drafter, "curves", partial(train_drafter.curves, limit=40))  # 400 rounds: 20 s
 
     model, _, data, path = trained
     ck = tmp_path / "d.pt"
