@@ -68,6 +68,18 @@ def test_the_forward_is_llada2s_own_modeling_code(name):
     assert float((model.forward(recorded["ids"]) - recorded["logits"]).abs().max()) > 1e-3
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir()))
+def test_exact_decoding_is_llada2s_own_generate_at_t0(name):
+    """LLaDA2's own ``generate`` (recorded: T = 0, thresholds 0.95 and 0.5, EOS early stop, MASK's
+    logit at -inf as spotref's rule has it) and spotref's exact decoding: the same tokens."""
+    model = spotref.from_pretrained(FIXTURES / name)
+    runs = json.loads((FIXTURES / name / "generate.json").read_text())
+    assert len(runs) == 6
+    for run in runs:
+        got = spotref.generate(model, run["prompt"], 12, threshold=run["threshold"], stop_ids=[1]).tokens
+        assert got == run["tokens"], run
+
+
 def test_exact_decoding_is_diffusers_llada2_pipeline_at_t0():
     """diffusers' LLaDA2Pipeline (BlockRefinementScheduler, one commit per step, the threshold rule,
     EOS early stop) driving the model through examples/diffusers_llada2.py's adapter gives

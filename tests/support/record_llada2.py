@@ -9,12 +9,14 @@ shims for what transformers 5 no longer has (``modeling_attn_mask_utils``, whose
 passes through as the additive block mask LLaDA2's generate builds; RoPE's "default" init, its
 formula; ``is_torch_fx_available``), builds each tiny model with spotref's weights (random, a
 nonzero ``expert_bias``), runs its eager forward in float32 on windows under the block-causal
-mask, and writes per model a checkpoint directory (spotref's writer) and ``logits.safetensors``
-(the windows' ids and LLaDA2's logits). ``tests/exactness/test_llada2.py`` compares spotref's
-forward with them (1e-5)."""
+mask, and writes per model a checkpoint directory (spotref's writer), ``logits.safetensors``
+(the windows' ids and LLaDA2's logits) and ``generate.json`` (its own ``generate``'s tokens at
+T = 0, ``generations``). ``tests/exactness/test_llada2.py`` compares spotref's forward with the
+logits (1e-5) and its exact decoding with the tokens (0 differences)."""
 
 import argparse
 import importlib.util
+import json
 import sys
 import types
 from pathlib import Path
@@ -98,7 +100,7 @@ def theirs_of(conf_mod, model_mod, ours: LLaDA2Model):
     fields.update(num_shared_experts=c.num_shared_experts, first_k_dense_replace=c.first_k_dense_replace)
     fields = {k: v for k, v in fields.items() if k not in ("mask_token_id", "block_size")}
     cfg = conf_mod.LLaDA2MoeConfig(**fields, tie_word_embeddings=False, pad_token_id=0)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation, cfg.use_cache = "eager", False  # no cache: transformers 5 has no legacy one
     m = model_mod.LLaDA2MoeModelLM(cfg).eval()
     missing, unexpected = m.load_state_dict(ours.state_dict(), strict=False)
     assert not missing and not unexpected, (missing, unexpected)
@@ -132,7 +134,36 @@ def main(argv=None) -> None:
             logits = run.logits
         save_pretrained(ours, args.out / name)
         save_file({"ids": ids, "logits": logits.float().contiguous()}, str(args.out / name / "logits.safetensors"))
-        print(name, tuple(logits.shape), float((ours.forward(ids) - logits).abs().max()))
+        runs = generations(theirs)
+        (args.out / name / "generate.json").write_text(json.dumps(runs, indent=1) + "\n")
+        print(name, tuple(logits.shape), float((ours.forward(ids) - logits).abs().max()), len(runs), "generations")
+
+
+PROMPTS = ([5, 6, 7], [9, 10, 11, 12, 13], list(range(20, 29)))  # inside a block, across one, ending one
+
+
+def generations(theirs) -> list:
+    """LLaDA2's own ``generate`` (T = 0, ``steps == block_length``: one commit per step unless the
+    threshold passes more, EOS early stop) on ``PROMPTS`` at two thresholds, MASK's logit set to
+    -inf first, as spotref's rule does (a random model predicts MASK; a trained one does not):
+    [{prompt, threshold, new tokens (EOS included, as it returns them)}]."""
+    real, B, mask = theirs.forward, SIZES["block_size"], SIZES["mask_token_id"]
+
+    def forward(*args, **kw):
+        out = real(*args, **kw)
+        out.logits[..., mask] = -torch.inf
+        return out
+
+    theirs.forward, runs = forward, []
+    for tau in (0.95, 0.5):
+        for prompt in PROMPTS:
+            kw = dict(block_length=B, steps=B, gen_length=12, threshold=tau, eos_early_stop=True)
+            out = theirs.generate(
+                torch.tensor([prompt]), temperature=0.0, eos_id=SIZES["eos_token_id"], mask_id=mask, **kw
+            )
+            runs.append({"prompt": prompt, "threshold": tau, "tokens": out[0, len(prompt) :].tolist()})
+    theirs.forward = real
+    return runs
 
 
 if __name__ == "__main__":
