@@ -42,10 +42,10 @@ def drafter(name: str):
 
 
 def test_the_grid_spans_block_sizes_and_families():
-    """Guard: the parametrization below covers both block sizes and all three families."""
-    assert {"gsm-b32", "gsm-b16", "gsm-llada", "gsm-dream"} <= set(TARGETS) and len(DRAFTERS) >= 7
-    assert {case(t)[0].block_size for t in TARGETS} == {16, 32}
-    assert {family(case(t)[0]) for t in TARGETS} == {"sdar", "llada", "dream"}
+    """Guard: the parametrization below covers both block sizes, every family and both MoE bodies."""
+    assert {"gsm-b32", "gsm-b16", "gsm-llada", "gsm-dream", "gsm-moe", "gsm-llada2"} <= set(TARGETS)
+    assert len(DRAFTERS) >= 9 and {case(t)[0].block_size for t in TARGETS} == {16, 32}
+    assert {family(case(t)[0]) for t in TARGETS} == {"sdar", "llada", "llada2", "dream"}
 
 
 # Every pair at one temperature, T = 0 and T = 1 in a checkerboard: each drafter and each target

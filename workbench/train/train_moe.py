@@ -46,8 +46,15 @@ def moe_arg(text: str) -> str:
     return text
 
 
+HELP = (
+    "experts=E,top=K,size=I[,dense=D][,shared=S,groups=G,kept=g,scale=R]: a mixture of experts, E experts of "
+    "width I, K per token, the first D layers dense; LLaDA2 (--family llada2) only: S shared experts, G router "
+    "groups of which g are kept, the routed weights' scale R. --init an SDAR target upcycles it"
+)
+
+
 def add_moe_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--moe", type=moe_arg, default=None, help=__doc__.split("\n\n")[1].replace("\n", " "))
+    p.add_argument("--moe", type=moe_arg, default=None, metavar="SPEC", help=HELP)
 
 
 def check_moe(o) -> None:
