@@ -86,7 +86,7 @@ def read_llada2(root: Path, raw: dict, dtype=None, device=None, block_size=None,
     fields = llada2_config_fields(raw, block_size, mask_token_id)
     model = load_checkpoint(LLaDA2Model, LLaDA2Config, root, raw, fields, dtype, device, tie=False)
     if model.config.tie_word_embeddings:
-        model.lm_head.weight = model.model.word_embeddings.weight
+        model.lm_head.weight = model.embeddings().weight
     return model
 
 

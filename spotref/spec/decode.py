@@ -108,6 +108,14 @@ class Binding:
         return out
 
 
+def aligned_blocks(prompt: list, max_new_tokens: int, B: int) -> tuple:
+    """SDAR's and LLaDA2's geometry: blocks of ``B`` at absolute multiples of ``B`` -> (the prompt's
+    full blocks, [(block index, the fixed prompt tokens it starts with)] of the blocks to decode:
+    the prompt tail in the first only)."""
+    n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+    return n_full, [(b, prompt[b * B : (b + 1) * B]) for b in range(n_full, n_blocks)]
+
+
 class PrefixBinding(Binding):
     """SDAR: the model bound to one generation's prefix KV cache. Blocks of B = ``model.block_size``
     sit at absolute multiples of B (the block index: absolute, from position 0): the prompt's
@@ -118,10 +126,9 @@ class PrefixBinding(Binding):
 
     def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats, fused_store: bool = False):
         B = model.block_size
-        n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+        n_full, self.blocks = aligned_blocks(prompt, max_new_tokens, B)
         self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
         self.block_length = B
-        self.blocks = [(b, prompt[b * B : (b + 1) * B]) for b in range(n_full, n_blocks)]  # the tail: first only
         prompt_blocks = torch.tensor(prompt[: n_full * B], dtype=torch.long)  # (n_full * B,)
         self.cache = model.prefill(prompt_blocks) if n_full == 0 else self._pass(model.prefill, prompt_blocks)
 
@@ -186,10 +193,9 @@ class WindowBinding(Binding):
 
     def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats):
         B = model.block_size
-        n_full, n_blocks = len(prompt) // B, -(-(len(prompt) + max_new_tokens) // B)
+        n_full, self.blocks = aligned_blocks(prompt, max_new_tokens, B)
         self.model, self.stats, self.block_length = model, stats, B
-        self.blocks = [(b, prompt[b * B : (b + 1) * B]) for b in range(n_full, n_blocks)]
-        self.ids = torch.full((n_blocks * B,), model.mask_id, dtype=torch.long)  # (n_blocks B,)
+        self.ids = torch.full(((n_full + len(self.blocks)) * B,), model.mask_id, dtype=torch.long)  # (n_blocks B,)
         self.ids[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         self.end = (n_full + 1) * B  # the current block's end
 

@@ -173,16 +173,10 @@ class LLaDA2Model(SDARModel):
 
     checkpoint_type = "llada2_moe"
     family = "llada2"
+    Body, Head = Layers, FloatHead
 
-    def __init__(self, config):
-        nn.Module.__init__(self)
-        self.config = config
-        self.model = Layers(config, self.mlp_for)
-        self.lm_head = FloatHead(config.hidden_size, config.vocab_size, bias=False)
-        self._init_weights()
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.word_embeddings.weight
-        self.eval()
+    def embeddings(self) -> nn.Embedding:
+        return self.model.word_embeddings
 
     @staticmethod
     def mlp_for(cfg, layer: int) -> nn.Module:

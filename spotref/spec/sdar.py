@@ -183,15 +183,21 @@ class SDARModel(nn.Module):
     """SDAR block-diffusion LM. Random init follows torch's RNG (normal, std initializer_range);
     a new model is in eval mode, ready to decode (training code calls ``.train()`` itself)."""
 
+    Body, Head = Backbone, nn.Linear  # the ``model.`` part and the head (LLaDA2: its names, float32 logits)
+
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.model = Backbone(config, self.mlp_for)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.model = self.Body(config, self.mlp_for)
+        self.lm_head = self.Head(config.hidden_size, config.vocab_size, bias=False)
         self._init_weights()
         if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+            self.lm_head.weight = self.embeddings().weight
         self.eval()
+
+    def embeddings(self) -> nn.Embedding:
+        """The token embedding the head is tied to (LLaDA2 names it ``word_embeddings``)."""
+        return self.model.embed_tokens
 
     @staticmethod
     def mlp_for(cfg, layer: int) -> nn.Module:

@@ -55,30 +55,20 @@ def llada2_model(dtype, hidden: int, inter: int, B: int) -> LLaDA2Model:
     return m.to(dtype)
 
 
-def llada2_main() -> None:
-    if "--naive" in sys.argv:
-        MoE.forward = llada2_grouped_over_the_pass
-    checked, failures = 0, []
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            for hidden, inter, B in ((32, 16, 4), (64, 40, 7)):
-                m = llada2_model(dtype, hidden, inter, B)
-                g = torch.Generator().manual_seed(hidden + B)
-                prefix = torch.randint(0, 61, (2 * B,), generator=g)
-                for W in (2, 5):
-                    block = torch.randint(0, 61, (W, B), generator=g)
-                    rows = torch.cat([prefix.repeat(W, 1), block], 1)  # (W, 3B): the windows
-                    other = torch.cat([rows[:1], torch.cat([prefix.repeat(W - 1, 1), block[1:].flip(0)], 1)])
-                    other[1:, -B:] = torch.randint(0, 61, (W - 1, B), generator=g)
-                    moved = torch.cat([other[1:], rows[:1]])
-                    a = m.window(rows, one_forward=True)[0]
-                    for b in (m.window(other, one_forward=True)[0], m.window(moved, one_forward=True)[-1]):
-                        checked += 1
-                        if not torch.equal(a, b):
-                            failures.append(dict(threads=threads, dtype=str(dtype), hidden=hidden, width=W))
-    cap = torch.backends.cpu.get_cpu_capability()
-    print(json.dumps(dict(capability=cap, checked=checked, failures=failures)))
+def llada2_windows(m, g, B):
+    """Row 0's window among W windows of one prefix (others and moved last): (a, [b, ...]) at width W."""
+    prefix = torch.randint(0, 61, (2 * B,), generator=g)
+
+    def at(W):
+        block = torch.randint(0, 61, (W, B), generator=g)
+        rows = torch.cat([prefix.repeat(W, 1), block], 1)  # (W, 3B): the windows
+        other = torch.cat([rows[:1], torch.cat([prefix.repeat(W - 1, 1), block[1:].flip(0)], 1)])
+        other[1:, -B:] = torch.randint(0, 61, (W - 1, B), generator=g)
+        moved = torch.cat([other[1:], rows[:1]])
+        a = m.window(rows, one_forward=True)[0]
+        return a, [m.window(other, one_forward=True)[0], m.window(moved, one_forward=True)[-1]]
+
+    return at
 
 
 def model(dtype, hidden: int, inter: int, B: int) -> SDARMoEModel:
@@ -91,30 +81,49 @@ def model(dtype, hidden: int, inter: int, B: int) -> SDARMoEModel:
     return SDARMoEModel(cfg).to(dtype)
 
 
-def main() -> None:
-    if "--llada2" in sys.argv:
-        return llada2_main()
-    if "--naive" in sys.argv:
-        SparseMoE.forward = grouped_over_the_pass
+def sdar_moe_states(m, g, B):
+    """Row 0's block state among W states over one prefix cache (others and moved last)."""
+    cache = m.prefill(torch.arange(2 * B) % 60)
+
+    def at(W):
+        rows = torch.randint(0, 61, (W, B), generator=g)
+        other = torch.cat([rows[:1], torch.randint(0, 61, (W - 1, B), generator=g)])
+        moved = torch.cat([other[1:], rows[:1]])  # the row last, among others
+        a = m.denoise(cache, rows, one_forward=True)[0]
+        return a, [m.denoise(cache, other, one_forward=True)[0], m.denoise(cache, moved, True)[-1]]
+
+    return at
+
+
+def sweep(build, passes) -> None:
+    """Every thread count, dtype and size: ``passes(model, generator, B)(W)`` -> (row 0, its
+    other readings) at widths 2 and 5, compared bit for bit; prints the JSON line."""
     checked, failures = 0, []
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             for hidden, inter, B in ((32, 16, 4), (64, 40, 7)):
-                m = model(dtype, hidden, inter, B)
-                cache = m.prefill(torch.arange(2 * B) % 60)
-                g = torch.Generator().manual_seed(hidden + B)
+                m = build(dtype, hidden, inter, B)
+                at = passes(m, torch.Generator().manual_seed(hidden + B), B)
                 for W in (2, 5):
-                    rows = torch.randint(0, 61, (W, B), generator=g)
-                    other = torch.cat([rows[:1], torch.randint(0, 61, (W - 1, B), generator=g)])
-                    moved = torch.cat([other[1:], rows[:1]])  # the row last, among others
-                    a = m.denoise(cache, rows, one_forward=True)[0]
-                    for b in (m.denoise(cache, other, one_forward=True)[0], m.denoise(cache, moved, True)[-1]):
+                    a, others = at(W)
+                    for b in others:
                         checked += 1
                         if not torch.equal(a, b):
                             failures.append(dict(threads=threads, dtype=str(dtype), hidden=hidden, width=W))
     cap = torch.backends.cpu.get_cpu_capability()
     print(json.dumps(dict(capability=cap, checked=checked, failures=failures)))
+
+
+def main() -> None:
+    naive = "--naive" in sys.argv
+    if "--llada2" in sys.argv:
+        if naive:
+            MoE.forward = llada2_grouped_over_the_pass
+        return sweep(llada2_model, llada2_windows)
+    if naive:
+        SparseMoE.forward = grouped_over_the_pass
+    sweep(model, sdar_moe_states)
 
 
 if __name__ == "__main__":
