@@ -64,6 +64,7 @@ from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text
 from spotref.spec.checks import check_int
+from spotref.spec.decode import BLOCK_CAUSAL
 from spotref.spec.draft import Draft, DraftBuilder, View
 
 
@@ -95,7 +96,7 @@ def first_difference(exact, got_tokens, block_size: int, prompt_len: int = 0, fa
     """The first exact decision ``got_tokens`` departs from (``first_divergence``'s), as a dict:
     block, step, the decision's commits ``[[position, token], ...]``, and the first of them that
     differs (position, exact, got: None where ``got_tokens`` ends first); None when none does."""
-    offset = prompt_len if family == "sdar" else 0  # the generated tokens' first position in block 0
+    offset = prompt_len if family in BLOCK_CAUSAL else 0  # the generated tokens' first position in block 0
     for block, step, commits in exact.stats["trajectory"]:
         for pos, tok in commits:
             i = block * block_size + pos - offset  # index into the generated tokens
@@ -641,7 +642,7 @@ def coverage(case: Case, outcome: dict) -> list[str]:
     """The coverage keys of ``case`` given ``check_case``'s ``outcome`` (see ``run_conformance``)."""
     B, kw = case.block_size, case.kwargs
     T = kw["temperature"]
-    if case.family != "sdar":
+    if case.family not in BLOCK_CAUSAL:
         prompt = "canvas"  # no prompt token inside a block
     else:
         prompt = "partial-prompt-block" if len(case.prompt) % B else "whole-prompt-blocks"
@@ -656,6 +657,7 @@ def coverage(case: Case, outcome: dict) -> list[str]:
         *happened,
         f"aim={case.aim or 'none'}",
         f"family={case.family}",
+        "experts" if hasattr(case.config, "num_experts") else "dense",
         "T=0" if T == 0 else "T<=1" if T <= 1 else "T>1",
         f"precision={kw['precision']}",
         "budget>64" if kw["budget"] > 64 else "budget<=64",

@@ -18,10 +18,13 @@ from spotref.api import DecodeOptions, serving_precision
 from spotref.api import weights_dtype as api_weights_dtype
 from spotref.checkpoint import from_pretrained
 from spotref.configs import DreamConfig, LLaDAConfig, SDARConfig, SDARMoEConfig
+from spotref.configs_llada2 import LLaDA2Config
 from spotref.spec.checks import check_int
+from spotref.spec.decode import BLOCK_CAUSAL
 from spotref.spec.decode import family as model_family
 from spotref.spec.dream import DreamModel
 from spotref.spec.llada import LLaDAModel
+from spotref.spec.llada2 import LLaDA2Model
 from spotref.spec.sdar import SDARModel
 from spotref.spec.sdar_moe import SDARMoEModel
 
@@ -30,9 +33,10 @@ INIT_RANGES = (0.02, 0.3, 1.0)  # 1e-4 gives near-tie models: every flipped last
 MAX_TEMPERATURE = 3.0  # T = 0, or continuous in [0.05, MAX_TEMPERATURE]
 MAX_BUDGET = 256
 DRAFTERS = ("confidence", "confidence-chain", "random", "oracle", "wrong", "near-miss", "spot")
-FAMILIES = ("sdar", "llada", "dream")  # the families the kit draws (LLaDA2 not yet: docs/spec.md section 5.1)
-MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel}
-CONFIGS = {"sdar": SDARConfig, "llada": LLaDAConfig, "dream": DreamConfig}
+FAMILIES = ("sdar", "llada", "dream", "llada2")  # the families the kit draws (SDAR's cases SDAR-MoE in some)
+MODELS = {"sdar": SDARModel, "llada": LLaDAModel, "dream": DreamModel, "llada2": LLaDA2Model}
+CONFIGS = {"sdar": SDARConfig, "llada": LLaDAConfig, "dream": DreamConfig, "llada2": LLaDA2Config}
+EXPERT_BIAS = 0.3  # a toy LLaDA2's routing bias (selection only), drawn N(0, this) from its weights seed
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB = (8, 300)  # the toy models' vocabulary sizes, drawn in [8, 300] (``cases(vocab=...)``)
 MAX_VOCAB = 2**20  # the largest vocabulary a toy model may be given
@@ -42,7 +46,7 @@ MAX_VOCAB = 2**20  # the largest vocabulary a toy model may be given
 class Case:
     """One conformance example: a tiny model of ``family`` and one generation request."""
 
-    config: SDARConfig | LLaDAConfig | DreamConfig
+    config: SDARConfig | LLaDAConfig | DreamConfig  # SDARMoEConfig, LLaDA2Config: SDARConfig's
     weights_seed: int
     prompt: list
     max_new_tokens: int
@@ -62,18 +66,29 @@ class Case:
             with torch.random.fork_rng():
                 torch.manual_seed(self.weights_seed)
                 model = model_class(self.family, self.config)(self.config).eval()
+                biased(model)
             model = model.to(MODEL_DTYPES[self.dtype or "float32"])
         return BatchSensitive(model) if self.batch_sensitive else model
 
     @property
     def block_size(self) -> int:
-        """The block length decoded in: SDAR's trained block size, a canvas family's block_length."""
-        return self.config.block_size if self.family == "sdar" else self.kwargs["block_length"]
+        """The block length decoded in: a block-causal family's (SDAR's, LLaDA2's) own block size, a
+        canvas family's block_length."""
+        return self.config.block_size if self.family in BLOCK_CAUSAL else self.kwargs["block_length"]
 
 
 def model_class(family: str, config):
     """The model class of a toy ``config`` of ``family``: SDAR-MoE's for an ``SDARMoEConfig``."""
     return SDARMoEModel if isinstance(config, SDARMoEConfig) else MODELS[family]
+
+
+def biased(model) -> None:
+    """A toy LLaDA2's routing biases drawn (in place, from the current seed), so that selection
+    differs from the weights' order as in its checkpoints; any other model as it is."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("expert_bias"):
+                buffer.normal_(0, EXPERT_BIAS)
 
 
 def config_class(family: str, d: dict):
@@ -131,7 +146,7 @@ def checkpoint_block_sizes(model, block_sizes) -> list:
     ``block_sizes`` whose canvases (prompt <= B, 2B + 5 tokens rounded up) fit its positions."""
     if model_family(model) not in FAMILIES:
         raise ValueError(f"model: a {model_family(model)} checkpoint; the kit draws {', '.join(FAMILIES)} cases")
-    if model_family(model) == "sdar":
+    if model_family(model) in BLOCK_CAUSAL:
         return [model.block_size]
     cfg = model.config
     positions = getattr(cfg, "max_sequence_length", None) or getattr(cfg, "max_position_embeddings", None)
@@ -222,7 +237,12 @@ def tiny_config(family: str, V: int, mask_id: int, B: int, hidden, layers, heads
     )
     if family == "dream":  # no pad, eos or bos id: a tiny vocabulary holds none of Dream's
         return DreamConfig(**qwen, max_position_embeddings=4 * B + 8, pad_token_id=None)
+    if family == "llada2":  # its routing: ``conformance_draws.routing`` draws others
+        return LLaDA2Config(**qwen, head_dim=8, block_size=B, **LLADA2_ROUTING, first_k_dense_replace=layers - 1)
     return SDARConfig(**qwen, head_dim=8, block_size=B)
+
+
+LLADA2_ROUTING = dict(num_experts=4, n_group=2, topk_group=1, num_experts_per_tok=2, moe_intermediate_size=16)
 
 
 # --- a case as JSON (the replay file) ---------------------------------------------------------

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from spotref.api import generate
+from spotref.configs import SDARConfig, SDARMoEConfig
+from spotref.configs_llada2 import LLaDA2Config
 from spotref.conformance_cases import (
     BLOCK_SIZES,
     DRAFTERS,
@@ -27,6 +29,7 @@ from spotref.conformance_cases import (
     tiny_config,
     weights_dtype,
 )
+from spotref.spec.decode import BLOCK_CAUSAL
 from spotref.spec.decode import family as model_family
 from spotref.spec.noise import gumbel_of, uniform
 from spotref.spec.rules import FAMILIES as RULES
@@ -97,7 +100,7 @@ def cases(
             loaded = pretrained(model, model_dtype)
             cfg, V, mask_id, dtype_name = loaded.config, loaded.config.vocab_size, loaded.mask_id, weights_dtype(loaded)
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
-        prompt = draw(st.lists(token, max_size=3 * B if family == "sdar" else B))  # a canvas: every pass runs it
+        prompt = draw(st.lists(token, max_size=3 * B if family in BLOCK_CAUSAL else B))  # a canvas: every pass runs it
         kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name)))
         weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
         case = Case(cfg, weights, prompt, n, draw(st.sampled_from(tuple(drafters))), kwargs, family, batch)
@@ -121,8 +124,36 @@ def toy_configs(family: str, B: int, vocab: tuple, init_ranges, served):
     def config(draw):
         V = draw(st.integers(*vocab))
         mask_id = draw(st.integers(0, V - 1))
-        cfg = tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))
+        cfg = draw(routing(tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))))
         return cfg if served is None else dataclasses.replace(cfg, extra={**cfg.extra, "torch_dtype": served})
+
+    return config()
+
+
+def routing(cfg):
+    """Hypothesis strategy of ``cfg`` with experts drawn: a toy SDAR one time in three SDAR-MoE
+    (2 to 6 experts, 1 to all of them per token, ``norm_topk_prob`` either way, the first layer
+    dense or not); a toy LLaDA2 its groups, kept groups, experts per token, shared experts and
+    scale; any other as it is."""
+    st = hypothesis().strategies
+
+    @st.composite
+    def config(draw):
+        if isinstance(cfg, LLaDA2Config):
+            groups = draw(st.sampled_from([(4, 1), (4, 2), (6, 3), (8, 2), (8, 4)]))  # (E, groups): 2+ per group
+            kept = draw(st.integers(1, groups[1]))
+            k = draw(st.integers(1, kept * groups[0] // groups[1]))
+            shared = draw(st.sampled_from([None, 1, 2]))
+            fields = dict(num_experts=groups[0], n_group=groups[1], topk_group=kept, num_experts_per_tok=k)
+            fields.update(num_shared_experts=shared, routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
+            return dataclasses.replace(cfg, **fields)
+        if type(cfg) is not SDARConfig or draw(st.integers(0, 2)) < 2:  # shrinks to dense SDAR
+            return cfg
+        E = draw(st.integers(2, 6))
+        moe = dict(num_experts=E, num_experts_per_tok=draw(st.integers(1, E)), moe_intermediate_size=16)
+        dense = draw(st.sampled_from([[], [0]])) if cfg.num_hidden_layers > 1 else []  # a sparse layer in each
+        moe.update(norm_topk_prob=draw(st.booleans()), mlp_only_layers=dense)
+        return SDARMoEConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, **moe)
 
     return config()
 
@@ -137,13 +168,10 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
         precision = draw(st.sampled_from((*PRECISIONS, None)))
         d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
         confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
-        filters = family != "llada"  # LLaDA's rule draws from the whole vocabulary
+        T = draw(st.just(0.0) | st.integers(1, 60).map(lambda i: i / 20) | st.floats(0.05, MAX_TEMPERATURE))
+        filters = family != "llada" and (T > 0 or family != "llada2")  # LLaDA: none; LLaDA2: greedy at T = 0
         kw = dict(
-            temperature=draw(
-                st.just(0.0)
-                | st.integers(1, 60).map(lambda i: i / 20)  # every 0.05
-                | st.floats(0.05, MAX_TEMPERATURE)
-            ),
+            temperature=T,  # 0, every 0.05, or any in [0.05, MAX_TEMPERATURE]
             seed=draw(st.integers(0, 2**64 - 1) | st.integers(2**32, 2**64 - 1)),  # half of them past 32 bits
             threshold=draw(st.none() | st.floats(0.01, 0.99)),
             top_k=draw(st.none() | st.integers(1, V)) if filters else None,
@@ -158,7 +186,7 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
         kw["width"] = draw(widths if batch else st.none() | widths)
         if family == "sdar":
             kw["fused_store"] = draw(st.booleans())
-        else:
+        elif family not in BLOCK_CAUSAL:
             kw["block_length"] = B
         return kw
 
@@ -296,7 +324,7 @@ def noise_seed(pick: int, i: int) -> int:
 def shown_rows(case: Case, masked, noise) -> np.ndarray:
     """(M,) bool: which of the first decision's masked positions ``masked`` (in the block of
     ``noise``) are in the output, not cut by ``max_new_tokens``."""
-    offset = len(case.prompt) if case.family == "sdar" else 0
+    offset = len(case.prompt) if case.family in BLOCK_CAUSAL else 0
     return noise.block * noise.shape[0] + np.asarray(masked) - offset < case.max_new_tokens
 
 
@@ -428,7 +456,7 @@ def top_p_one_aimed(case: Case, pick: int) -> Case:
     confidences (one reading commits the row a step early, where it draws another token)."""
     spread = {"initializer_range": max(INIT_RANGES)} if case.checkpoint is None else {}
     case = dataclasses.replace(case, config=dataclasses.replace(case.config, **spread))
-    own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]
+    own = OWN_FILTERED[case.family]
     case = with_kwargs(case, top_k=None, top_p=1.0, threshold=None, confidence=own, precision="float32", stop_ids=None)
     case = with_kwargs(case, temperature=case.kwargs["temperature"] or 1.0)
     first = first_decision(case, where=True)
@@ -481,19 +509,31 @@ def rounding_onto(c: float, dtype: torch.dtype) -> float | None:
 
 
 def with_kwargs(case: Case, **kw) -> Case:
-    return dataclasses.replace(case, kwargs={**case.kwargs, **kw})
+    """``case`` with ``kw`` set (``greedy``: LLaDA2's top-k / top-p dropped at T = 0)."""
+    return greedy(dataclasses.replace(case, kwargs={**case.kwargs, **kw}))
 
 
 def reached(case: Case, aim: str, **kw) -> Case:
     """``case`` with ``kw`` set, at the boundary ``aim`` (``Case.aim``: what the coverage reports)."""
-    return dataclasses.replace(case, aim=aim, kwargs={**case.kwargs, **kw})
+    return greedy(dataclasses.replace(case, aim=aim, kwargs={**case.kwargs, **kw}))
+
+
+def greedy(case: Case) -> Case:
+    """``case``, but a LLaDA2 case at T = 0 without top-k / top-p: it refuses them there (its
+    greedy branch reads the whole vocabulary; docs/spec.md section 2.4)."""
+    if case.family != "llada2" or case.kwargs.get("temperature"):
+        return case
+    return dataclasses.replace(case, kwargs={**case.kwargs, "top_k": None, "top_p": None})
+
+
+OWN_FILTERED = {"sdar": "filtered", "dream": "maskgit_plus", "llada2": "filtered"}  # a confidence the filter shows in
 
 
 def as_family(case: Case, family: str, families=FAMILIES) -> Case:
     """A toy ``case`` as one of ``family`` (where ``families`` holds it; else ``case`` itself, and
     a checkpoint's always): the same sizes, vocabulary, MASK, weights seed, block length, served
     dtype and request (a canvas family's prompt at most one block), the family's default
-    confidence, no top-k / top-p for LLaDA, no fused store for SDAR."""
+    confidence (and routing), no top-k / top-p for LLaDA (LLaDA2 at T = 0), no fused store for SDAR."""
     if family == case.family or family not in families or case.checkpoint is not None:
         return case
     c, B = case.config.to_dict(), case.block_size
@@ -503,12 +543,13 @@ def as_family(case: Case, family: str, families=FAMILIES) -> Case:
     cfg = tiny_config(family, c["vocab_size"], c["mask_token_id"], B, **sizes)
     served = {k: v for k, v in case.config.extra.items() if k == "torch_dtype"}
     kw = {k: v for k, v in case.kwargs.items() if k not in ("block_length", "fused_store")}
-    kw.update(fused_store=False) if family == "sdar" else kw.update(block_length=B)
+    kw.update(fused_store=False) if family == "sdar" else None
+    kw.update(block_length=B) if family not in BLOCK_CAUSAL else None
     kw.update(confidence=RULES[family].confidences[0])
     kw.update(top_k=None, top_p=None) if family == "llada" else None
-    prompt = case.prompt if family == "sdar" else case.prompt[:B]
+    prompt = case.prompt if family in BLOCK_CAUSAL else case.prompt[:B]
     config = dataclasses.replace(cfg, extra=served)
-    return dataclasses.replace(case, family=family, config=config, kwargs=kw, prompt=prompt)
+    return greedy(dataclasses.replace(case, family=family, config=config, kwargs=kw, prompt=prompt))
 
 
 QWEN_SIZES = (
@@ -535,10 +576,10 @@ def filter_aimed(case: Case, aim: str, pick: int) -> Case:
     token. The third: the threshold at ``r``'s confidence under the exact filter (a filter that
     keeps fewer entries raises it over the threshold, and the row commits a step early), also
     where no draw shows."""
-    own = {"sdar": "filtered", "dream": "maskgit_plus"}[case.family]  # the filter shows in the confidence
+    own = OWN_FILTERED[case.family]  # the filter shows in the confidence
     case = with_kwargs(case, top_k=None, top_p=None, threshold=None, confidence=own)
     draw = pick % 3 != 0  # two in three: a draw shows the boundary's entry
-    T = case.kwargs["temperature"]
+    T = case.kwargs["temperature"] or (1.0 if case.family == "llada2" else 0.0)  # LLaDA2 filters at T > 0 only
     if aim == "top-k":  # mostly T > 0: a row committed a step early draws another token (at T = 0, the same argmax)
         case = with_kwargs(near_tie(case), precision="bfloat16", temperature=T or (1.0 if draw else 0.0))
     elif draw and T < FAST_T[0]:
@@ -618,7 +659,7 @@ def stop_aimed(case: Case, pick: int) -> Case:
     tokens = generate(case.model(), case.prompt, case.max_new_tokens, **kw).tokens
     if not tokens:
         return case
-    tail = len(case.prompt) % case.block_size if case.family == "sdar" else 0  # prompt tokens in the first block
+    tail = len(case.prompt) % case.block_size if case.family in BLOCK_CAUSAL else 0  # prompt tokens in the first block
     first_block = max(1, min(len(tokens) - 1, case.block_size - tail))
     stop = tokens[pick % first_block]
     return reached(case, "stop", stop_ids=stop if pick // first_block % 2 else [stop])  # one id, or a list

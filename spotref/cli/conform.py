@@ -207,6 +207,7 @@ SUMMARY = (  # (label, the coverage keys of its line: a prefix "dim=" or the key
     ("aimed at", "aim="),
     ("drafter", "drafter="),  # the drafter the suite gave (whether it was used: the first line)
     ("family", "family="),
+    ("experts", ("experts", "dense")),  # a mixture of experts (SDAR-MoE, LLaDA2), or not
     ("model", "model="),
     ("temperature", ("T=0", "T<=1", "T>1")),
     ("precision", "precision="),

@@ -107,6 +107,9 @@ def test_spot_is_identical_to_exact_decoding(seed):
         "family=sdar",
         "family=llada",
         "family=dream",
+        "family=llada2",
+        "experts",
+        "dense",
         "precision=None",
         "fused-store",
         "stop=one-id",
@@ -123,6 +126,18 @@ def test_canvas_families_are_drawn_with_their_own_confidences(family, seed):
     own = sum(seen[k] for k in seen if k.startswith("confidence="))
     want = {"llada": ["confidence=low_confidence"], "dream": ["confidence=maskgit_plus"]}[family]
     assert own == seen["cases"] and all(seen[k] > 0 for k in want), seen
+
+
+@pytest.mark.slow
+def test_llada2_and_sdar_moe_are_drawn_with_their_experts(seed):
+    """LLaDA2's cases (block-causal: prompt inside blocks, its routing drawn) and SDAR's, one in
+    three of them SDAR-MoE: every case of a mixture of experts identical to exact decoding."""
+    n = max(EXAMPLES // 8, 12)
+    seen = run_conformance(spotref.generate, max_examples=n, strategy=cases(families=("llada2",)), seed=seed)
+    assert seen["family=llada2"] == seen["experts"] == seen["cases"] >= 0.9 * n and seen["canvas"] == 0, seen
+    assert seen["confidence=filtered"] == seen["cases"] and seen["top-k/top-p"] > 0, seen
+    seen = run_conformance(spotref.generate, max_examples=n, strategy=cases(families=("sdar",)), seed=seed)
+    assert 0 < seen["experts"] < seen["dense"], seen
 
 
 @pytest.mark.slow

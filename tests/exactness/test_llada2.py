@@ -259,11 +259,11 @@ def test_spotref_generate_reads_a_llada2_directory(tmp_path, capsys):
     assert str(want) in out or " ".join(map(str, want)) in out
 
 
-def test_the_kit_refuses_a_llada2_checkpoint_by_name():
+def test_the_kit_draws_its_cases_on_a_llada2_checkpoint():
     from spotref.conformance import run_conformance
 
-    with pytest.raises(ValueError, match="a llada2 checkpoint; the kit draws sdar, llada, dream"):
-        run_conformance(spotref.generate, max_examples=2, model=FIXTURES / "grouped")
+    seen = run_conformance(spotref.generate, max_examples=6, model=FIXTURES / "grouped", seed=1)
+    assert seen["family=llada2"] == seen["cases"] == 6 and seen["model=checkpoint"] == 6, seen
 
 
 def test_audit_checks_llada2s_windows_at_a_width(capsys):

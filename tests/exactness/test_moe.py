@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 
 import spotref
-from spotref.configs import SDARMoEConfig
+from spotref.configs import SDARConfig, SDARMoEConfig
 from spotref.conformance import spot_drafter
 from spotref.spec.sdar_moe import SDARMoEModel, SparseMoE
 
@@ -219,7 +219,7 @@ def as_moe(case):
     weights seed); any other case as it is."""
     import dataclasses
 
-    if case.family != "sdar" or case.checkpoint is not None:
+    if type(case.config) is not SDARConfig or case.checkpoint is not None:  # SDAR-MoE drawn already: as it is
         return case
     c, m = case.config, case.weights_seed
     E = 2 + m % 5
