@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import spotref  # noqa: E402
 from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
-from spotref.load.targets import list_targets, load_target  # noqa: E402
+from spotref.load.targets import TARGETS_DIR, list_targets, load_target  # noqa: E402
 from spotref.spec.llada2 import Gate  # noqa: E402
 from spotref.spec.sdar_moe import SparseMoE  # noqa: E402
 from workbench.bench import quality_math  # noqa: E402
@@ -64,14 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("target", help="a bundled mixture-of-experts target")
     ap.add_argument("--problems", type=positive_int, default=20)
     ap.add_argument("--new-tokens", type=positive_int, default=160)
+    ap.add_argument("--targets-dir", default=TARGETS_DIR, help="read the target from here (default: bundled)")
     args = ap.parse_args(argv)
-    if args.target not in list_targets():
-        ap.error(f"unknown target {args.target!r}; bundled: {', '.join(list_targets())}")
+    if args.target not in list_targets(args.targets_dir):
+        ap.error(f"unknown target {args.target!r} in {args.targets_dir}: {', '.join(list_targets(args.targets_dir))}")
     return guarded(PROG, lambda: measure(args))
 
 
 def measure(args) -> int:
-    target = load_target(args.target)
+    target = load_target(args.target, args.targets_dir)
     if not routers(target.model):
         raise ValueError(f"{args.target} has no mixture-of-experts layer")
     counts = counted(target.model)

@@ -32,6 +32,7 @@ CASES = [  # (script, arguments, what the error line says)
     ("llada_draw_readings.py", ["--seeds", "0"], "argument --seeds: must be an int in [1, inf], got 0"),
     ("length_commits.py", ["--new-tokens", "0"], "argument --new-tokens: must be an int in [1, inf], got 0"),
     ("moe_routing.py", ["nope"], "unknown target 'nope'"),
+    ("moe_routing.py", ["gsm-moe", "--targets-dir", "{file}"], "unknown target 'gsm-moe' in"),
     ("moe_routing.py", ["gsm-b32", "--problems", "0"], "argument --problems: must be an int in [1, inf], got 0"),
     ("mutant_gallery.py", ["--shard", "3/2"], "argument --shard: must be I/N with 1 <= I <= N, got '3/2'"),
     ("mutant_gallery.py", ["--only", "nope"], "--only: no mutant named 'nope'"),

@@ -14,7 +14,7 @@ from spotref.spec.sdar_moe import SDARMoEModel
 from workbench.train.moe_start import moe_from_sdar
 from workbench.train.train_export import read_checkpoint
 from workbench.train.train_loop import train
-from workbench.train.train_moe import parse_moe
+from workbench.train.train_moe import BalanceLoss, parse_moe
 from workbench.train.train_options import TrainOptions
 
 pytest.importorskip("tokenizers")
@@ -102,3 +102,47 @@ def test_moe_is_refused_where_it_does_not_apply(tmp_path):
         train(TrainOptions.from_argv(argv(tmp_path, "--family", "llada2", "--steps", "1")))
     with pytest.raises(ValueError, match="LLaDA2's"):
         train(TrainOptions.from_argv(argv(tmp_path, "--moe", "experts=4,top=2,size=8,groups=2", "--steps", "1")))
+    moe = "experts=4,top=2,size=16,shared=4,groups=2,kept=1,balance=0.01"
+    with pytest.raises(ValueError, match="SDAR-MoE's"):
+        train(TrainOptions.from_argv(argv(tmp_path, "--family", "llada2", "--moe", moe, "--steps", "1")))
+
+
+def moe_model() -> SDARMoEModel:
+    torch.manual_seed(0)
+    return SDARMoEModel(SDARMoEConfig(**SIZES, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)).train()
+
+
+def test_the_balance_loss_is_one_when_even_more_when_skewed_and_nothing_in_eval():
+    model, ids = moe_model(), torch.randint(0, 69, (2, 12), generator=torch.Generator().manual_seed(1))
+    moe, h = model.model.layers[1].mlp, model.model.embed_tokens(ids)
+    loss = BalanceLoss(model, 1.0)
+    moe.gate.weight.data.zero_()  # every probability 1/4: E * sum_e f_e / E = 1
+    moe(h)
+    assert float(loss.take()) == pytest.approx(1.0)
+    mean = h.flatten(0, 1).mean(0).detach()
+    moe.gate.weight.data[0] = mean / mean.norm() * 30  # expert 0 takes most tokens
+    moe(h)
+    assert float(loss.take()) > 1.1
+    moe.eval()(h)
+    assert loss.take() == 0
+
+
+def test_training_on_the_balance_loss_evens_the_routing():
+    """Gradient steps on the balance term alone move the most-used expert's share of slots down."""
+    model, ids = moe_model(), torch.randint(0, 69, (4, 16), generator=torch.Generator().manual_seed(2))
+    mean = model.model.embed_tokens(ids).flatten(0, 1).mean(0).detach()
+    model.model.layers[1].mlp.gate.weight.data[0] = mean / mean.norm() * 30  # expert 0 takes most tokens
+    loss, opt = BalanceLoss(model, 1.0), torch.optim.SGD(model.parameters(), lr=0.5)
+
+    def top_share() -> float:
+        with torch.no_grad():
+            _, experts = model.model.layers[1].mlp.route(model.model.embed_tokens(ids).flatten(0, 1))
+        return float(torch.bincount(experts.flatten(), minlength=4).max() / experts.numel())
+
+    before = top_share()
+    for _ in range(20):
+        model.model.layers[1].mlp(model.model.embed_tokens(ids))  # one sparse layer's training forward
+        opt.zero_grad()
+        loss.take().backward()
+        opt.step()
+    assert before > 0.35 and top_share() < before - 0.1, (before, top_share())

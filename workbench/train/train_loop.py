@@ -31,7 +31,7 @@ from workbench.train.train_canvas import canvas_heldout_loss, canvas_model, canv
 from workbench.train.train_curriculum import adapt, recipe_batch
 from workbench.train.train_data import batch_at, heldout_loss, make_corpus, streams, training_rows
 from workbench.train.train_export import export, load_teacher, read_checkpoint, start_from
-from workbench.train.train_moe import BLOCK_CAUSAL, block_causal_model
+from workbench.train.train_moe import BLOCK_CAUSAL, balance_loss, block_causal_model
 from workbench.train.train_objective import bd3_logits, bd3_loss, bd3_mask, weighted_loss
 from workbench.train.train_options import TrainOptions, block_sizes, check_recipe, drill_from, drill_ops, stream_align
 
@@ -248,11 +248,13 @@ def _loop(run: Run) -> None:
     bar = _progress(o, state["step"])
     t0, start_s = time.perf_counter(), state["train_s"]
     model.train()  # a new model is in eval mode; a mixture of experts routes its batch otherwise there
+    balance = balance_loss(model, o)  # SDAR-MoE's load-balancing term (--moe ...,balance=C), or None
     while state["step"] < o.steps and not _stopped(o, state):
         step = state["step"]
         for g in run.opt.param_groups:
             g["lr"] = lr_at(step, o)
         loss = step_loss(run, step, sizes[step % len(sizes)], mask_of)
+        loss = loss + balance.take() if balance else loss
         run.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

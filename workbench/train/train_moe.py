@@ -1,10 +1,11 @@
 """Mixture-of-experts runs (issue 64): ``--moe`` turns a block-causal run into SDAR-MoE's body
 (``--family sdar``) or gives LLaDA2's its experts (``--family llada2``, which needs it).
 
-``--moe experts=E,top=K,size=I[,dense=D][,shared=S,groups=G,kept=g,scale=R]``:
+``--moe experts=E,top=K,size=I[,dense=D][,shared=S,groups=G,kept=g,scale=R][,balance=C]``:
 E experts of width I, K per token, the first D layers dense (SDAR-MoE: ``mlp_only_layers``
 0 .. D-1; LLaDA2: ``first_k_dense_replace``); LLaDA2 only: S shared experts (their MLP S * I
-wide), its router's G groups of which g are kept, its ``routed_scaling_factor`` R. Both train
+wide), its router's G groups of which g are kept, its ``routed_scaling_factor`` R; SDAR-MoE
+only: C times the load-balancing loss added to the objective (``BalanceLoss``). Both train
 with SDAR's objective (BD3-LM's blocks); ``--init`` a dense SDAR target upcycles it
 (``moe_start.moe_from_sdar``)."""
 
@@ -12,16 +13,19 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from spotref.configs import SDARConfig, SDARMoEConfig
 from spotref.configs_llada2 import LLaDA2Config
 from spotref.spec.llada2 import LLaDA2Model
 from spotref.spec.sdar import SDARModel
-from spotref.spec.sdar_moe import SDARMoEModel
+from spotref.spec.sdar_moe import SDARMoEModel, SparseMoE
 
 BLOCK_CAUSAL = ("sdar", "llada2")  # trained with BD3-LM's objective; the others are whole-canvas
 KEYS = {"experts": int, "top": int, "size": int, "dense": int, "shared": int, "groups": int, "kept": int}
-KEYS["scale"] = float
+KEYS.update(scale=float, balance=float)
 LLADA2_ONLY = ("shared", "groups", "kept", "scale")
+SDAR_ONLY = ("balance",)
 
 
 def parse_moe(text: str) -> dict:
@@ -47,9 +51,10 @@ def moe_arg(text: str) -> str:
 
 
 HELP = (
-    "experts=E,top=K,size=I[,dense=D][,shared=S,groups=G,kept=g,scale=R]: a mixture of experts, E experts of "
-    "width I, K per token, the first D layers dense; LLaDA2 (--family llada2) only: S shared experts, G router "
-    "groups of which g are kept, the routed weights' scale R. --init an SDAR target upcycles it"
+    "experts=E,top=K,size=I[,dense=D][,shared=S,groups=G,kept=g,scale=R][,balance=C]: a mixture of experts, E "
+    "experts of width I, K per token, the first D layers dense; LLaDA2 (--family llada2) only: S shared experts, "
+    "G router groups of which g are kept, the routed weights' scale R; SDAR-MoE only: C times the load-balancing "
+    "loss added. --init an SDAR target upcycles it"
 )
 
 
@@ -66,6 +71,8 @@ def check_moe(o) -> None:
         raise ValueError("--family llada2 is a mixture of experts: it needs --moe experts=E,top=K,size=I,...")
     if o.family == "sdar" and o.moe and set(parse_moe(o.moe)) & set(LLADA2_ONLY):
         raise ValueError(f"--moe: {', '.join(LLADA2_ONLY)} are LLaDA2's (--family llada2)")
+    if o.family == "llada2" and set(parse_moe(o.moe)) & set(SDAR_ONLY):
+        raise ValueError(f"--moe: {', '.join(SDAR_ONLY)} is SDAR-MoE's (--family sdar)")
 
 
 def block_causal_model(cfg, o) -> SDARModel:
@@ -89,3 +96,35 @@ def config_model(config: dict):
     if "n_group" in config:
         return LLaDA2Model, LLaDA2Config
     return (SDARMoEModel, SDARMoEConfig) if "num_experts" in config else (SDARModel, SDARConfig)
+
+
+class BalanceLoss:
+    """Switch Transformer's load-balancing loss over SDAR-MoE's routers, as Qwen3-MoE trains
+    with: per sparse layer, E * sum_e f_e * P_e, f_e the share of the batch's top-k slots routed
+    to expert e, P_e its mean router probability; ``take`` returns C times their sum over the
+    training forwards since the last call. Evaluation forwards add nothing."""
+
+    def __init__(self, model, coef: float):
+        self.coef, self.terms = coef, []
+        for moe in (m for m in model.modules() if isinstance(m, SparseMoE)):
+            moe.gate.register_forward_hook(self.hook(moe.k))
+
+    def hook(self, k: int):
+        def add(gate, _inputs, logits):  # logits: (T, E)
+            if gate.training:
+                probs = torch.softmax(logits.float(), dim=-1)
+                E = probs.shape[-1]
+                slots = torch.nn.functional.one_hot(torch.topk(probs, k, dim=-1).indices, E).float()  # (T, k, E)
+                self.terms.append(E * (slots.mean((0, 1)) * probs.mean(0)).sum())
+
+        return add
+
+    def take(self) -> torch.Tensor | float:
+        total, self.terms = sum(self.terms), []
+        return self.coef * total
+
+
+def balance_loss(model, o) -> BalanceLoss | None:
+    """The run's ``BalanceLoss`` (``--moe ...,balance=C``), None without one."""
+    C = parse_moe(o.moe).get("balance") if o.moe else None
+    return BalanceLoss(model, C) if C else None
