@@ -101,7 +101,8 @@ def cases(
             cfg, V, mask_id, dtype_name = loaded.config, loaded.config.vocab_size, loaded.mask_id, weights_dtype(loaded)
         token = st.integers(0, V - 2).map(lambda t: t + (t >= mask_id))  # never MASK
         prompt = draw(st.lists(token, max_size=3 * B if family in BLOCK_CAUSAL else B))  # a canvas: every pass runs it
-        kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name)))
+        most = MOE_MAX_BUDGET if hasattr(cfg, "num_experts") else MAX_BUDGET  # a mixture of experts runs row by row
+        kwargs = draw(options(family, V, B, token, corner, batch, decided_in(cfg, dtype_name), most))
         weights, n = draw(st.integers(0, 2**16)), draw(st.integers(0 if corner else 2, 2 * B + 5))
         case = Case(cfg, weights, prompt, n, draw(st.sampled_from(tuple(drafters))), kwargs, family, batch)
         case = dataclasses.replace(case, dtype=model_dtype, checkpoint=model)
@@ -112,6 +113,7 @@ def cases(
     return case()
 
 
+MOE_MAX_BUDGET = 24  # a mixture of experts' cases: every row routed alone costs its experts' calls per row
 SERVED_DTYPES = (None, None, "bfloat16", "float16", "float32")  # a toy config's torch_dtype (None: none)
 
 
@@ -158,9 +160,10 @@ def routing(cfg):
     return config()
 
 
-def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple):
+def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple, most=MAX_BUDGET):
     """Hypothesis strategy of a case's ``generate`` keywords (``Case.kwargs``); ``decided``: the
-    dtype ``precision=None`` decides in, "auto" the model's (``decided_in``)."""
+    dtype ``precision=None`` decides in, "auto" the model's (``decided_in``); ``most``: the
+    largest budget drawn."""
     st = hypothesis().strategies
 
     @st.composite
@@ -178,7 +181,7 @@ def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decid
             top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
             confidence=draw(st.sampled_from(confidences)),
             precision=precision,
-            budget=draw(st.integers(1 if corner else 2, MAX_BUDGET)),
+            budget=draw(st.integers(1 if corner else 2, most)),
             depth=draw(st.integers(0 if corner else 1, B)),
             stop_ids=draw(st.lists(token, min_size=1, max_size=2) | token),  # a list, or one id
         )

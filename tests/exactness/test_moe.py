@@ -229,10 +229,11 @@ def as_moe(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_the_kits_cases_on_sdar_moe_are_identical_to_exact_decoding(seed):
     """The conformance kit's SDAR cases (aimed, every drafter, rule, width and precision), each on
-    SDAR-MoE of its sizes: SPOT identical to exact decoding under expert routing."""
+    SDAR-MoE of its sizes: SPOT identical to exact decoding under expert routing, at every budget
+    (the default run draws SDAR-MoE's cases at budgets up to ``MOE_MAX_BUDGET``; these up to 256)."""
     from spotref.conformance import cases, run_conformance
 
     strategy = cases(families=("sdar",)).map(as_moe)

@@ -87,11 +87,17 @@ def patched(*patches, base=None):
     return generate_fn
 
 
+def llada2_filters(z, top_k, top_p, **variant):
+    """LLaDA2's top-k / top-p written out: SDAR's, top-p skipped at p >= 1."""
+    return filters(z, top_k, top_p if top_p is not None and top_p < 1 else None, **variant)
+
+
 def decoder(decide_fn=decide, **variant):
     """spotref.generate with the rule's decision and filters replaced by the written-out ones."""
+    written = {"sdar": partial(filters, **variant), "dream": partial(filters, dream=True, **variant)}
     return patched(
         (rules.DecisionRule, "decide", decide_fn),
-        *family_patches(filter={"sdar": partial(filters, **variant), "dream": partial(filters, dream=True, **variant)}),
+        *family_patches(filter={**written, "llada2": partial(llada2_filters, **variant)}),
     )
 
 
@@ -157,7 +163,7 @@ class PerOpTorch:
 
 
 def log_in_the_rules_dtype(rule, z, p):
-    """The draw over ``log p`` taken in D (bf16, say), not float64 (SDAR's and Dream's rules)."""
+    """The draw over ``log p`` taken in D (bf16, say), not float64 (SDAR's, LLaDA2's and Dream's rules)."""
     p = torch.softmax(z, -1) if p is None else p
     return p.log().double() if rule.temperature > 0 else p.double()
 
@@ -380,7 +386,7 @@ LOSSY = {
     ),
     "Dream's top-p applied at p = 1": patched(*family_patches(filter={"dream": dream_top_p_at_one})),
     "log p in the rule's dtype, not float64": patched(
-        *family_patches(score={"sdar": log_in_the_rules_dtype, "dream": log_in_the_rules_dtype})
+        *family_patches(score=dict.fromkeys(("sdar", "dream", "llada2"), log_in_the_rules_dtype))
     ),
 }
 
