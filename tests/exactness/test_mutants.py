@@ -100,7 +100,7 @@ def test_coverage_counts_drafting_that_happened():
 def test_the_efficiency_check_is_separate_and_asked_for():
     """A decoder with its own drafter is exact (above) but not efficient with the suite's oracle."""
     with pytest.raises(AssertionError, match=r"oracle round at block \d+, step \d+: accepted \d+, want \d+"):
-        oracle = cases().filter(lambda case: case.drafter == "oracle")  # the efficiency check's drafter
+        oracle = cases(drafters=("oracle",))  # the efficiency check's drafter, drawn alone
         run_conformance(
             own_drafter, max_examples=200, efficiency=True, seed=0, phases=[Phase.generate], strategy=oracle
         )
@@ -122,7 +122,7 @@ def through_the_adapter(model, prompt, n, drafter=None, **kw):
 
 def test_the_drafter_adapter_gives_the_suites_drafts():
     """Drafting through the adapter is exact and as efficient as the suite's drafter itself."""
-    oracle = cases().filter(lambda case: case.drafter == "oracle")  # the efficiency check's drafter, always
+    oracle = cases(drafters=("oracle",))  # the efficiency check's drafter, always
     seen = run_conformance(through_the_adapter, max_examples=examples(0.1), seed=0, efficiency=True, strategy=oracle)
     assert seen["drafted"] > 0 and seen["drafter=oracle"] > 0, seen
 
