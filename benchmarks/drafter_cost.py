@@ -1,7 +1,7 @@
 """What the SPOT drafter costs per round, beside an SDAR-8B verify pass (issue 65).
 
 On held-out exact-decoding trajectories of a bundled target (the trainer's cache, recorded on
-first use), the shipped drafter drafts at each simulated round start (as ``order_gap.py``) at
+first use), the shipped drafter drafts at each simulated round start (``order_gap.rounds``) at
 each budget N, depth cap D. Per round: the order-model calls (one per tree level) and the states
 they score, the drafter's FLOPs (``torch.utils.flop_counter``: the order model's matmuls and
 attention; the tree bookkeeping is not counted), and its wall time on this CPU (one thread,
@@ -26,32 +26,16 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import SDAR_8B  # noqa: E402  (SDAR-8B's shape: the real config's numbers)
+from order_gap import add_round_arguments, held_out, rounds  # noqa: E402
 
-from spotref.cli.argtypes import guarded, positive_int  # noqa: E402
+from spotref.cli.argtypes import guarded  # noqa: E402
 from spotref.cli.report import table  # noqa: E402
 from spotref.drafters.spot import SpotDrafter  # noqa: E402
 from spotref.load.drafters import ORDER_DIR, load_order_model  # noqa: E402
 from spotref.load.targets import list_targets, load_target  # noqa: E402
-from spotref.record import trajectories as tj  # noqa: E402
-from spotref.record.prompts import TrajectorySpec, recorded  # noqa: E402
 from spotref.spec.sdar import SDARModel  # noqa: E402
-from spotref.train.train_drafter import segments  # noqa: E402
 
 PROG = "python benchmarks/drafter_cost.py"
-
-
-def round_starts(ds, spot, N: int, depth: int, limit: int) -> list:
-    """The rows SPOT's rounds start at along ``ds`` at budget N (as ``order_gap.measure``)."""
-    rows = []
-    for seg in segments(ds):
-        i = 0
-        while i < len(seg):
-            r = ds.row(seg[i])
-            rows.append(r)
-            i += min(tj.accepted(spot.draft(r, N, depth), r) + 1, len(r.fut_sets()))
-        if len(rows) >= limit:
-            break
-    return rows
 
 
 def per_round(spot, rows, N: int, depth: int) -> dict:
@@ -94,11 +78,7 @@ def sdar_8b_flops(n_states: int, block: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("target", nargs="?", default="gsm-b32", help="a bundled target with a shipped drafter")
-    ap.add_argument("--budgets", default="4,8,16,64", help="comma list of N")
-    ap.add_argument("--depth", type=positive_int, default=32)
-    ap.add_argument("--rounds", type=positive_int, default=100, help="rounds per N at most")
-    ap.add_argument("--test-prompts", type=positive_int, default=16)
-    ap.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache (the trainer's)")
+    add_round_arguments(ap, budgets="4,8,16,64", rounds=100)
     args = ap.parse_args(argv)
     if args.target not in list_targets():
         ap.error(f"unknown target {args.target!r}; bundled: {', '.join(list_targets())}")
@@ -110,10 +90,11 @@ def run(args) -> int:
     budgets = [int(n) for n in args.budgets.split(",")]
     target = load_target(args.target)
     spot = SpotDrafter(*load_order_model(ORDER_DIR / f"{args.target}.pt"))
-    ds = recorded(target, TrajectorySpec(args.data_dir, 0, args.test_prompts, 0, 64, 128, 1), "test", 0.0)
+    ds = held_out(target, args, 0.0)
     B, rows = target.model.block_size, []
     for N in budgets:
-        m = per_round(spot, round_starts(ds, spot, N, args.depth, args.rounds), N, args.depth)
+        starts = [r for _, r, _, _ in rounds(spot, ds, N, args.depth, args.rounds)]
+        m = per_round(spot, starts, N, args.depth)
         verify = sdar_8b_flops(N, B)
         rows.append([N, f"{m['calls']:.1f}", f"{m['states']:.1f}", f"{m['flops'] / 1e6:.0f}",
                      f"{m['seconds'] * 1e3:.1f}", f"{verify / 1e12:.2f}", f"{m['flops'] / verify:.4%}"])  # fmt: skip

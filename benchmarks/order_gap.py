@@ -77,27 +77,35 @@ def along_path(spot, row, upto: int) -> list:
     return out
 
 
-def measure(spot, ds, N: int, depth: int, limit: int) -> dict:
-    """Over rounds simulated along ``ds``: commits per round of SPOT and of the oracle order, the
-    kind of SPOT's first miss where the oracle goes deeper, the path's per-depth ranks
-    (``along_path``) and every node's (path probability, reached)."""
-    m = dict(spot=[], oracle=[], kinds=Counter(), depths=[], nodes=([], []))
+def rounds(spot, ds, N: int, depth: int, limit: int):
+    """SPOT's rounds simulated along ``ds`` (as ``train_drafter.simulate``), until ``limit``
+    rounds: (row index, row, tree, decisions accepted) each."""
+    n = 0
     for seg in segments(ds):
         i = 0
         while i < len(seg):
             r = ds.row(seg[i])
-            n_dec, tree = len(r.fut_sets()), spot.draft(r, N, depth)
-            got, best = tj.accepted(tree, r), r.accepted_prefix(min(N - 1, depth))
-            ranks = along_path(spot, r, min(n_dec, best + 1))
-            if got < min(best, n_dec):
-                m["kinds"][rank_name(ranks[got][0])] += 1
-            m["depths"] += list(enumerate(ranks))
-            m["nodes"][0].extend(tree.probs[1:]), m["nodes"][1].extend(tj.reached(tree, r)[1:])
-            c = min(got + 1, n_dec)
-            m["spot"].append(c), m["oracle"].append(min(best + 1, n_dec))
-            i += c
-        if len(m["spot"]) >= limit:
+            tree = spot.draft(r, N, depth)
+            got = tj.accepted(tree, r)
+            yield seg[i], r, tree, got
+            i, n = i + min(got + 1, len(r.fut_sets())), n + 1
+        if n >= limit:
             break
+
+
+def measure(spot, ds, N: int, depth: int, limit: int) -> dict:
+    """Over ``rounds``: commits per round of SPOT and of the oracle order, the kind of SPOT's
+    first miss where the oracle goes deeper, the path's per-depth ranks (``along_path``) and
+    every node's (path probability, reached)."""
+    m = dict(spot=[], oracle=[], kinds=Counter(), depths=[], nodes=([], []))
+    for _, r, tree, got in rounds(spot, ds, N, depth, limit):
+        n_dec, best = len(r.fut_sets()), r.accepted_prefix(min(N - 1, depth))
+        ranks = along_path(spot, r, min(n_dec, best + 1))
+        if got < min(best, n_dec):
+            m["kinds"][rank_name(ranks[got][0])] += 1
+        m["depths"] += list(enumerate(ranks))
+        m["nodes"][0].extend(tree.probs[1:]), m["nodes"][1].extend(tj.reached(tree, r)[1:])
+        m["spot"].append(min(got + 1, n_dec)), m["oracle"].append(min(best + 1, n_dec))
     return m
 
 
@@ -142,14 +150,24 @@ def calibration_rows(T: float, N: int, nodes: tuple) -> list:
     return rows
 
 
+def add_round_arguments(ap: argparse.ArgumentParser, budgets: str, rounds: int) -> None:
+    """The options of a run over simulated rounds on held-out trajectories (``held_out``)."""
+    ap.add_argument("--budgets", default=budgets, help="comma list of N")
+    ap.add_argument("--depth", type=positive_int, default=32)
+    ap.add_argument("--rounds", type=positive_int, default=rounds, help="rounds per (N, T) at most")
+    ap.add_argument("--test-prompts", type=positive_int, default=16)
+    ap.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache (the trainer's)")
+
+
+def held_out(target, args, T: float):
+    """``target``'s held-out trajectories at T, as the drafter trainer records and caches them."""
+    return recorded(target, TrajectorySpec(args.data_dir, 0, args.test_prompts, 0, 64, 128, 1), "test", T)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("targets", help="comma list of bundled targets (each with its shipped drafter)")
-    ap.add_argument("--budgets", default="4,8,16", help="comma list of N")
-    ap.add_argument("--depth", type=positive_int, default=32)
-    ap.add_argument("--rounds", type=positive_int, default=400, help="rounds per (N, T) at most")
-    ap.add_argument("--test-prompts", type=positive_int, default=16)
-    ap.add_argument("--data-dir", default="runs/drafter-data", help="trajectory cache (the trainer's)")
+    add_round_arguments(ap, budgets="4,8,16", rounds=400)
     args = ap.parse_args(argv)
     names = args.targets.split(",")
     unknown = [n for n in names if n not in list_targets()]
@@ -160,13 +178,12 @@ def main(argv=None) -> int:
 
 def run(args, names) -> int:
     budgets = [int(n) for n in args.budgets.split(",")]
-    spec = TrajectorySpec(args.data_dir, 0, args.test_prompts, 0, 64, 128, 1)
     for name in names:
         target = load_target(name)
         spot = SpotDrafter(*load_order_model(ORDER_DIR / f"{name}.pt"))
         rounds, depth, calib = [], [], []
         for T in (0.0, 1.0):
-            ds = recorded(target, spec, "test", T)
+            ds = held_out(target, args, T)
             for N in budgets:
                 m = measure(spot, ds, N, args.depth, args.rounds)
                 got, orc = np.mean(m["spot"]), np.mean(m["oracle"])

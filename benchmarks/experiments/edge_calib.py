@@ -10,12 +10,14 @@ import time
 import numpy as np
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))  # a checkout
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # order_gap
+from order_gap import rounds  # noqa: E402
+
 from spotref.drafters.spot import SpotDrafter
 from spotref.load.drafters import ORDER_DIR, load_order_model
 from spotref.load.targets import load_target
 from spotref.record import trajectories as tj
 from spotref.record.prompts import TrajectorySpec, recorded
-from spotref.train.train_drafter import segments
 
 name = sys.argv[1] if len(sys.argv) > 1 else "gsm-b32"
 NTRAIN = int(sys.argv[2]) if len(sys.argv) > 2 else 80
@@ -38,23 +40,14 @@ class Logged(SpotDrafter):
 
 def edges(spot, ds, N=64, D=32, limit=600):
     """(edge prob, child reached) for every node whose parent was reached."""
-    xs, ys, rounds = [], [], 0
-    for seg in segments(ds):
-        i = 0
-        while i < len(seg):
-            r = ds.row(seg[i])
-            tree = spot.draft(r, N, D)
-            hit = tj.reached(tree, r)
-            for k in range(1, len(tree.parents)):
-                p = tree.parents[k]
-                if hit[p] and tree.probs[p] > 0:
-                    xs.append(tree.probs[k] / tree.probs[p])
-                    ys.append(hit[k])
-            c = min(tj.accepted(tree, r) + 1, len(r.fut_sets()))
-            i += c
-            rounds += 1
-        if rounds >= limit:
-            break
+    xs, ys = [], []
+    for _, r, tree, _ in rounds(spot, ds, N, D, limit):
+        hit = tj.reached(tree, r)
+        for k in range(1, len(tree.parents)):
+            p = tree.parents[k]
+            if hit[p] and tree.probs[p] > 0:
+                xs.append(tree.probs[k] / tree.probs[p])
+                ys.append(hit[k])
     return np.array(xs), np.array(ys, dtype=float)
 
 
@@ -82,18 +75,11 @@ def isotonic(x, y, bins=40):
 
 
 def simulate(spot, ds, N, D=32, limit=400):
+    """Mean commits per round of ``spot`` and of the oracle order (``order_gap.rounds``)."""
     got, orc = [], []
-    for seg in segments(ds):
-        i = 0
-        while i < len(seg):
-            r = ds.row(seg[i])
-            n = len(r.fut_sets())
-            g = min(tj.accepted(spot.draft(r, N, D), r) + 1, n)
-            got.append(g)
-            orc.append(min(r.accepted_prefix(min(N - 1, D)) + 1, n))
-            i += g
-        if len(got) >= limit:
-            break
+    for _, r, _, g in rounds(spot, ds, N, D, limit):
+        n = len(r.fut_sets())
+        got.append(min(g + 1, n)), orc.append(min(r.accepted_prefix(min(N - 1, D)) + 1, n))
     return np.mean(got), np.mean(orc)
 
 

@@ -13,12 +13,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))  # a checkout
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # order_gap
+from order_gap import rounds  # noqa: E402
+
 from spotref.drafters.spot import SpotDrafter
 from spotref.load.drafters import ORDER_DIR, load_order_model
 from spotref.load.targets import load_target
 from spotref.record import trajectories as tj
 from spotref.record.prompts import TrajectorySpec, recorded
-from spotref.train.train_drafter import batch, loss_fn, segments
+from spotref.train.train_drafter import batch, loss_fn
 
 torch.set_num_threads(1)
 name, STEPS, LR, NSTART = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
@@ -30,29 +33,13 @@ test = {T: recorded(target, spec, "test", T) for T in (0.0, 1.0)}
 
 
 def starts(spot, ds, N=NSTART, D=32):
-    out = []
-    for seg in segments(ds):
-        i = 0
-        while i < len(seg):
-            r = ds.row(seg[i])
-            out.append(seg[i])
-            i += min(tj.accepted(spot.draft(r, N, D), r) + 1, len(r.fut_sets()))
-    return np.array(out)
+    """The row indices SPOT's rounds start at along ``ds``."""
+    return np.array([i for i, _, _, _ in rounds(spot, ds, N, D, limit=10**9)])
 
 
 def simulate(spot, ds, N, D=32, limit=400):
-    got = []
-    for seg in segments(ds):
-        i = 0
-        while i < len(seg):
-            r = ds.row(seg[i])
-            n = len(r.fut_sets())
-            g = min(tj.accepted(spot.draft(r, N, D), r) + 1, n)
-            got.append(g)
-            i += g
-        if len(got) >= limit:
-            break
-    return float(np.mean(got))
+    """Mean commits per round of ``spot`` (``order_gap.rounds``)."""
+    return float(np.mean([min(got + 1, len(r.fut_sets())) for _, r, _, got in rounds(spot, ds, N, D, limit)]))
 
 
 t0 = time.time()
