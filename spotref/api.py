@@ -82,6 +82,7 @@ class DecodeOptions:
     top_p: float | None = None
     stop_ids: object = None  # None, one id or a 1-D sequence of ids
     fused_store: bool = False
+    lookahead: bool = False  # a block ending on a drafted state carries the next block's first pass
     core: object = None  # None (the active core), "py", "c" or a core module
     confidence: str | None = None  # None: the family's own
     precision: str | None = None  # None: the model's serving precision
@@ -107,7 +108,7 @@ class DecodeOptions:
         ``ValueError``) naming it. Returns them as decoded: with a model, ``block_length`` its own
         where None, ``stop_ids`` a list, ``precision`` the one decided in; ints as ints."""
         checked = self if model is None else self.against(model)
-        for flag in ("fused_store", "trace"):  # True or False (a numpy bool too)
+        for flag in ("fused_store", "lookahead", "trace"):  # True or False (a numpy bool too)
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise OptionError(flag, f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if model is not None and self.fused_store and family(model) != "sdar":
@@ -163,7 +164,7 @@ class DecodeOptions:
 
 
 DEFAULTS = DecodeOptions()  # every signature below takes its defaults from here
-LOOP = ("stop_ids", "fused_store", "trace")  # generate's options that its decode loop reads, not a Speculator
+LOOP = ("stop_ids", "fused_store", "lookahead", "trace")  # what generate's decode loop reads, not a Speculator
 
 
 def generate(
@@ -180,6 +181,7 @@ def generate(
     top_p: float | None = DEFAULTS.top_p,
     stop_ids=DEFAULTS.stop_ids,
     fused_store: bool = DEFAULTS.fused_store,
+    lookahead: bool = DEFAULTS.lookahead,
     core=DEFAULTS.core,
     confidence: str | None = DEFAULTS.confidence,
     precision: str | None = DEFAULTS.precision,
@@ -197,7 +199,9 @@ def generate(
     precision); width: None (each row of a pass alone; with ``budget="auto"``, the cost model picks
     rows alone or a width, reported in ``stats["width"]``) or W >= budget (every pass one forward
     of W rows: exact decoding at width W, the decode SPOT at W is identical to); confidence: None,
-    the family's own; block_length: None, the model's own (``check_canvas``); trace: True records
+    the family's own; block_length: None, the model's own (``check_canvas``); lookahead: a block
+    whose last verify pass held its complete state as a drafted row carries the next block's
+    first pass in that row (SDAR stores as with ``fused_store``; docs/spec.md 3); trace: True records
     every round into ``Result.trace`` (docs/spec.md 8). The keywords are a ``DecodeOptions``,
     checked before the first forward (``ValueError`` naming one).
     """
@@ -208,7 +212,8 @@ def generate(
     rec, stats, t = recorder() if options.trace else None, Stats(), time.perf_counter()
     fill = partial(fill_block, partial(spec.block, recorder=rec))
     n, stops = int(max_new_tokens), options.stop_ids
-    tokens = decode(model, prompt, n, stops, fill, stats, bool(options.fused_store), options.block_length)
+    loop = bool(options.fused_store), options.block_length, bool(options.lookahead)
+    tokens = decode(model, prompt, n, stops, fill, stats, *loop)
     measured = {k: v for k, v in vars(stats).items() if not k.startswith("_")}
     stats = {**measured, "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}
     stats.update(budget=spec.budget, width=spec.width)  # as decoded: budget="auto" chooses both

@@ -95,6 +95,11 @@ def add_arguments(p):
         help="store each finished block inside the next block's first pass (one pass fewer per block)",
     )
     p.add_argument(
+        "--lookahead",
+        action="store_true",
+        help="a block that ends on a drafted state carries the next block's first pass (stores as --fused-store)",
+    )
+    p.add_argument(
         "--model",
         default="default",
         type=model_name,
@@ -131,6 +136,7 @@ class DemoOptions(Options):
     drafter: str | None  # None: best_drafter()
     width: int | None  # rows of every pass; None: each row alone
     fused_store: bool
+    lookahead: bool
     model: str  # a bundled target, "default" or "random"
     show: int  # prompts shown in full
     trace: str | None  # --trace DIR; None: no traces
@@ -261,6 +267,7 @@ def demo(o: DemoOptions) -> int:
     length = gen_length(o, env)
     drafter = o.drafter or best_drafter(model)
     kw = dict(temperature=o.temperature, seed=o.seed, stop_ids=stops, fused_store=o.fused_store, width=o.width)
+    kw["lookahead"] = o.lookahead
     name_of, drafter = drafter, resolve_drafter(drafter, model)  # looked up once
     budgets = {f"{name_of} N={b}": (drafter, b, o.width) for b in o.budgets}
     if o.budget_auto:  # the cost model's N (and, without --width, its way to verify) for these settings
@@ -290,7 +297,7 @@ def demo(o: DemoOptions) -> int:
     print(
         f"\nmodel: {name}; {len(prompts)} prompt{'s' * (len(prompts) != 1)} x at most {length} new tokens, "
         f"T = {o.temperature}, "
-        f"depth cap {o.depth}{', fused store' if o.fused_store else ''}; "
+        f"depth cap {o.depth}{', fused store' if o.fused_store else ''}{', lookahead' if o.lookahead else ''}; "
         f"every output identical to exact decoding: yes"
         + (f" (at {way(o.width)}; the auto row's to exact decoding at {', '.join(others)})" if others else "")
         + "\n"
@@ -306,7 +313,14 @@ def decode_options(o: DemoOptions) -> DecodeOptions:
     and a drafter (its own default stands for None: every SPOT row drafts)."""
     drafter, budget = o.drafter or "confidence", max(o.budgets)
     return DecodeOptions(
-        o.temperature, o.seed, drafter=drafter, budget=budget, depth=o.depth, width=o.width, fused_store=o.fused_store
+        o.temperature,
+        o.seed,
+        drafter=drafter,
+        budget=budget,
+        depth=o.depth,
+        width=o.width,
+        fused_store=o.fused_store,
+        lookahead=o.lookahead,
     )
 
 

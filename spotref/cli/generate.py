@@ -140,6 +140,11 @@ def add_model_args(p, max_new_tokens: int, drafters: str) -> None:
         "else the logits' dtype)",
     )
     p.add_argument("--depth", type=nonneg_int, default=8, help="tree depth cap D (default 8)")
+    p.add_argument(
+        "--lookahead",
+        action="store_true",
+        help="a block that ends on a drafted state carries the next block's first pass (docs/spec.md 3)",
+    )
     p.add_argument("--no-stop", action="store_true", help="ignore the stop ids (EOS)")
     p.add_argument("--device", type=device_arg, default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     add_threads(p)
@@ -218,6 +223,7 @@ class ModelOptions(Options):
     width: int | None  # rows of every pass, padded; None: each row alone
     precision: str | None  # the dtype the rule decides in; None: the model's serving precision
     depth: int  # tree depth cap D
+    lookahead: bool  # a block ending on a drafted state carries the next block's first pass
     no_stop: bool
     device: str
     threads: int
@@ -506,7 +512,8 @@ def run_generate(args) -> int:
         print(f"trace: {trace.save(options.trace)}", file=sys.stderr)
     print(
         f"{len(res.tokens)} tokens, {res.passes} passes, {res.stats['rounds']} rounds, "
-        f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {options.drafter})",
+        + (f"{res.stats['carried']} first passes carried, " if options.lookahead else "")
+        + f"{len(res.tokens) / max(wall, 1e-9):.1f} tokens/s (drafter {options.drafter})",
         file=sys.stderr,
     )
     return 0

@@ -55,6 +55,7 @@ class Stats:
     trajectory: list = field(default_factory=list)  # (block, step, commits) in commit order
     blocks: list = field(default_factory=list)  # (new tokens, passes) per decoded block; passes:
     # its verify passes and its store (a pass for SDAR only)
+    carried: int = 0  # lookahead: blocks whose first pass rode in the last verify pass of the block before
     stopped: bool = False  # the last decoded block holds a stop id
     model_s: float = 0.0  # inside the model's forwards
     draft_s: float = 0.0  # inside ``propose``: drafting the tree and building it
@@ -99,13 +100,25 @@ class Binding:
     goes through ``_pass``: counted and timed."""
 
     stats: Stats
+    lookahead = False  # a block ending on a drafted state carries the next block's first pass
+    carried = False  # the next forward rides in the last verify pass (``carry``)
 
     def _pass(self, fn, *args):
         t = time.perf_counter()
         out = fn(*args)
         self.stats.model_s += time.perf_counter() - t
-        self.stats.passes += 1
+        self.stats.passes += not self.carried
+        self.stats.carried += self.carried
+        self.carried = False
         return out
+
+    def carry(self) -> None:
+        """Lookahead (docs/spec.md section 3): the block just finished on a state its last verify
+        pass held as a drafted row, and that row carried the next block's first state (SDAR: the
+        block's store, then the next block's first denoise; a canvas or window: the canvas with
+        the block complete, read at the next block), so the next block's first pass is not a
+        pass of its own: its forward, the same call as without lookahead, is not counted."""
+        self.carried = True
 
 
 def aligned_blocks(prompt: list, max_new_tokens: int, B: int) -> tuple:
@@ -125,7 +138,7 @@ class PrefixBinding(Binding):
     pass fewer per block; the last block is then never stored)."""
 
     def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats, fused_store: bool = False):
-        B = model.block_size
+        B = model.block_size  # fused_store: also under lookahead, whose carried row holds the store
         n_full, self.blocks = aligned_blocks(prompt, max_new_tokens, B)
         self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
         self.block_length = B
@@ -264,6 +277,7 @@ class Block:
         self.step = 0  # decisions taken in this block
         self.stale = None  # (B, V) the last pass's logits at its deepest accepted state
         self.passes = 0  # verify forwards run on this block
+        self.drafted_complete = False  # the block ended on a row of its last pass (not by the bonus)
         self._decisions = []  # the target's decisions in this block, in order (``decisions``)
         self.noise = rule.block_noise(index)  # g_k of this block, what its decisions read
         # the drafter's own rule and noise: nothing it does reaches a decision
@@ -344,6 +358,7 @@ class Block:
         self._tree = None  # only now: logits the rule refuses leave the rows pending
         self._decisions += taken
         self.passes += 1
+        self.drafted_complete = self.done and bool((tree.states == self.state).all(1).any())  # lookahead's test
         for observer in self.observers:
             observer.walked(self, tree, logits, taken)
 
@@ -413,10 +428,13 @@ def checked_array(logits: np.ndarray) -> np.ndarray:
 
 
 def fill_block(new_block, target: Binding, index: int, state: np.ndarray) -> np.ndarray:
-    """Fill one block through the step API: propose, one pass, accept, until done."""
+    """Fill one block through the step API: propose, one pass, accept, until done. Under
+    lookahead a block that ends on a drafted state carries the next block's first pass."""
     block = new_block(index, state, target.stats)
     while not block.done:
         block.accept(target.verify(block.propose(), block.one_forward))  # 3. verify: (R, B, V)
+    if target.lookahead and block.drafted_complete:
+        target.carry()
     return block.state
 
 
@@ -448,14 +466,25 @@ def accept(rule, core, tree, logits, noise: BlockNoise):
 
 
 def decode(
-    model, prompt: list, max_new_tokens: int, stop_ids, fill, stats: Stats, fused_store=False, block_length=None
+    model,
+    prompt: list,
+    max_new_tokens: int,
+    stop_ids,
+    fill,
+    stats: Stats,
+    fused_store=False,
+    block_length=None,
+    lookahead=False,
 ) -> list:
     """The outer block loop shared by every decoder and family: ``fill(target, index, state)``
-    (``fill_block`` bound to a block factory) decides each block; returns the generated tokens.
-    ``block_length``: the canvas families' (None: ``model.block_size``)."""
+    (``fill_block`` bound to a block factory and ``lookahead``) decides each block; returns the
+    generated tokens. ``block_length``: the canvas families' (None: ``model.block_size``);
+    ``lookahead``: SDAR stores as with ``fused_store``."""
     if max_new_tokens == 0:
         return []
+    fused_store = fused_store or (lookahead and family(model) == "sdar")
     target = bind(model, prompt, max_new_tokens, stats, fused_store, block_length)
+    target.lookahead = lookahead
     generated, stops = [], set(stop_ids or ())
     for index, tail in target.blocks:  # tail: the fixed prompt tokens the block starts with
         before = stats.passes

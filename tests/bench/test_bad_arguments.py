@@ -29,6 +29,8 @@ CASES = [  # (script, arguments, what the error line says)
     ("gpu_check.py", ["--device", "bogus"], "argument --device: bad device 'bogus'"),
     ("gpu_check.py", ["--reps", "nan"], "argument --reps: must be an integer, got 'nan'"),
     ("length_commits.py", ["nope"], "unknown target 'nope'"),
+    ("lookahead.py", ["nope"], "unknown targets ['nope']"),
+    ("lookahead.py", ["gsm-b32", "--budgets", "4,0"], "argument --budgets: must be"),
     ("llada_draw_readings.py", ["--seeds", "0"], "argument --seeds: must be an int in [1, inf], got 0"),
     ("length_commits.py", ["--new-tokens", "0"], "argument --new-tokens: must be an int in [1, inf], got 0"),
     ("moe_routing.py", ["nope"], "unknown target 'nope'"),

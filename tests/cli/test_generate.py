@@ -77,6 +77,16 @@ def test_generate_prints_the_exact_text(capsys, ckpt, drafter):
     assert "passes" in err and f"drafter {drafter}" in err
 
 
+def test_generate_takes_lookahead_and_prints_the_exact_text(capsys, ckpt):
+    args = ["generate", "--model", ckpt, "--prompt", "def add(a,", "--max-new-tokens", 40, "--budget", 8]
+    passes = lambda err: int(err.split(" passes")[0].split()[-1])
+    rc, out, err = run(capsys, *args, "--lookahead")
+    assert rc == 0 and out == expected(ckpt, "def add(a,", 40) + "\n"
+    carried = int(err.split(" first passes carried")[0].split()[-1])
+    rc, plain, plain_err = run(capsys, *args)
+    assert rc == 0 and plain == out and passes(err) + carried <= passes(plain_err)  # and the stores folded in
+
+
 @pytest.mark.parametrize("precision", ["float64", "bfloat16"])
 def test_generate_takes_the_precision_and_the_width(capsys, ckpt, precision):
     rc, out, _ = run(

@@ -28,7 +28,9 @@ def test_the_speculator_takes_the_same_defaults_but_its_drafter():
     """The step API drafts with "confidence" by default; every other option's default is generate's."""
     own = keyword_defaults(Speculator.__init__, 4)
     assert own.pop("drafter") == "confidence" and own.pop("model") is None and own.pop("family") == "sdar"
-    assert own == DEFAULTS.kwargs(leave_out=("drafter", "stop_ids", "fused_store", "trace", "block_length"))
+    assert own == DEFAULTS.kwargs(
+        leave_out=("drafter", "stop_ids", "fused_store", "lookahead", "trace", "block_length")
+    )
 
 
 def test_the_rule_s_own_defaults_agree():
