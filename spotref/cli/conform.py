@@ -58,6 +58,7 @@ class ConformOptions(Options):
     seed: int
     efficiency: bool
     batch_invariance: bool
+    lookahead: bool
     threads: int
     write_replay: str
     replay: str | None
@@ -80,6 +81,11 @@ def add_arguments(p):
     )
     p.add_argument("--efficiency", action="store_true", help="also the efficiency check (spotref's own decoder)")
     p.add_argument("--batch-invariance", action="store_true", help="the batch-invariance check instead")
+    p.add_argument(
+        "--lookahead",
+        action="store_true",
+        help="every case with lookahead=True (a decoder that implements it, docs/spec.md 3)",
+    )
     add_threads(p)
     p.add_argument(
         "--write-replay",
@@ -219,6 +225,7 @@ SUMMARY = (  # (label, the coverage keys of its line: a prefix "dim=" or the key
     ("prompt", ("whole-prompt-blocks", "partial-prompt-block", "canvas")),
     ("stop ids", "stop="),
     ("store", ("fused-store",)),
+    ("lookahead", ("lookahead", "carried")),  # asked for; some block's first pass carried
 )
 HAPPENED = ("cases", "decoded", "drafted", "drafting-unreported")  # the first line's counts
 
@@ -276,7 +283,7 @@ def cases_or_replay(args) -> int:
         raise ValueError("--family: a checkpoint (--model) has its own family; give one or the other")
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
-    knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "vocab", "dtype", "model")}
+    knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "lookahead", "vocab", "dtype", "model")}
     knobs["families"] = args.family
     if args.no_shrink:  # Hypothesis's phases but the shrinking
         knobs["phases"] = tuple(p for p in hypothesis().Phase if p.name not in ("shrink", "explain"))
@@ -306,10 +313,9 @@ def replay(args) -> int:
     decoding, 1 when not (the difference printed), 2 for a missing or corrupt file."""
     given = (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype), ("--family", args.family))
     knobs = [o for o, v in given if v]
-    if knobs or args.batch_invariance:
-        raise ValueError(
-            f"--replay reruns the file's own case: {', '.join(knobs or ['--batch-invariance'])} does not apply"
-        )
+    knobs += [o for o, v in (("--batch-invariance", args.batch_invariance), ("--lookahead", args.lookahead)) if v]
+    if knobs:
+        raise ValueError(f"--replay reruns the file's own case: {', '.join(knobs)} does not apply")
     fn = guarded_decoder(load_function(args.target))
     try:
         got = replay_conformance(fn, args.replay, efficiency=args.efficiency or None)

@@ -11,14 +11,15 @@ from unittest import mock
 import pytest
 import torch
 from helpers import examples, tiny_model
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 
 import spotref
 import spotref.api
-from spotref.conformance import cases, first_divergence, make_drafter
+from spotref.conformance import cases, first_divergence, make_drafter, run_conformance
 from spotref.conformance_cases import model_class, tiny_config
-from spotref.spec.decode import fill_block
+from spotref.spec.decode import PrefixBinding, fill_block
 
+DRAW_ONLY = (Phase.explicit, Phase.reuse, Phase.generate)  # a failure as drawn: no shrinking
 BLOCKS = (1, 2, 3, 4, 5, 7, 8, 9, 16)  # the kit's block sizes but 32 (a canvas of 32 takes seconds a case)
 
 
@@ -95,3 +96,27 @@ def test_the_oracle_carries_every_block_but_the_last_and_the_always_wrong_drafte
 def test_lookahead_must_be_true_or_false():
     with pytest.raises(ValueError, match="lookahead must be True or False"):
         spotref.generate(tiny_model(), [1, 2], 4, lookahead="yes")
+
+
+def test_the_kit_draws_lookahead_and_passes_spotref():
+    seen = run_conformance(spotref.generate, max_examples=examples(0.5), lookahead=True, seed=0)
+    assert seen["lookahead"] == seen["cases"] >= examples(0.5) // 2 and seen["carried"] > 0, seen
+
+
+VERIFY = PrefixBinding.verify
+
+
+def forgetful(self, states, one_forward=False):
+    """A lossy lookahead: the carried first pass runs without the finished block's store."""
+    if self.carried and self.pending is not None:
+        self.pending = None  # the block's K/V never reach the cache
+    return VERIFY(self, states, one_forward)
+
+
+def test_the_kit_with_lookahead_catches_a_carried_pass_that_forgets_the_store():
+    def lossy(*args, **kwargs):
+        with mock.patch.object(PrefixBinding, "verify", forgetful):
+            return spotref.generate(*args, **kwargs)
+
+    with pytest.raises(AssertionError, match=r"block \d+, step \d+, position \d+: exact \d+, got \d+"):
+        run_conformance(lossy, max_examples=60, lookahead=True, families=("sdar",), seed=0, phases=DRAW_ONLY)
