@@ -2,14 +2,15 @@
 
 For each target, held-out problem, T and budget N, in one run: exact decoding without and with
 lookahead (with it SDAR stores as with the fused store: exact decoding drafts nothing, so it
-carries nothing), and SPOT and the calibrated rank graph without and with lookahead (every
-output asserted identical to exact decoding). The table gives fewer passes than exact decoding
-as the results pages count them (all passes, SDAR's store its own pass) and, with lookahead,
-against exact decoding under lookahead (the store folded into the next block's first pass on
-both sides: the same accounting), on all blocks and on answer blocks; the blocks whose first
-pass was carried (of those after a block); SPOT's drafter time per round (ms, this CPU); and
-SPOT over calibrated under lookahead (answer blocks beside). Writes ``lookahead.md`` to a run
-directory (``--out``).
+carries nothing), and each drafter (``--drafters``: SPOT, the calibrated rank graph, the
+oracle order) without and with lookahead (every output asserted identical to exact decoding).
+Per drafter the table gives fewer passes than exact decoding as the results pages count them
+(all passes, SDAR's store its own pass); with lookahead ("+la") against the same exact
+decoding, and against exact decoding under lookahead (the store folded into the next block's
+first pass on both sides: the same accounting), on all blocks and on answer blocks; fewer
+passes than calibrated, both under lookahead; the blocks whose first pass was carried (of
+those after a block); the drafter's time per round (ms, this CPU, one thread). Writes
+``lookahead.md`` to a run directory (``--out``).
 """
 
 from __future__ import annotations
@@ -22,16 +23,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 import spotref  # noqa: E402
-from spotref.cli.argtypes import guarded, int_list, list_of, positive_int, temperature_arg  # noqa: E402
+from spotref.cli.argtypes import (  # noqa: E402
+    choice_list,
+    guarded,
+    int_list,
+    list_of,
+    positive_int,
+    temperature_arg,
+)
 from spotref.cli.report import answer_blocks, progress, table  # noqa: E402
-from spotref.conformance import first_divergence  # noqa: E402
+from spotref.conformance import first_divergence, oracle_drafter  # noqa: E402
 from spotref.files import atomic_write_text, run_dir  # noqa: E402
 from spotref.load.targets import list_targets  # noqa: E402
 from spotref.names import drafter_for  # noqa: E402
 from spotref.record.prompts import prompts_for  # noqa: E402
 
 PROG = "python benchmarks/lookahead.py"
-RUNS = ("exact", "exact+la", "spot", "spot+la", "calibrated", "calibrated+la")
+DRAFTERS = ("spot", "calibrated", "oracle-order")  # the target's own two; the order ceiling (true positions,
+# stale coupled tokens)
 
 
 def totals(results: list) -> dict:
@@ -47,44 +56,49 @@ def totals(results: list) -> dict:
     )
 
 
+def drafter(name: str, model, exact):
+    """The drafter ``name`` of DRAFTERS for one prompt (the oracle reads its exact decode)."""
+    if name == "oracle-order":
+        return oracle_drafter(exact, stale_tokens=True)
+    return drafter_for(model, name)
+
+
 def run_target(name: str, args) -> list:
-    """Table rows of one target: per (T, N)."""
+    """Table rows of one target: per (T, N, drafter)."""
     t = spotref.load_target(name)
     prompts = prompts_for(t, args.prompts, "test", 64)
-    drafters = {"spot": drafter_for(t.model, "spot"), "calibrated": drafter_for(t.model, "calibrated")}
+    family = getattr(t.model, "family", "sdar")
     rows = []
-    jobs = [(T, N) for T in args.temperatures for N in args.budgets]
-    for T, N in progress(jobs, name):
-        got = {k: [] for k in RUNS}
+    for T, N in progress([(T, N) for T in args.temperatures for N in args.budgets], name):
+        got = {"exact": [], "exact+la": [], **{d + la: [] for d in args.drafters for la in ("", "+la")}}
         for p in prompts:
             gen = lambda **kw: spotref.generate(t.model, p, args.new_tokens, temperature=T, stop_ids=t.stop_ids, **kw)
             exact = gen()
             got["exact"].append(exact), got["exact+la"].append(gen(lookahead=True))
-            for d in drafters:
-                for la in (False, True):
-                    res = gen(drafter=drafters[d], budget=N, depth=args.depth, lookahead=la)
-                    where = first_divergence(
-                        exact, res.tokens, t.model.block_size, len(p), getattr(t.model, "family", "sdar")
-                    )
+            for d in args.drafters:
+                for la in ("", "+la"):
+                    res = gen(drafter=drafter(d, t.model, exact), budget=N, depth=args.depth, lookahead=bool(la))
+                    where = first_divergence(exact, res.tokens, t.model.block_size, len(p), family)
                     if where is not None:
-                        raise SystemExit(
-                            f"{PROG}: {name}, T={T:g}, {d}, N={N}, lookahead={la}: OUTPUT DIFFERS at {where}"
-                        )
-                    got[d + ("+la" if la else "")].append(res)
+                        raise SystemExit(f"{PROG}: {name}, T={T:g}, {d}{la}, N={N}: OUTPUT DIFFERS at {where}")
+                    got[d + la].append(res)
         m = {k: totals(v) for k, v in got.items()}
-        x = lambda a, b, key="passes": m[a][key] / max(m[b][key], 1)
-        rows.append([name, f"{T:g}", N, f"{x('exact', 'spot'):.2f}x", f"{x('exact', 'spot+la'):.2f}x",
-                     f"{x('exact+la', 'spot+la'):.2f}x", f"{x('exact+la', 'spot+la', 'answer'):.2f}x",
-                     f"{x('exact+la', 'calibrated+la'):.2f}x", f"{x('calibrated+la', 'spot+la'):.2f}x",
-                     f"{x('calibrated+la', 'spot+la', 'answer'):.2f}x",
-                     f"{m['spot+la']['carried']}/{m['spot+la']['later']}",
-                     f"{1000 * m['spot+la']['draft_s'] / max(m['spot+la']['rounds'], 1):.1f}"])  # fmt: skip
+        x = lambda a, b, key="passes": f"{m[a][key] / max(m[b][key], 1):.2f}x"
+        for d in args.drafters:
+            la = d + "+la"
+            over = (
+                [x("calibrated+la", la), x("calibrated+la", la, "answer")]
+                if "calibrated" in args.drafters
+                else ["-"] * 2
+            )
+            rows.append([name, f"{T:g}", N, d, x("exact", d), x("exact", la), x("exact+la", la),
+                         x("exact+la", la, "answer"), *over, f"{m[la]['carried']}/{m[la]['later']}",
+                         f"{1000 * m[la]['draft_s'] / max(m[la]['rounds'], 1):.1f}"])  # fmt: skip
     return rows
 
 
-HEADER = ["target", "T", "N", "SPOT vs exact", "SPOT+la vs exact", "SPOT+la vs exact+la",
-          "answer blocks", "calibrated+la vs exact+la", "SPOT+la / calibrated+la", "answer blocks",
-          "first passes carried", "drafter ms/round"]  # fmt: skip
+HEADER = ["target", "T", "N", "drafter", "vs exact", "+la vs exact", "+la vs exact+la", "answer blocks",
+          "vs calibrated (both +la)", "answer blocks", "first passes carried", "drafter ms/round"]  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -95,6 +109,12 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", type=int_list(1), default=[4, 8, 16, 32, 64], help="comma list of N")
     ap.add_argument("--temperatures", type=list_of(temperature_arg, "temperatures"), default=[0.0, 1.0])
     ap.add_argument("--depth", type=positive_int, default=32, help="depth cap D")
+    ap.add_argument(
+        "--drafters",
+        type=choice_list(DRAFTERS),
+        default=["spot", "calibrated"],
+        help=f"comma list of {', '.join(DRAFTERS)} (default spot,calibrated)",
+    )
     ap.add_argument("--out", default=None, help="run directory (default: runs/lookahead-TIME)")
     args = ap.parse_args(argv)
     names = args.targets.split(",")
