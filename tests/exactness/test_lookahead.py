@@ -113,6 +113,7 @@ def forgetful(self, states, one_forward=False):
     return VERIFY(self, states, one_forward)
 
 
+@pytest.mark.slow
 def test_the_kit_with_lookahead_catches_a_carried_pass_that_forgets_the_store():
     def lossy(*args, **kwargs):
         with mock.patch.object(PrefixBinding, "verify", forgetful):
