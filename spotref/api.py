@@ -199,9 +199,8 @@ def generate(
     precision); width: None (each row of a pass alone; with ``budget="auto"``, the cost model picks
     rows alone or a width, reported in ``stats["width"]``) or W >= budget (every pass one forward
     of W rows: exact decoding at width W, the decode SPOT at W is identical to); confidence: None,
-    the family's own; block_length: None, the model's own (``check_canvas``); lookahead: a block
-    whose last verify pass held its complete state as a drafted row carries the next block's
-    first pass in that row (SDAR stores as with ``fused_store``; docs/spec.md 3); trace: True records
+    the family's own; block_length: None, the model's own (``check_canvas``); lookahead: docs/spec.md
+    3 (a block ending on a drafted row carries the next block's first pass); trace: True records
     every round into ``Result.trace`` (docs/spec.md 8). The keywords are a ``DecodeOptions``,
     checked before the first forward (``ValueError`` naming one).
     """
@@ -212,7 +211,7 @@ def generate(
     rec, stats, t = recorder() if options.trace else None, Stats(), time.perf_counter()
     fill = partial(fill_block, partial(spec.block, recorder=rec))
     n, stops = int(max_new_tokens), options.stop_ids
-    loop = bool(options.fused_store), options.block_length, bool(options.lookahead)
+    loop = (bool(options.fused_store), options.block_length, bool(options.lookahead))  # decode's options
     tokens = decode(model, prompt, n, stops, fill, stats, *loop)
     measured = {k: v for k, v in vars(stats).items() if not k.startswith("_")}
     stats = {**measured, "rounds": len(stats.accepted), "wall_s": time.perf_counter() - t}

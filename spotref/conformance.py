@@ -59,15 +59,7 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     case_to_dict,
     tiny_config,
 )
-from spotref.conformance_draws import (  # noqa: F401
-    AIMS,
-    aimed,
-    cases,
-    first_decision,
-    hypothesis,
-    model_sizes,
-    with_lookahead,
-)
+from spotref.conformance_draws import AIMS, aimed, cases, first_decision, hypothesis, model_sizes  # noqa: F401
 from spotref.drafters.order import OrderModel
 from spotref.drafters.spot import SpotDrafter
 from spotref.files import atomic_write_text
@@ -443,10 +435,7 @@ def run_conformance(
     separate check for decoders that batch rows: every case has a verify width W and a model
     whose logits depend on the rows of a forward (``BatchSensitive``), so only a decoder that
     runs every pass as one forward of W rows, as exact decoding at width W, stays exact.
-    lookahead (default False): every case passes ``lookahead=True`` (docs/spec.md section 3),
-    exact decoding too, for a decoder that implements it (one whose first pass of a block rides
-    in the last verify pass of the block before); a decoder that does not is sent a keyword it
-    does not know.
+    lookahead (default False): every case, exact decoding too, with ``lookahead=True`` (docs/spec.md 3).
 
     ``max_examples``: an int >= 1 (else ``ValueError``). A ``generate_fn`` not callable, or whose
     result on a small case (``probe_case``) has no ``tokens`` and ``passes``, is a ``TypeError``.
@@ -465,12 +454,9 @@ def run_conformance(
     a failure writes its minimal case (``save_replay``; the exception's note and ``replay_file``
     attribute name it; ``replay_conformance`` reruns it); None (default), nowhere."""
     __tracebackhide__ = True  # pytest shows the user's frames and the verdict, not the kit's (docs/spec.md 5.1)
-    check_int("max_examples", max_examples, 1)
-    hypothesis()  # a missing dependency named before any case runs
-    if not callable(generate_fn):
-        raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
-    strategy = chosen_strategy(strategy, batch_invariance, vocab=vocab, dtype=dtype, model=model, families=families)
-    strategy = with_lookahead(strategy) if lookahead else strategy
+    check_arguments(generate_fn, max_examples)
+    knobs = dict(vocab=vocab, dtype=dtype, model=model, families=families)
+    strategy = chosen_strategy(strategy, batch_invariance, lookahead, **knobs)
     run_case(probe_case((families or FAMILIES)[0]), generate_fn)  # a wrong result named now, not after shrinking
     seen, database, failed = Counter(), example_database(database), []
     check = partial(check_case, generate_fn=generate_fn, efficiency=efficiency)
@@ -484,16 +470,27 @@ def run_conformance(
     return seen
 
 
-def chosen_strategy(strategy, batch_invariance: bool, **knobs):
+def check_arguments(generate_fn, max_examples) -> None:
+    """``max_examples`` an int >= 1 (``ValueError``), Hypothesis importable, ``generate_fn`` callable
+    (``TypeError``): named before any case runs."""
+    check_int("max_examples", max_examples, 1)
+    hypothesis()
+    if not callable(generate_fn):
+        raise TypeError(f"generate_fn must be a callable like spotref.generate, got {type(generate_fn).__name__}")
+
+
+def chosen_strategy(strategy, batch_invariance: bool, lookahead: bool = False, **knobs):
     """``strategy``, or the default ``cases`` with ``knobs`` (vocab, dtype, model; ``ValueError``
-    when they come with a strategy of the caller's, or name a bad value)."""
+    when they come with a strategy of the caller's, or name a bad value); each case with
+    ``lookahead=True`` when ``lookahead``."""
     if strategy is None:
-        return cases(batch=batch_invariance, **{k: v for k, v in knobs.items() if k != "families" or v is not None})
-    if any(v is not None for v in knobs.values()):
+        strategy = cases(batch=batch_invariance, **{k: v for k, v in knobs.items() if k != "families" or v is not None})
+    elif any(v is not None for v in knobs.values()):
         raise ValueError(
             "vocab, dtype, model and families set the default strategy: give them to cases(), not with strategy"
         )
-    return strategy
+    on = lambda case: dataclasses.replace(case, kwargs={**case.kwargs, "lookahead": True})  # exact decoding's too
+    return strategy.map(on) if lookahead else strategy
 
 
 @contextlib.contextmanager

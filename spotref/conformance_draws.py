@@ -160,13 +160,6 @@ def routing(cfg):
     return config()
 
 
-def with_lookahead(strategy):
-    """``strategy``'s cases with ``lookahead=True`` among their options (for a decoder that
-    implements lookahead, docs/spec.md 3; exact decoding, the reference, runs with it too: it
-    stores as with the fused store and carries nothing)."""
-    return strategy.map(lambda case: dataclasses.replace(case, kwargs={**case.kwargs, "lookahead": True}))
-
-
 def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple, most=MAX_BUDGET):
     """Hypothesis strategy of a case's ``generate`` keywords (``Case.kwargs``); ``decided``: the
     dtype ``precision=None`` decides in, "auto" the model's (``decided_in``); ``most``: the

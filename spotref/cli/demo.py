@@ -94,11 +94,7 @@ def add_arguments(p):
         action="store_true",
         help="store each finished block inside the next block's first pass (one pass fewer per block)",
     )
-    p.add_argument(
-        "--lookahead",
-        action="store_true",
-        help="a block that ends on a drafted state carries the next block's first pass (stores as --fused-store)",
-    )
+    p.add_argument("--lookahead", action="store_true", help="carry each next block's first pass (docs/spec.md 3)")
     p.add_argument(
         "--model",
         default="default",

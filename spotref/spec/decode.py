@@ -53,8 +53,7 @@ class Stats:
     committed: list = field(default_factory=list)  # positions per verify pass
     draft_nodes: list = field(default_factory=list)  # verify batch rows per pass
     trajectory: list = field(default_factory=list)  # (block, step, commits) in commit order
-    blocks: list = field(default_factory=list)  # (new tokens, passes) per decoded block; passes:
-    # its verify passes and its store (a pass for SDAR only)
+    blocks: list = field(default_factory=list)  # (new tokens, passes: verify, SDAR's store) per decoded block
     carried: int = 0  # lookahead: blocks whose first pass rode in the last verify pass of the block before
     stopped: bool = False  # the last decoded block holds a stop id
     model_s: float = 0.0  # inside the model's forwards
@@ -100,25 +99,15 @@ class Binding:
     goes through ``_pass``: counted and timed."""
 
     stats: Stats
-    lookahead = False  # a block ending on a drafted state carries the next block's first pass
-    carried = False  # the next forward rides in the last verify pass (``carry``)
+    lookahead = carried = False  # a block ending on a drafted row carries the next one's first forward (spec 3)
 
     def _pass(self, fn, *args):
         t = time.perf_counter()
         out = fn(*args)
         self.stats.model_s += time.perf_counter() - t
-        self.stats.passes += not self.carried
-        self.stats.carried += self.carried
-        self.carried = False
+        self.stats.passes += not self.carried  # a carried forward rode in the last pass: not a pass
+        self.stats.carried, self.carried = self.stats.carried + self.carried, False
         return out
-
-    def carry(self) -> None:
-        """Lookahead (docs/spec.md section 3): the block just finished on a state its last verify
-        pass held as a drafted row, and that row carried the next block's first state (SDAR: the
-        block's store, then the next block's first denoise; a canvas or window: the canvas with
-        the block complete, read at the next block), so the next block's first pass is not a
-        pass of its own: its forward, the same call as without lookahead, is not counted."""
-        self.carried = True
 
 
 def aligned_blocks(prompt: list, max_new_tokens: int, B: int) -> tuple:
@@ -138,7 +127,7 @@ class PrefixBinding(Binding):
     pass fewer per block; the last block is then never stored)."""
 
     def __init__(self, model, prompt: list, max_new_tokens: int, stats: Stats, fused_store: bool = False):
-        B = model.block_size  # fused_store: also under lookahead, whose carried row holds the store
+        B = model.block_size
         n_full, self.blocks = aligned_blocks(prompt, max_new_tokens, B)
         self.model, self.stats, self.fused, self.pending = model, stats, fused_store, None
         self.block_length = B
@@ -332,17 +321,8 @@ class Block:
         )  # the bonus: after the stale pass
         draft = propose(self.drafter, view)  # 1. draft
         max_set = 1 if self.rule.threshold is None else len(self.state)
-        self._tree = self.core.build_tree(  # 2. build
-            self.state,
-            self.step,
-            draft.parents,
-            draft.commits,
-            self.rule.mask_id,
-            self.rule.vocab_size,
-            max_set,
-            self.budget,
-            self.depth,
-        )
+        limits = (self.rule.mask_id, self.rule.vocab_size, max_set, self.budget, self.depth)
+        self._tree = self.core.build_tree(self.state, self.step, draft.parents, draft.commits, *limits)  # 2. build
         for observer in self.observers:
             observer.proposed(self, view, draft)
         return padded(self._tree.states, self.width)
@@ -428,13 +408,11 @@ def checked_array(logits: np.ndarray) -> np.ndarray:
 
 
 def fill_block(new_block, target: Binding, index: int, state: np.ndarray) -> np.ndarray:
-    """Fill one block through the step API: propose, one pass, accept, until done. Under
-    lookahead a block that ends on a drafted state carries the next block's first pass."""
+    """Fill one block through the step API: propose, one pass, accept, until done."""
     block = new_block(index, state, target.stats)
     while not block.done:
         block.accept(target.verify(block.propose(), block.one_forward))  # 3. verify: (R, B, V)
-    if target.lookahead and block.drafted_complete:
-        target.carry()
+    target.carried = target.lookahead and block.drafted_complete  # its row carries the next block's first pass
     return block.state
 
 
@@ -465,25 +443,14 @@ def accept(rule, core, tree, logits, noise: BlockNoise):
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
-def decode(
-    model,
-    prompt: list,
-    max_new_tokens: int,
-    stop_ids,
-    fill,
-    stats: Stats,
-    fused_store=False,
-    block_length=None,
-    lookahead=False,
-) -> list:
+def decode(model, prompt, max_new_tokens, stop_ids, fill, stats, fused_store=False, block_length=None, lookahead=False):
     """The outer block loop shared by every decoder and family: ``fill(target, index, state)``
-    (``fill_block`` bound to a block factory and ``lookahead``) decides each block; returns the
-    generated tokens. ``block_length``: the canvas families' (None: ``model.block_size``);
-    ``lookahead``: SDAR stores as with ``fused_store``."""
+    (``fill_block`` bound to a block factory) decides each block; returns the generated tokens.
+    ``block_length``: the canvas families' (None: ``model.block_size``); lookahead: section 3."""
     if max_new_tokens == 0:
         return []
-    fused_store = fused_store or (lookahead and family(model) == "sdar")
-    target = bind(model, prompt, max_new_tokens, stats, fused_store, block_length)
+    fused = fused_store or lookahead and family(model) == "sdar"  # SDAR's lookahead stores as the fused store
+    target = bind(model, prompt, max_new_tokens, stats, fused, block_length)
     target.lookahead = lookahead
     generated, stops = [], set(stop_ids or ())
     for index, tail in target.blocks:  # tail: the fixed prompt tokens the block starts with
