@@ -63,8 +63,8 @@ def drafter(name: str, model, exact):
     return drafter_for(model, name)
 
 
-def run_target(name: str, args) -> list:
-    """Table rows of one target: per (T, N, drafter)."""
+def run_target(name: str, args, write=lambda rows: None) -> list:
+    """Table rows of one target: per (T, N, drafter); ``write(rows)`` after each (T, N)."""
     t = spotref.load_target(name)
     prompts = prompts_for(t, args.prompts, "test", 64)
     family = getattr(t.model, "family", "sdar")
@@ -94,6 +94,7 @@ def run_target(name: str, args) -> list:
             rows.append([name, f"{T:g}", N, d, x("exact", d), x("exact", la), x("exact+la", la),
                          x("exact+la", la, "answer"), *over, f"{m[la]['carried']}/{m[la]['later']}",
                          f"{1000 * m[la]['draft_s'] / max(m[la]['rounds'], 1):.1f}"])  # fmt: skip
+        write(rows)
     return rows
 
 
@@ -128,12 +129,14 @@ def run(args, names) -> int:
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else run_dir("lookahead")
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    done = []  # every finished target's rows
+
+    def write(rows: list) -> None:  # after each (T, N): an interrupted run keeps what it measured
+        atomic_write_text(out / "lookahead.md", f"`{PROG} {' '.join(sys.argv[1:])}`\n\n{table(HEADER, done + rows)}\n")
+
     for name in names:
-        rows += run_target(name, args)
-        text = table(HEADER, rows)
-        atomic_write_text(out / "lookahead.md", f"`{PROG} {' '.join(sys.argv[1:])}`\n\n{text}\n")
-    print(text)
+        done += run_target(name, args, write)
+    print(table(HEADER, done))
     print(f"written: {out / 'lookahead.md'}")
     return 0
 
