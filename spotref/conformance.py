@@ -384,7 +384,8 @@ def probe_case(family: str = "sdar") -> Case:
     """The one small case ``run_conformance`` runs first: ``family`` (SDAR by default), 8 tokens,
     blocks of 2, the confidence drafter, every option at its plainest."""
     config = tiny_config(family, 8, 7, 2, hidden=16, layers=1, heads=2, kv=1, tied=False, init=0.3)
-    kwargs = DecodeOptions(confidence="filtered", precision="auto", budget=4, depth=2).kwargs(leave_out=NOT_CASE)
+    plain = DecodeOptions(confidence="filtered", precision="auto", budget=4, depth=2)
+    kwargs = plain.kwargs(leave_out=(*NOT_CASE, "lookahead"))  # lookahead: only with run_conformance's knob
     return Case(config, 0, [1, 2, 3], 4, "confidence", kwargs, family)
 
 
