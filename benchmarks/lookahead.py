@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # order_gap
 import torch  # noqa: E402
+from order_gap import bundled  # noqa: E402
 
 import spotref  # noqa: E402
 from spotref.cli.argtypes import (  # noqa: E402
@@ -34,7 +36,6 @@ from spotref.cli.argtypes import (  # noqa: E402
 from spotref.cli.report import answer_blocks, progress, table  # noqa: E402
 from spotref.conformance import first_divergence, oracle_drafter  # noqa: E402
 from spotref.files import atomic_write_text, run_dir  # noqa: E402
-from spotref.load.targets import list_targets  # noqa: E402
 from spotref.names import drafter_for  # noqa: E402
 from spotref.record.prompts import prompts_for  # noqa: E402
 
@@ -56,11 +57,10 @@ def totals(results: list) -> dict:
     )
 
 
-def drafter(name: str, model, exact):
-    """The drafter ``name`` of DRAFTERS for one prompt (the oracle reads its exact decode)."""
-    if name == "oracle-order":
-        return oracle_drafter(exact, stale_tokens=True)
-    return drafter_for(model, name)
+def drafter(name: str, own: dict, exact):
+    """The drafter ``name`` of DRAFTERS for one prompt: the target's own (``own``, loaded once), or
+    the oracle order, which reads the prompt's exact decode."""
+    return oracle_drafter(exact, stale_tokens=True) if name == "oracle-order" else own[name]
 
 
 def run_target(name: str, args, write=lambda rows: None) -> list:
@@ -68,6 +68,7 @@ def run_target(name: str, args, write=lambda rows: None) -> list:
     t = spotref.load_target(name)
     prompts = prompts_for(t, args.prompts, "test", 64)
     family = getattr(t.model, "family", "sdar")
+    own = {d: drafter_for(t.model, d) for d in args.drafters if d != "oracle-order"}
     rows = []
     for T, N in progress([(T, N) for T in args.temperatures for N in args.budgets], name):
         got = {"exact": [], "exact+la": [], **{d + la: [] for d in args.drafters for la in ("", "+la")}}
@@ -77,7 +78,7 @@ def run_target(name: str, args, write=lambda rows: None) -> list:
             got["exact"].append(exact), got["exact+la"].append(gen(lookahead=True))
             for d in args.drafters:
                 for la in ("", "+la"):
-                    res = gen(drafter=drafter(d, t.model, exact), budget=N, depth=args.depth, lookahead=bool(la))
+                    res = gen(drafter=drafter(d, own, exact), budget=N, depth=args.depth, lookahead=bool(la))
                     where = first_divergence(exact, res.tokens, t.model.block_size, len(p), family)
                     if where is not None:
                         raise SystemExit(f"{PROG}: {name}, T={T:g}, {d}{la}, N={N}: OUTPUT DIFFERS at {where}")
@@ -118,11 +119,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", default=None, help="run directory (default: runs/lookahead-TIME)")
     args = ap.parse_args(argv)
-    names = args.targets.split(",")
-    unknown = [n for n in names if n not in list_targets()]
-    if unknown:
-        ap.error(f"unknown targets {unknown}; bundled: {', '.join(list_targets())}")
-    return guarded(PROG, lambda: run(args, names))
+    return guarded(PROG, lambda: run(args, bundled(ap, args.targets)))
 
 
 def run(args, names) -> int:

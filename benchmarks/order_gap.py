@@ -169,11 +169,16 @@ def main(argv=None) -> int:
     ap.add_argument("targets", help="comma list of bundled targets (each with its shipped drafter)")
     add_round_arguments(ap, budgets="4,8,16", rounds=400)
     args = ap.parse_args(argv)
-    names = args.targets.split(",")
+    return guarded(PROG, lambda: run(args, bundled(ap, args.targets)))
+
+
+def bundled(ap: argparse.ArgumentParser, targets: str) -> list:
+    """The comma list ``targets`` as names of bundled targets; an unknown one is ``ap.error``."""
+    names = targets.split(",")
     unknown = [n for n in names if n not in list_targets()]
     if unknown:
         ap.error(f"unknown targets {unknown}; bundled: {', '.join(list_targets())}")
-    return guarded(PROG, lambda: run(args, names))
+    return names
 
 
 def run(args, names) -> int:
