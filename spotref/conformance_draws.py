@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from unittest import mock
 
@@ -117,19 +118,25 @@ MOE_MAX_BUDGET = 24  # a mixture of experts' cases: every row routed alone costs
 SERVED_DTYPES = (None, None, "bfloat16", "float16", "float32")  # a toy config's torch_dtype (None: none)
 
 
+@functools.cache
+def composite(fn):
+    """``fn(draw, *args)`` as a Hypothesis strategy factory, decorated once: Hypothesis reads a
+    composite's source each time one is decorated (a tenth of a case's drawing time)."""
+    return hypothesis().strategies.composite(fn)
+
+
 def toy_configs(family: str, B: int, vocab: tuple, init_ranges, served):
     """Hypothesis strategy of a toy model's config of ``family`` in blocks of ``B``, its
     vocabulary in ``vocab`` (lo, hi), ``served`` its config's torch_dtype (None: none)."""
+    return composite(_toy_config)(family, B, vocab, init_ranges, served)
+
+
+def _toy_config(draw, family, B, vocab, init_ranges, served):
     st = hypothesis().strategies
-
-    @st.composite
-    def config(draw):
-        V = draw(st.integers(*vocab))
-        mask_id = draw(st.integers(0, V - 1))
-        cfg = draw(routing(tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))))
-        return cfg if served is None else dataclasses.replace(cfg, extra={**cfg.extra, "torch_dtype": served})
-
-    return config()
+    V = draw(st.integers(*vocab))
+    mask_id = draw(st.integers(0, V - 1))
+    cfg = draw(routing(tiny_config(family, V, mask_id, B, **draw(model_sizes(init_ranges)))))
+    return cfg if served is None else dataclasses.replace(cfg, extra={**cfg.extra, "torch_dtype": served})
 
 
 def routing(cfg):
@@ -137,63 +144,61 @@ def routing(cfg):
     (2 to 6 experts, 1 to all of them per token, ``norm_topk_prob`` either way, the first layer
     dense or not); a toy LLaDA2 its groups, kept groups, experts per token, shared experts and
     scale; any other as it is."""
+    return composite(_routed)(cfg)
+
+
+def _routed(draw, cfg):
     st = hypothesis().strategies
-
-    @st.composite
-    def config(draw):
-        if isinstance(cfg, LLaDA2Config):
-            groups = draw(st.sampled_from([(4, 1), (4, 2), (6, 3), (8, 2), (8, 4)]))  # (E, groups): 2+ per group
-            kept = draw(st.integers(1, groups[1]))
-            k = draw(st.integers(1, kept * groups[0] // groups[1]))
-            shared = draw(st.sampled_from([None, 1, 2]))
-            fields = dict(num_experts=groups[0], n_group=groups[1], topk_group=kept, num_experts_per_tok=k)
-            fields.update(num_shared_experts=shared, routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
-            return dataclasses.replace(cfg, **fields)
-        if type(cfg) is not SDARConfig or draw(st.integers(0, 2)) < 2:  # shrinks to dense SDAR
-            return cfg
-        E = draw(st.integers(2, 6))
-        moe = dict(num_experts=E, num_experts_per_tok=draw(st.integers(1, E)), moe_intermediate_size=16)
-        dense = draw(st.sampled_from([[], [0]])) if cfg.num_hidden_layers > 1 else []  # a sparse layer in each
-        moe.update(norm_topk_prob=draw(st.booleans()), mlp_only_layers=dense)
-        return SDARMoEConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, **moe)
-
-    return config()
+    if isinstance(cfg, LLaDA2Config):
+        groups = draw(st.sampled_from([(4, 1), (4, 2), (6, 3), (8, 2), (8, 4)]))  # (E, groups): 2+ per group
+        kept = draw(st.integers(1, groups[1]))
+        k = draw(st.integers(1, kept * groups[0] // groups[1]))
+        shared = draw(st.sampled_from([None, 1, 2]))
+        fields = dict(num_experts=groups[0], n_group=groups[1], topk_group=kept, num_experts_per_tok=k)
+        fields.update(num_shared_experts=shared, routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
+        return dataclasses.replace(cfg, **fields)
+    if type(cfg) is not SDARConfig or draw(st.integers(0, 2)) < 2:  # shrinks to dense SDAR
+        return cfg
+    E = draw(st.integers(2, 6))
+    moe = dict(num_experts=E, num_experts_per_tok=draw(st.integers(1, E)), moe_intermediate_size=16)
+    dense = draw(st.sampled_from([[], [0]])) if cfg.num_hidden_layers > 1 else []  # a sparse layer in each
+    moe.update(norm_topk_prob=draw(st.booleans()), mlp_only_layers=dense)
+    return SDARMoEConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, **moe)
 
 
 def options(family: str, V: int, B: int, token, corner: bool, batch: bool, decided: tuple, most=MAX_BUDGET):
     """Hypothesis strategy of a case's ``generate`` keywords (``Case.kwargs``); ``decided``: the
     dtype ``precision=None`` decides in, "auto" the model's (``decided_in``); ``most``: the
     largest budget drawn."""
+    return composite(_kwargs)(family, V, B, token, corner, batch, decided, most)
+
+
+def _kwargs(draw, family, V, B, token, corner, batch, decided, most):
     st = hypothesis().strategies
-
-    @st.composite
-    def kwargs(draw):
-        precision = draw(st.sampled_from((*PRECISIONS, None)))
-        d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
-        confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
-        T = draw(st.just(0.0) | st.integers(1, 60).map(lambda i: i / 20) | st.floats(0.05, MAX_TEMPERATURE))
-        filters = family != "llada" and (T > 0 or family != "llada2")  # LLaDA: none; LLaDA2: greedy at T = 0
-        kw = dict(
-            temperature=T,  # 0, every 0.05, or any in [0.05, MAX_TEMPERATURE]
-            seed=draw(st.integers(0, 2**64 - 1) | st.integers(2**32, 2**64 - 1)),  # half of them past 32 bits
-            threshold=draw(st.none() | st.floats(0.01, 0.99)),
-            top_k=draw(st.none() | st.integers(1, V)) if filters else None,
-            top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
-            confidence=draw(st.sampled_from(confidences)),
-            precision=precision,
-            budget=draw(st.integers(1 if corner else 2, most)),
-            depth=draw(st.integers(0 if corner else 1, B)),
-            stop_ids=draw(st.lists(token, min_size=1, max_size=2) | token),  # a list, or one id
-        )
-        widths = st.integers(0, 8).map(lambda e: kw["budget"] + e)
-        kw["width"] = draw(widths if batch else st.none() | widths)
-        if family == "sdar":
-            kw["fused_store"] = draw(st.booleans())
-        elif family not in BLOCK_CAUSAL:
-            kw["block_length"] = B
-        return kw
-
-    return kwargs()
+    precision = draw(st.sampled_from((*PRECISIONS, None)))
+    d = decided[0] if precision is None else decided[1] if precision == "auto" else precision
+    confidences = [c for c in RULES[family].confidences if (c, d) != ("entropy", "float16")]
+    T = draw(st.just(0.0) | st.integers(1, 60).map(lambda i: i / 20) | st.floats(0.05, MAX_TEMPERATURE))
+    filters = family != "llada" and (T > 0 or family != "llada2")  # LLaDA: none; LLaDA2: greedy at T = 0
+    kw = dict(
+        temperature=T,  # 0, every 0.05, or any in [0.05, MAX_TEMPERATURE]
+        seed=draw(st.integers(0, 2**64 - 1) | st.integers(2**32, 2**64 - 1)),  # half of them past 32 bits
+        threshold=draw(st.none() | st.floats(0.01, 0.99)),
+        top_k=draw(st.none() | st.integers(1, V)) if filters else None,
+        top_p=draw(st.none() | st.floats(0.05, 1.0)) if filters else None,
+        confidence=draw(st.sampled_from(confidences)),
+        precision=precision,
+        budget=draw(st.integers(1 if corner else 2, most)),
+        depth=draw(st.integers(0 if corner else 1, B)),
+        stop_ids=draw(st.lists(token, min_size=1, max_size=2) | token),  # a list, or one id
+    )
+    widths = st.integers(0, 8).map(lambda e: kw["budget"] + e)
+    kw["width"] = draw(widths if batch else st.none() | widths)
+    if family == "sdar":
+        kw["fused_store"] = draw(st.booleans())
+    elif family not in BLOCK_CAUSAL:
+        kw["block_length"] = B
+    return kw
 
 
 def model_sizes(init_ranges):
