@@ -18,6 +18,7 @@ import pytest
 import tomllib
 
 import spotref
+from spotref.cli import conform as conform_cli
 from spotref.cli import main as spotref_cli
 from spotref.files import atomic_write_text, check_writable
 
@@ -229,12 +230,14 @@ def decoders(tmp_path, monkeypatch):
     [
         ("exits", [], "the decoder's process ended (exit status 0) during call 1, with no verdict"),
         ("crashes", [], "the decoder's process ended (killed by SIGSEGV) during call 1"),
-        ("hangs", ["--case-seconds", "3"], "the decoder did not return within 3 s (call 1): killed"),
-        ("hangs", ["--minutes", "0.01"], "the decoder did not return within 10 s (call 1): killed"),
+        ("hangs", ["--case-seconds", "1"], "the decoder did not return within 1 s (call 1): killed"),
+        ("hangs", ["--minutes", "0.01"], "the decoder did not return within 2 s (call 1): killed"),
         ("no_passes", ["--no-shrink"], "0 passes for"),
     ],
 )
-def test_a_decoder_that_exits_crashes_hangs_or_counts_no_pass_fails(decoders, capsys, name, args, message):
+def test_a_decoder_that_exits_crashes_hangs_or_counts_no_pass_fails(decoders, capsys, monkeypatch, name, args, message):
+    """Under --minutes a call gets at least ``MIN_CALL_SECONDS`` (10 s; 2 here, not to wait 10)."""
+    monkeypatch.setattr(conform_cli, "MIN_CALL_SECONDS", 2.0)
     t = time.perf_counter()
     assert spotref_cli.main(["conform", f"issue63_decoders:{name}", "--max-examples", "5", *args]) == 1
     assert message in capsys.readouterr().out
