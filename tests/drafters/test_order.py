@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from spotref.drafters import order
 from spotref.drafters.grow import grow, grow_levels
-from spotref.load.drafters import load_order_model, save_order_model
+from spotref.load.drafters import ORDER_DIR, header, load_order_model, read_header, save_order_model
 from spotref.spec.draft import Draft, DraftBuilder
 
 
@@ -289,3 +289,27 @@ def test_an_untrained_model_breaks_ties_to_the_lowest_position():
     )
     s, _ = order.OrderModel(B).eval()(x, masked)
     assert s[0].argmax().item() == 2 and s[0, 2] > s[0, 4] == s[0, 5] > s[0, 3] > s[0, 0]
+
+
+class _Runs:
+    """Pickles as a call of ``os.system``: what a hostile checkpoint could hold."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_header_is_read_without_its_weights_and_nothing_a_file_names_runs(tmp_path):
+    """``find_checkpoint`` reads every shipped header through ``read_header``: the same header as
+    ``torch.load``; a file naming any other global runs nothing and reads as no header."""
+    for path in sorted(ORDER_DIR.glob("*.pt"))[:3]:
+        assert read_header(path) == torch.load(path, map_location="cpu", weights_only=True)["header"]
+    marker, hostile = tmp_path / "ran", tmp_path / "hostile.pt"
+    torch.save({"header": {"format": "spotref-order-model", "x": _Runs(marker)}, "state_dict": {}}, hostile)
+    with pytest.raises(ValueError, match="refused, not loaded"):
+        read_header(hostile)
+    assert header(hostile) == {} and not marker.exists()
