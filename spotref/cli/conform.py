@@ -37,7 +37,7 @@ import torch
 
 from spotref.cli.argtypes import add_threads, positive_int, real_range, seed_int, tool_main
 from spotref.cli.options import Options
-from spotref.conformance import MAX_EXAMPLES, ResultTypeError, replay_conformance, run_conformance
+from spotref.conformance import MAX_EXAMPLES, ResultTypeError, load_replay, replay_conformance, run_conformance
 from spotref.conformance_cases import FAMILIES, MODEL_DTYPES, vocab_range
 from spotref.conformance_draws import hypothesis
 
@@ -265,7 +265,7 @@ def tell(event: str) -> None:
 def run(args) -> int:
     args = ConformOptions.from_namespace(args)
     if os.environ.get(WORKER) != "1":
-        load_function(args.target)  # a bad target is refused here, before a child starts
+        refuse(args)  # a bad target, knob or replay file is refused here, before a child starts
         budget = math.inf if args.minutes is None else max(60 * args.minutes, MIN_CALL_SECONDS)
         return supervise(list(args.argv), min(args.case_seconds, budget))
     status = cases_or_replay(args)
@@ -273,14 +273,28 @@ def run(args) -> int:
     return status
 
 
+def refuse(args) -> None:
+    """``ValueError`` for what would fail before a first case: the target, knobs that conflict,
+    a missing or corrupt replay file."""
+    load_function(args.target)
+    if args.replay is not None:
+        given = (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype), ("--family", args.family))
+        knobs = [o for o, v in given if v]
+        knobs += [o for o, v in (("--batch-invariance", args.batch_invariance), ("--lookahead", args.lookahead)) if v]
+        if knobs:
+            raise ValueError(f"--replay reruns the file's own case: {', '.join(knobs)} does not apply")
+        load_replay(args.replay)
+    elif args.model is not None and args.vocab is not None:
+        raise ValueError("--vocab: a checkpoint (--model) has its own vocabulary; give one or the other")
+    elif args.model is not None and args.family is not None:
+        raise ValueError("--family: a checkpoint (--model) has its own family; give one or the other")
+
+
 def cases_or_replay(args) -> int:
     torch.set_num_threads(args.threads)
+    refuse(args)
     if args.replay is not None:
         return replay(args)
-    if args.model is not None and args.vocab is not None:
-        raise ValueError("--vocab: a checkpoint (--model) has its own vocabulary; give one or the other")
-    if args.model is not None and args.family is not None:
-        raise ValueError("--family: a checkpoint (--model) has its own family; give one or the other")
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()
     chunk, seed = 0, args.seed
     knobs = {k: getattr(args, k) for k in ("efficiency", "batch_invariance", "lookahead", "vocab", "dtype", "model")}
@@ -310,12 +324,7 @@ def cases_or_replay(args) -> int:
 
 def replay(args) -> int:
     """``--replay FILE``: the file's one case on the decoder; status 0 when identical to exact
-    decoding, 1 when not (the difference printed), 2 for a missing or corrupt file."""
-    given = (("--model", args.model), ("--vocab", args.vocab), ("--dtype", args.dtype), ("--family", args.family))
-    knobs = [o for o, v in given if v]
-    knobs += [o for o, v in (("--batch-invariance", args.batch_invariance), ("--lookahead", args.lookahead)) if v]
-    if knobs:
-        raise ValueError(f"--replay reruns the file's own case: {', '.join(knobs)} does not apply")
+    decoding, 1 when not (the difference printed), 2 for a missing or corrupt file (``refuse``)."""
     fn = guarded_decoder(load_function(args.target))
     try:
         got = replay_conformance(fn, args.replay, efficiency=args.efficiency or None)
