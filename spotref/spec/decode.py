@@ -443,6 +443,7 @@ def accept(rule, core, tree, logits, noise: BlockNoise):
     return apply(tree.states[last], bonus), int(tree.steps[last]) + 1, logits[last].clone(), taken
 
 
+@torch.inference_mode()  # no autograd: the kernels and bytes of no_grad, with less bookkeeping per op
 def decode(model, prompt, max_new_tokens, stop_ids, fill, stats, fused_store=False, block_length=None, lookahead=False):
     """The outer block loop shared by every decoder and family: ``fill(target, index, state)``
     (``fill_block`` bound to a block factory) decides each block; returns the generated tokens.
