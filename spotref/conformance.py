@@ -57,6 +57,7 @@ from spotref.conformance_cases import (  # noqa: F401  (the suite's names, as be
     Case,
     case_from_dict,
     case_to_dict,
+    cpu_seeded,
     tiny_config,
 )
 from spotref.conformance_draws import AIMS, aimed, cases, first_decision, hypothesis, model_sizes  # noqa: F401
@@ -218,8 +219,7 @@ def spot_drafter(seed: int):
     """The SPOT drafter (SPOT-Sets under the threshold rule) with random weights, set head included."""
 
     def make(block_size):
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
+        with cpu_seeded(seed):
             om = OrderModel(block_size)
             torch.nn.init.normal_(om.set_head[2].weight, std=3.0)  # not the untrained (zero) head
         return SpotDrafter(om.eval(), strict=False)
