@@ -153,3 +153,20 @@ def test_auto_budget_is_exact_and_within_the_measured_budgets():
     exact = spotref.generate(m, [1, 2, 3], 20, temperature=1.0, width=auto.stats["width"])  # the width it chose
     assert auto.tokens == exact.tokens
     assert 1 <= max(auto.stats["draft_nodes"]) <= 64
+
+
+def test_generate_calls_the_model_and_the_drafter_under_inference_mode():
+    """docs/spec.md 1.1: every model call and the drafter run under ``torch.inference_mode``
+    (autograd off); a caller's own grad mode is back after the call."""
+    model, seen = tiny_model(B=4), []
+    denoise, prefill = model.denoise, model.prefill
+    model.denoise = lambda *a, **k: seen.append(("denoise", torch.is_inference_mode_enabled())) or denoise(*a, **k)
+    model.prefill = lambda *a, **k: seen.append(("prefill", torch.is_inference_mode_enabled())) or prefill(*a, **k)
+
+    def drafter(view):
+        seen.append(("drafter", torch.is_inference_mode_enabled()))
+        return Draft([-1], [()])
+
+    spotref.generate(model, [1, 2, 3, 4, 5], 8, drafter=drafter, budget=4)
+    assert {name for name, _ in seen} == {"prefill", "denoise", "drafter"} and all(on for _, on in seen), seen
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
