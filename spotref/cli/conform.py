@@ -291,8 +291,7 @@ def refuse(args) -> None:
 
 
 def cases_or_replay(args) -> int:
-    torch.set_num_threads(args.threads)
-    refuse(args)
+    torch.set_num_threads(args.threads)  # the options were checked (``refuse``) before this child started
     if args.replay is not None:
         return replay(args)
     fn, seen, start = guarded_decoder(load_function(args.target)), Counter(), time.perf_counter()

@@ -7,6 +7,7 @@ import torch
 from hypothesis import settings
 
 from spotref.configs import SDARConfig
+from spotref.conformance_cases import cpu_seeded
 from spotref.spec.sdar import SDARModel
 
 TINY = dict(
@@ -29,8 +30,7 @@ def tiny_config(V=61, B=4, mask_id=None, **fields) -> SDARConfig:
 
 def tiny_model(V=61, B=4, mask_id=None, seed=0, layers=2, init=0.3, dtype=torch.float32, **kw):
     cfg = tiny_config(V, B, mask_id, num_hidden_layers=layers, initializer_range=init, **kw)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with cpu_seeded(seed):
         return SDARModel(cfg).to(dtype).eval()
 
 
